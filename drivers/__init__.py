@@ -1,0 +1,1 @@
+"""Hardware behind small interfaces, and the simulated world the tests drive them against."""

@@ -1,0 +1,32 @@
+"""The interface every robot driver offers the skill runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+__all__ = ["Args", "Done", "Running", "RobotDriver"]
+
+Args = Mapping[str, str | float | int | bool]
+#: Called on the clock's loop when a command finishes by itself.
+Done = Callable[[], None]
+
+
+class Running(Protocol):
+    """A command in progress."""
+
+    def cancel(self) -> None:
+        """Stop this command now (preemption); ``done`` will not be called."""
+
+
+class RobotDriver(Protocol):
+    """Runs named commands (``base.approach``, ``speech.say``...) without blocking."""
+
+    @property
+    def commands(self) -> frozenset[str]: ...
+
+    def start(self, command: str, args: Args, done: Done) -> Running:
+        """Begin ``command``; call ``done`` on the loop when it completes."""
+
+    def stop(self) -> None:
+        """Bring the robot to a safe state from any state: motion halted."""

@@ -1,0 +1,175 @@
+"""The ``onboard`` command. Imports are lazy so ``onboard check`` starts fast."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from runtime.errors import ConfigError, OnboardError
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"onboard: error: {problem}", file=sys.stderr)
+        return 2
+    except OnboardError as exc:
+        print(f"onboard: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("onboard: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="onboard", description=__doc__)
+    parser.add_argument("--robot", type=Path, default=Path("robot.toml"), help="robot.toml path")
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    p = sub.add_parser("check", help="validate robot.toml and every skill and scenario")
+    p.set_defaults(func=_check)
+
+    p = sub.add_parser("graph", help="print a skill's state machine as a Mermaid diagram")
+    p.add_argument("skill")
+    p.set_defaults(func=_graph)
+
+    p = sub.add_parser("map", help="map a free-text reply onto a skill's actions")
+    p.add_argument("skill")
+    p.add_argument("reply")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_map)
+
+    p = sub.add_parser("actions", help="bottom-up action set: list or add candidates")
+    actions = p.add_subparsers(required=True, metavar="ACTION")
+    q = actions.add_parser("list", help="unmatched replies kept as candidates")
+    q.add_argument("--skill")
+    q.set_defaults(func=_actions_list)
+    q = actions.add_parser("add", help="register a candidate as a new action of a skill")
+    q.add_argument("skill")
+    q.add_argument("candidate", help="candidate id (a prefix will do)")
+    q.add_argument("--name", required=True)
+    q.add_argument("--text", help="action text (default: 'The robot is doing NAME.')")
+    q.add_argument("--stimuli", default="2-A", choices=["1-activity", "1-gaze", "2-A", "2-B"])
+    q.add_argument("--command", default="none", help="driver command the action runs")
+    q.set_defaults(func=_actions_add)
+
+    p = sub.add_parser("run", help="run a skill headless on the simulated robot")
+    p.add_argument("skill")
+    p.add_argument("--scenario", type=Path, default=Path("skills/scenarios/person-object.toml"))
+    p.add_argument("--llm", help="URL, 'local' or 'standin' (default: robot.toml)")
+    p.add_argument("--clock", choices=["wall", "virtual"], help="default: robot.toml")
+    p.add_argument("--record", type=Path, help="recording path (default: recordings/...)")
+    p.set_defaults(func=_run)
+
+    p = sub.add_parser("eval", help="run scenarios N times; print the seed's tables")
+    p.add_argument("skill")
+    p.add_argument("--trials", type=int, default=10)
+    p.add_argument("--scenario", type=Path, action="append", dest="scenarios")
+    p.add_argument("--no-action-text", action="store_true")
+    p.add_argument("--no-second-stage", action="store_true")
+    p.add_argument("--llm", help="URL or 'local' (default: the stand-in on loopback)")
+    p.add_argument("--latency", type=float, help="virtual seconds per LLM reply")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--record", type=Path, help="write every episode under this folder")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_eval)
+
+    p = sub.add_parser("replay", help="replay a recorded episode offline")
+    p.add_argument("recording", type=Path)
+    p.set_defaults(func=_replay)
+
+    p = sub.add_parser("standin", help="serve the stand-in LLM on loopback")
+    p.add_argument("--port", type=int, default=8089)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--noise", type=float, default=0.15)
+    p.set_defaults(func=_standin)
+    return parser
+
+
+def _robot(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from runtime.config import load_robot
+
+    return load_robot(args.robot)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from runtime.commands import check
+
+    return check(args.robot)
+
+
+def _graph(args: argparse.Namespace) -> int:
+    from runtime.graph import mermaid
+    from runtime.session import load_robot_skill
+
+    print(mermaid(load_robot_skill(_robot(args), args.skill)))
+    return 0
+
+
+def _map(args: argparse.Namespace) -> int:
+    from runtime.session import load_robot_skill, make_mapper
+
+    robot = _robot(args)
+    result = make_mapper(robot, load_robot_skill(robot, args.skill)).map(args.reply)
+    if args.json:
+        print(json.dumps(result.to_record(), indent=2))
+        return 0 if result.matched else 1
+    for clause in result.clauses:
+        verdict = clause.action or "no match"
+        print(f"  {clause.clause!r}: {verdict} (score {clause.score:.3f}, "
+              f"runner-up {clause.runner_up} {clause.runner_up_score:.3f})")  # fmt: skip
+    print(" -> ".join(result.actions) if result.matched else "no match")
+    return 0 if result.matched else 1
+
+
+def _actions_list(args: argparse.Namespace) -> int:
+    from runtime.candidates import CandidateStore
+
+    robot = _robot(args)
+    found = CandidateStore(robot.recordings_dir / "candidates.jsonl").list(args.skill)
+    if not found:
+        print("no candidates")
+    for c in found:
+        status = f"registered as {c.registered_as!r}" if c.registered_as else "candidate"
+        print(f"{c.id}  [{c.skill}] {c.reply!r}\n          situation: {c.situation}  ({status})")
+    return 0
+
+
+def _actions_add(args: argparse.Namespace) -> int:
+    from runtime.commands import add_candidate
+
+    return add_candidate(_robot(args), args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from runtime.commands import run
+
+    return run(_robot(args), args)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from runtime.evaluate import evaluate_command
+
+    return evaluate_command(_robot(args), args)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from runtime.replay import replay_command
+
+    return replay_command(args.recording)
+
+
+def _standin(args: argparse.Namespace) -> int:
+    from runtime.standin import main as serve
+
+    return serve(["--port", str(args.port), "--seed", str(args.seed), "--noise", str(args.noise)])

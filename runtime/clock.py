@@ -1,0 +1,203 @@
+"""Clocks: one single-threaded event loop, on wall time or on virtual (discrete-event) time.
+
+All skill logic runs in callbacks on the clock's loop thread, so it never needs a lock.
+Blocking work (an LLM call over HTTP) goes through :meth:`Clock.submit`:
+
+- :class:`WallClock` runs it on a worker thread and delivers the result back on the loop,
+  so a slow LLM never blocks perception events, timers or a stop;
+- :class:`VirtualClock` runs it at once while virtual time stands still, then delivers the
+  result after the measured (or a configured) latency of virtual time. Runs are
+  deterministic and faster than real time, yet the LLM's latency is still felt.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol, TypeVar
+
+__all__ = ["Clock", "Timer", "VirtualClock", "WallClock"]
+
+T = TypeVar("T")
+
+
+class Timer:
+    """A scheduled callback; ``cancel()`` is idempotent."""
+
+    __slots__ = ("callback", "cancelled", "when")
+
+    def __init__(self, when: float, callback: Callable[[], None]) -> None:
+        self.when = when
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Timer: ...
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer: ...
+
+    def post(self, callback: Callable[[], None]) -> None: ...
+
+    def submit(
+        self,
+        work: Callable[[], T],
+        done: Callable[[T | BaseException, float], None],
+        latency: float | None = None,
+    ) -> None: ...
+
+    def run(self, until: float) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class _Loop:
+    """The heap of timers shared by both clocks."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Timer]] = []
+        self._seq = itertools.count()
+        self._stopped = False
+
+    def now(self) -> float:
+        raise NotImplementedError
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
+        timer = Timer(when, callback)
+        self._push(timer)
+        return timer
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
+        return self.call_at(self.now() + max(0.0, delay), callback)
+
+    def post(self, callback: Callable[[], None]) -> None:
+        self.call_at(self.now(), callback)
+
+    def _push(self, timer: Timer) -> None:
+        heapq.heappush(self._heap, (timer.when, next(self._seq), timer))
+
+    def _pop_due(self, now: float) -> Timer | None:
+        while self._heap and self._heap[0][2].cancelled:
+            heapq.heappop(self._heap)
+        if self._heap and self._heap[0][0] <= now:
+            return heapq.heappop(self._heap)[2]
+        return None
+
+    def _next_when(self) -> float | None:
+        while self._heap and self._heap[0][2].cancelled:
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
+
+
+class VirtualClock(_Loop):
+    """Discrete-event time: jumps from one timer to the next; deterministic."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        super().__init__()
+        self._now = start
+
+    def now(self) -> float:
+        return self._now
+
+    def submit(
+        self,
+        work: Callable[[], T],
+        done: Callable[[T | BaseException, float], None],
+        latency: float | None = None,
+    ) -> None:
+        began = time.perf_counter()
+        result: T | BaseException
+        try:
+            result = work()
+        except Exception as exc:  # delivered to `done`, which decides
+            result = exc
+        took = time.perf_counter() - began
+        delay = took if latency is None else latency
+        self.call_later(delay, lambda: done(result, delay))
+
+    def run(self, until: float) -> None:
+        """Process timers in order until virtual time ``until`` or :meth:`stop`."""
+        self._stopped = False
+        while not self._stopped:
+            when = self._next_when()
+            if when is None or when > until:
+                self._now = max(self._now, until)
+                return
+            self._now = max(self._now, when)
+            timer = self._pop_due(self._now)
+            if timer is not None:
+                timer.callback()
+
+    def stop(self) -> None:
+        self._stopped = True
+
+
+class WallClock(_Loop):
+    """Monotonic wall time, seconds since the clock was made; thread-safe ``post``."""
+
+    def __init__(self, workers: int = 2) -> None:
+        super().__init__()
+        self._origin = time.monotonic()
+        self._wake = threading.Condition()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="onboard-io")
+
+    def now(self) -> float:
+        return time.monotonic() - self._origin
+
+    def _push(self, timer: Timer) -> None:
+        with self._wake:
+            super()._push(timer)
+            self._wake.notify()
+
+    def submit(
+        self,
+        work: Callable[[], T],
+        done: Callable[[T | BaseException, float], None],
+        latency: float | None = None,
+    ) -> None:
+        began = self.now()
+
+        def run() -> None:
+            result: T | BaseException
+            try:
+                result = work()
+            except Exception as exc:
+                result = exc
+            self.post(lambda: done(result, self.now() - began))
+
+        self._pool.submit(run)
+
+    def run(self, until: float) -> None:
+        """Run callbacks as they fall due until ``until`` seconds or :meth:`stop`."""
+        self._stopped = False
+        while True:
+            with self._wake:
+                if self._stopped:
+                    return
+                now = self.now()
+                timer = self._pop_due(now)
+                if timer is None:
+                    if now >= until:
+                        return
+                    when = self._next_when()
+                    wait = until - now if when is None else min(when, until) - now
+                    self._wake.wait(timeout=max(0.0, wait))
+                    continue
+            timer.callback()
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stopped = True
+            self._wake.notify()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,130 @@
+"""robot.toml: this robot's name, LLM endpoint, models, folders, drivers and clock."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from runtime.tomlfile import load_model
+
+__all__ = [
+    "DriversConfig",
+    "EvalConfig",
+    "LLMConfig",
+    "ModelsConfig",
+    "RobotConfig",
+    "SimDriverConfig",
+    "load_robot",
+]
+
+Perception = Literal["activity", "gaze"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LLMConfig(_Strict):
+    """An OpenAI-compatible chat endpoint. ``base_url = "local"`` starts the embedded model."""
+
+    base_url: str = "local"
+    model: str = "smollm2-135m-instruct"
+    api_key_env: str | None = Field(
+        default=None, description="name of the environment variable holding the API key"
+    )
+    connect_timeout: Annotated[float, Field(gt=0)] = 2.0
+    read_timeout: Annotated[float, Field(gt=0)] = 10.0
+    retries: Annotated[int, Field(ge=0, le=10)] = 2
+    deadline: Annotated[float, Field(gt=0)] = 8.0
+    temperature: Annotated[float, Field(ge=0, le=2)] = 0.7
+    max_tokens: Annotated[int, Field(gt=0)] = 160
+    decoding: Literal["free", "constrained"] = "constrained"
+
+    @field_validator("base_url")
+    @classmethod
+    def _url_or_local(cls, value: str) -> str:
+        if value != "local" and not value.startswith(("http://", "https://")):
+            raise ValueError('must be "local" or an http(s) URL')
+        return value.rstrip("/")
+
+    def api_key(self) -> str | None:
+        """The key from the environment, never from the file; never logged."""
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+
+class ModelsConfig(_Strict):
+    embedder: Path = Path("models/minilm")
+    threads: Annotated[int, Field(ge=1, le=8)] = 1
+
+
+class MappingConfig(_Strict):
+    """Free-text to action mapping: accept a clause only when it is clearly one action."""
+
+    threshold: Annotated[float, Field(gt=0, lt=1)] = 0.4
+    margin: Annotated[float, Field(ge=0, lt=1)] = 0.04
+    ambiguity: Annotated[float, Field(gt=0, le=1, description="warn above this cosine")] = 0.9
+
+
+class SimDriverConfig(_Strict):
+    """The simulated robot: a mobile base with a head and a speaker."""
+
+    kind: Literal["sim"] = "sim"
+    speed: Annotated[float, Field(gt=0, description="approach speed, m/s")] = 0.5
+    camera_range: Annotated[float, Field(gt=0, description="metres")] = 8.0
+    stop_time: Annotated[float, Field(ge=0, description="seconds to stop the base")] = 0.5
+    look_time: Annotated[float, Field(ge=0, description="seconds to turn the head")] = 1.0
+    words_per_second: Annotated[float, Field(gt=0)] = 2.5
+    speech: Literal["record", "espeak-ng"] = "record"
+    perception: tuple[Perception, ...] = ("activity", "gaze")
+
+
+class DriversConfig(_Strict):
+    robot: SimDriverConfig = SimDriverConfig()
+
+
+class EvalConfig(_Strict):
+    """Evaluation on the virtual clock."""
+
+    standin_latency: Annotated[
+        float, Field(ge=0, description="virtual seconds a stand-in reply takes")
+    ] = 1.0
+    standin_noise: Annotated[float, Field(ge=0, le=1)] = 0.15
+    seed: int = 0
+
+
+class RobotConfig(_Strict):
+    name: str = Field(min_length=1)
+    clock: Literal["wall", "virtual"] = "wall"
+    skills: Path = Path("skills")
+    recordings: Path = Path("recordings")
+    llm: LLMConfig = LLMConfig()
+    models: ModelsConfig = ModelsConfig()
+    mapping: MappingConfig = MappingConfig()
+    drivers: DriversConfig = DriversConfig()
+    eval: EvalConfig = EvalConfig()
+    root: Path = Field(default=Path("."), exclude=True)
+
+    def resolve(self, path: Path) -> Path:
+        """A path from robot.toml, relative to the folder that holds robot.toml."""
+        return path if path.is_absolute() else self.root / path
+
+    @property
+    def skills_dir(self) -> Path:
+        return self.resolve(self.skills)
+
+    @property
+    def recordings_dir(self) -> Path:
+        return self.resolve(self.recordings)
+
+    @property
+    def embedder_dir(self) -> Path:
+        return self.resolve(self.models.embedder)
+
+
+def load_robot(path: Path) -> RobotConfig:
+    """Load and validate robot.toml; raises ConfigError naming file, key and line."""
+    config, _ = load_model(path, RobotConfig)
+    return config.model_copy(update={"root": path.resolve().parent})

@@ -1,0 +1,114 @@
+"""The one error tree of onboard.
+
+Every error a user can cause or meet is one of these, and prints as one line that names
+where it came from. Foreign exceptions (httpx, onnxruntime, tomllib, pydantic) are
+translated at the boundary that meets them, with ``raise ... from exc``.
+
+::
+
+    OnboardError
+    ├── ConfigError            robot.toml, a skill or a scenario file is wrong (file, key, line)
+    │   ├── SkillError         a skill file
+    │   └── ScenarioError      a scenario file
+    ├── ModelError             a model file is missing or unreadable
+    ├── LLMError               the LLM endpoint failed
+    │   ├── LLMTimeout         ... past the decision deadline      (also a TimeoutError)
+    │   └── LLMReplyError      ... answered something unusable
+    ├── DriverError            a driver refused or failed a command
+    ├── RecordingError         a recording cannot be read or written
+    │   └── ReplayDivergence   a replay did not follow its recording
+    └── CandidateError         a bottom-up candidate cannot be found or added
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = [
+    "CandidateError",
+    "ConfigError",
+    "DriverError",
+    "LLMError",
+    "LLMReplyError",
+    "LLMTimeout",
+    "ModelError",
+    "OnboardError",
+    "Problem",
+    "RecordingError",
+    "ReplayDivergence",
+    "ScenarioError",
+    "SkillError",
+]
+
+
+class OnboardError(Exception):
+    """Base of every onboard error; ``str()`` is one line fit for a terminal."""
+
+
+class Problem:
+    """One thing wrong in a file: where (file, key path, line) and what."""
+
+    __slots__ = ("file", "key", "line", "message")
+
+    def __init__(self, file: Path | str, key: str, line: int | None, message: str) -> None:
+        self.file = str(file)
+        self.key = key
+        self.line = line
+        self.message = " ".join(message.split())
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        key = f" [{self.key}]" if self.key else ""
+        return f"{where}:{key} {self.message}"
+
+    def __repr__(self) -> str:
+        return f"Problem({self!s})"
+
+
+class ConfigError(OnboardError):
+    """One or more problems in a configuration file; one line per problem."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class SkillError(ConfigError):
+    """A skill file is wrong."""
+
+
+class ScenarioError(ConfigError):
+    """A scenario file is wrong."""
+
+
+class ModelError(OnboardError):
+    """A model file is missing or cannot be loaded."""
+
+
+class LLMError(OnboardError):
+    """The LLM endpoint failed."""
+
+
+class LLMTimeout(LLMError, TimeoutError):
+    """No usable answer within the decision deadline."""
+
+
+class LLMReplyError(LLMError):
+    """The LLM answered, but nothing usable could be read from the answer."""
+
+
+class DriverError(OnboardError):
+    """A driver refused or failed a command."""
+
+
+class RecordingError(OnboardError):
+    """A recording cannot be read or written."""
+
+
+class ReplayDivergence(RecordingError):
+    """A replay asked something its recording does not hold."""
+
+
+class CandidateError(OnboardError):
+    """A bottom-up candidate cannot be found or added."""

@@ -1,0 +1,29 @@
+"""A skill's state machine as a Mermaid diagram."""
+
+from __future__ import annotations
+
+from runtime.engine import build_machine
+from runtime.skill import Skill
+
+__all__ = ["mermaid"]
+
+
+def _node(name: str) -> str:
+    return name.replace(" ", "_")
+
+
+def mermaid(skill: Skill) -> str:
+    """``stateDiagram-v2`` with the transitions the compiled machine really allows."""
+    machine = build_machine(skill)
+    lines = ["stateDiagram-v2"]
+    for name, action in skill.actions.items():
+        lines.append(f'    state "{name} ({action.stimulus.value})" as {_node(name)}')
+    lines.append(f"    [*] --> {_node(skill.start)}")
+    for event in machine.events.values():
+        for source, transitions in event.transitions.items():
+            for transition in transitions:
+                if source in ("idle", "done") or transition.dest in ("idle", "done"):
+                    continue
+                lines.append(f"    {_node(source)} --> {_node(transition.dest)}")
+    lines.append(f"    {_node(skill.end)} --> [*]")
+    return "\n".join(lines)

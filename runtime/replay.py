@@ -1,0 +1,92 @@
+"""Replay a recorded episode offline: the LLM is answered from the recording.
+
+The episode is run again with the same skill, scenario and options on the virtual clock;
+each LLM request must equal the recorded one and gets the recorded reply after the
+recorded latency. The replay passes when it produces the same action sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from runtime.config import RobotConfig
+from runtime.errors import LLMTimeout, RecordingError, ReplayDivergence
+from runtime.llm import ChatResult, Message
+from runtime.recorder import MemoryRecorder, read_recording
+from runtime.scenario import Scenario
+from runtime.session import EpisodeOptions, load_robot_skill, make_mapper, run_episode
+
+__all__ = ["ReplayAsk", "replay", "replay_command"]
+
+
+class ReplayAsk:
+    """Answers requests in the recorded order with the recorded replies."""
+
+    def __init__(self, records: Sequence[dict[str, Any]], source: Path) -> None:
+        self.source = source
+        answers = {r["id"]: r for r in records if r["kind"] in ("reply", "error") and "id" in r}
+        self._exchanges = [
+            (r, answers.get(r["id"])) for r in records if r["kind"] == "request"
+        ]
+        self._next = 0
+
+    def next_latency(self) -> float:
+        if self._next >= len(self._exchanges):
+            return 0.0
+        answer = self._exchanges[self._next][1]
+        return float(answer.get("virtual_latency", 0.0)) if answer else 0.0
+
+    def __call__(
+        self, purpose: str, messages: Sequence[Message], schema: dict[str, Any] | None
+    ) -> ChatResult:
+        if self._next >= len(self._exchanges):
+            raise ReplayDivergence(f"{self.source}: the replay asks more than was recorded")
+        request, answer = self._exchanges[self._next]
+        self._next += 1
+        if request["purpose"] != purpose or request["messages"] != [dict(m) for m in messages]:
+            raise ReplayDivergence(
+                f"{self.source}: request {request['id']} differs from the recording "
+                f"(recorded {request['purpose']}, replayed {purpose})"
+            )
+        if answer is None or answer["kind"] == "error":
+            raise LLMTimeout(answer["message"] if answer else "no reply was recorded")
+        return ChatResult(text=answer["text"], latency=answer["latency"], attempts=1)
+
+
+def replay(path: Path) -> tuple[list[str], list[str]]:
+    """(recorded action sequence, replayed action sequence)."""
+    records = list(read_recording(path))
+    header = next((r for r in records if r["kind"] == "header"), None)
+    end = next((r for r in reversed(records) if r["kind"] == "end"), None)
+    if header is None or end is None:
+        raise RecordingError(f"{path}: not a complete episode (no header or no end record)")
+    robot = RobotConfig.model_validate(header["robot"]).model_copy(
+        update={"root": Path(header["robot_root"])}
+    )
+    skill = load_robot_skill(robot, header["skill"])
+    scenario = Scenario.model_validate(header["scenario"])
+    ask = ReplayAsk(records, path)
+    options = EpisodeOptions(
+        clock="virtual",
+        action_text=header["options"]["action_text"],
+        second_stage=header["options"]["second_stage"],
+        constrained=header["options"]["constrained"],
+        latency=ask.next_latency,
+        keep_candidates=False,
+    )
+    outcome = run_episode(robot, skill, scenario, ask, make_mapper(robot, skill),
+                          MemoryRecorder(), options)  # fmt: skip
+    return [a for _, a in end["actions"]], [a for _, a in outcome.actions]
+
+
+def replay_command(path: Path) -> int:
+    recorded, replayed = replay(path)
+    print(f"recorded: {' -> '.join(recorded)}")
+    print(f"replayed: {' -> '.join(replayed)}")
+    if recorded != replayed:
+        print("replay DIVERGED from the recording")
+        return 1
+    print("replay reproduces the recorded action sequence")
+    return 0

@@ -1,0 +1,179 @@
+"""Assemble one episode from robot.toml, a skill and a scenario, and run it on a clock.
+
+``onboard run``, ``onboard eval`` and ``onboard replay`` all go through :func:`run_episode`,
+so what is evaluated and replayed is exactly what runs.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from drivers.sim import SimRobot, SimWorld
+from drivers.speech import EspeakSpeech, RecordedSpeech, Speech
+from runtime.candidates import CandidateStore
+from runtime.checks import PersonVisible
+from runtime.clock import Clock, VirtualClock, WallClock
+from runtime.config import RobotConfig
+from runtime.embedder import Embedder
+from runtime.engine import Ask, Check, Outcome, SkillRunner
+from runtime.llm import ChatClient, ChatResult, Message
+from runtime.mapping import ActionMapper
+from runtime.recorder import Recorder
+from runtime.scenario import Scenario
+from runtime.skill import Skill, load_skill
+
+__all__ = ["EpisodeOptions", "HttpAsk", "judge", "load_robot_skill", "make_mapper", "run_episode"]
+
+
+class HttpAsk:
+    """The LLM over HTTP: every purpose goes to the same endpoint."""
+
+    def __init__(self, client: ChatClient) -> None:
+        self.client = client
+
+    def __call__(
+        self, purpose: str, messages: Sequence[Message], schema: dict[str, Any] | None
+    ) -> ChatResult:
+        return self.client.complete(messages, schema)
+
+
+@dataclass(frozen=True)
+class EpisodeOptions:
+    clock: str = "virtual"
+    action_text: bool = True
+    second_stage: bool = True
+    constrained: bool = False
+    latency: float | Callable[[], float] | None = None
+    handle_signals: bool = False
+    keep_candidates: bool = True
+
+
+def load_robot_skill(robot: RobotConfig, name_or_path: str) -> Skill:
+    """A skill by name (``engage``) from the skills folder, or by path."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = robot.skills_dir / f"{name_or_path}.toml"
+    return load_skill(path, robot.drivers.robot.perception, SimRobot.COMMANDS)
+
+
+def make_mapper(
+    robot: RobotConfig, skill: Skill, embedder: Embedder | None = None
+) -> ActionMapper:
+    """The mapper over the skill's references plus the replies registered bottom-up."""
+    embedder = embedder or Embedder(robot.embedder_dir, threads=robot.models.threads)
+    references = {name: list(a.spec.references) for name, a in skill.actions.items()}
+    return ActionMapper(
+        embedder,
+        references,
+        robot.mapping.threshold,
+        robot.mapping.margin,
+        reject=skill.reject,
+        ambiguity=robot.mapping.ambiguity,
+    )
+
+
+def make_clock(kind: str) -> Clock:
+    return VirtualClock() if kind == "virtual" else WallClock()
+
+
+def make_speech(robot: RobotConfig) -> Speech:
+    return EspeakSpeech() if robot.drivers.robot.speech == "espeak-ng" else RecordedSpeech()
+
+
+def run_episode(
+    robot: RobotConfig,
+    skill: Skill,
+    scenario: Scenario,
+    ask: Ask,
+    mapper: ActionMapper,
+    recorder: Recorder,
+    options: EpisodeOptions = EpisodeOptions(),
+    checks: Sequence[Check] | None = None,
+) -> Outcome:
+    """Run one episode until the skill ends or the scenario's end time passes."""
+    clock = make_clock(options.clock)
+    recorder._now = clock.now
+    recorder.write(
+        "header",
+        robot=robot.model_dump(mode="json"),
+        robot_root=str(robot.root.resolve()),
+        skill=str(skill.path.resolve()),
+        scenario=scenario.model_dump(mode="json", by_alias=True),
+        options={k: v for k, v in options.__dict__.items() if k != "latency"},
+        latency=options.latency if isinstance(options.latency, float) else None,
+    )
+    store = CandidateStore(robot.recordings_dir / "candidates.jsonl")
+    runner: SkillRunner | None = None
+
+    def publish(observation: Any) -> None:
+        if runner is not None:
+            runner.observe(observation)
+
+    world = SimWorld(scenario, robot.drivers.robot, clock, publish)
+    runner = SkillRunner(
+        skill,
+        clock,
+        SimRobot(world, make_speech(robot)),
+        ask,
+        mapper,
+        recorder.write,
+        action_text=options.action_text,
+        second_stage=options.second_stage,
+        constrained=options.constrained,
+        latency=options.latency,
+        checks=[PersonVisible(skill.end)] if checks is None else checks,
+        on_candidate=(lambda reply, situation: store.add(skill.name, reply, situation))
+        if options.keep_candidates
+        else None,
+        on_finish=lambda _: clock.stop(),
+    )
+    with _stop_on_signals(clock, runner, options.handle_signals):
+        try:
+            world.start()
+            runner.start(world.observation())
+            clock.run(until=scenario.end)
+        finally:
+            if not runner.finished:
+                runner.stop("scenario ended" if clock.now() >= scenario.end else "interrupted")
+            world.close()
+            if isinstance(clock, WallClock):
+                clock.close()
+    return runner.outcome
+
+
+@contextmanager
+def _stop_on_signals(clock: Clock, runner: SkillRunner, enabled: bool) -> Iterator[None]:
+    """SIGINT/SIGTERM stop the robot from the loop thread, whatever it is waiting for."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        clock.post(lambda: runner.stop(f"{name} received"))
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def judge(outcome: Outcome, scenario: Scenario) -> tuple[bool, str]:
+    """Success and failure exactly as the seed's section IV."""
+    if outcome.spoke_at is None:
+        return False, f"timeout: no speak by {scenario.end:g} s"
+    t = outcome.spoke_at
+    if outcome.spoke_visible is False:
+        return False, f"spoke at {t:.1f} s with the person out of sight"
+    label = scenario.label_at(t)
+    if label in ("ok-to-engage", "ready"):
+        return True, f"spoke at {t:.1f} s ({label})"
+    return False, f"spoke at {t:.1f} s ({label or 'unlabelled'})"

@@ -1,0 +1,53 @@
+"""Shared fixtures: the repository's own robot.toml, skill, model and a stand-in LLM.
+
+The stand-in server (runtime/standin.py) is a documented stand-in: it sees only the HTTP
+request, as a real model would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.config import RobotConfig, load_robot
+from runtime.embedder import Embedder
+from runtime.mapping import ActionMapper
+from runtime.session import load_robot_skill, make_mapper
+from runtime.skill import Skill
+from runtime.standin import StandInServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def robot() -> RobotConfig:
+    return load_robot(ROOT / "robot.toml")
+
+
+@pytest.fixture
+def robot_tmp(robot: RobotConfig, tmp_path: Path) -> RobotConfig:
+    """The repository's robot, recording into a temporary folder."""
+    return robot.model_copy(update={"recordings": tmp_path / "recordings"})
+
+
+@pytest.fixture(scope="session")
+def skill(robot: RobotConfig) -> Skill:
+    return load_robot_skill(robot, "engage")
+
+
+@pytest.fixture(scope="session")
+def embedder(robot: RobotConfig) -> Embedder:
+    return Embedder(robot.embedder_dir)
+
+
+@pytest.fixture(scope="session")
+def mapper(robot: RobotConfig, skill: Skill, embedder: Embedder) -> ActionMapper:
+    return make_mapper(robot, skill, embedder)
+
+
+@pytest.fixture
+def standin() -> Iterator[StandInServer]:
+    with StandInServer(seed=0, noise=0.0, format_noise=0.0) as server:
+        yield server
