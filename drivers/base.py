@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-__all__ = ["Args", "Done", "Running", "RobotDriver"]
+__all__ = ["Args", "Done", "RobotDriver", "Running"]
 
 Args = Mapping[str, str | float | int | bool]
 #: Called on the clock's loop when a command finishes by itself.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from drivers.base import Args, Done, Running
 from drivers.speech import RecordedSpeech, Speech
@@ -64,11 +65,11 @@ class SimWorld:
     def start(self) -> None:
         self._last = self.clock.now()
         for a in self.scenario.activity[1:]:
-            self._at(a.at, lambda text=a.text: self._set(activity=text))
+            self._at(a.at, partial(self._set, activity=a.text))
         for g in self.scenario.gaze[1:]:
-            self._at(g.at, lambda toward=g.toward: self._set(toward=toward))
+            self._at(g.at, partial(self._set, toward=g.toward))
         for m in self.scenario.motion:
-            self._at(m.at, lambda speed=m.speed: self._walk(speed))
+            self._at(m.at, partial(self._walk, m.speed))
         self._timers.append(self.clock.call_later(TICK, self._tick))
 
     def close(self) -> None:

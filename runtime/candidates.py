@@ -7,6 +7,7 @@ TOML with the reply as its reference response, keeping the file's comments and l
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import os
@@ -49,7 +50,7 @@ class CandidateStore:
     def mark_registered(self, candidate: Candidate, action: str) -> None:
         self._append({"event": "registered", "id": candidate.id, "action": action})
 
-    def list(self, skill: str | None = None) -> list[Candidate]:
+    def list(self, skill: str | None = None) -> builtins.list[Candidate]:
         """Candidates, one per distinct reply (the latest situation kept), oldest first."""
         found: dict[str, Candidate] = {}
         registered: dict[str, str] = {}
@@ -69,7 +70,9 @@ class CandidateStore:
         matches = [c for c in self.list() if c.id.startswith(ident)]
         if len(matches) != 1:
             what = "no candidate" if not matches else f"{len(matches)} candidates"
-            raise CandidateError(f"{self.path}: {what} with id {ident!r} (see `onboard actions list`)")
+            raise CandidateError(
+                f"{self.path}: {what} with id {ident!r} (see `onboard actions list`)"
+            )
         return matches[0]
 
     def _append(self, record: dict[str, Any]) -> None:
@@ -82,7 +85,7 @@ class CandidateStore:
         finally:
             os.close(fd)
 
-    def _records(self) -> list[dict[str, Any]]:
+    def _records(self) -> builtins.list[dict[str, Any]]:
         if not self.path.exists():
             return []
         records = []
@@ -145,7 +148,9 @@ def _replace_validated(path: Path, content: str, validate: Callable[[Path], obje
             try:
                 validate(Path(tmp))
             except OnboardError as exc:
-                raise CandidateError(f"{path}: the new action would break the skill: {exc}") from exc
+                raise CandidateError(
+                    f"{path}: the new action would break the skill: {exc}"
+                ) from exc
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

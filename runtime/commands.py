@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runtime.config import RobotConfig, load_robot
 from runtime.errors import ConfigError, Problem
+
+if TYPE_CHECKING:
+    from runtime.skill import Skill
 
 __all__ = ["add_candidate", "check", "llm_endpoint", "run"]
 
@@ -49,12 +53,10 @@ def check(robot_path: Path) -> int:
     return 0
 
 
-def _warn_ambiguous(robot: RobotConfig, skills: list[object]) -> None:
+def _warn_ambiguous(robot: RobotConfig, skills: Sequence[Skill]) -> None:
     from runtime.session import make_mapper
-    from runtime.skill import Skill
 
     for skill in skills:
-        assert isinstance(skill, Skill)
         for a, b, ra, rb, cos in make_mapper(robot, skill).ambiguities():
             line = skill.line_of("actions", a, "references")
             print(f"  warning: {skill.path}:{line}: [{skill.name}] references of {a!r} and "
@@ -101,10 +103,12 @@ def run(robot: RobotConfig, args: argparse.Namespace) -> int:
     clock = args.clock or robot.clock
     with llm_endpoint(robot, args.llm) as (url, standin):
         constrained = robot.llm.decoding == "constrained" and not standin
-        print(f"onboard: {skill.name} on {scenario.name}, LLM {url} "
-              f"({'constrained' if constrained else 'free'}), {clock} clock, recording {path}")  # fmt: skip
+        mode = "constrained" if constrained else "free"
+        print(f"onboard: {skill.name} on {scenario.name}, LLM {url} ({mode}), {clock} clock")
         latency = robot.eval.standin_latency if standin and clock == "virtual" else None
-        options = EpisodeOptions(clock, constrained=constrained, latency=latency, handle_signals=True)
+        options = EpisodeOptions(
+            clock, constrained=constrained, latency=latency, handle_signals=True
+        )
         with ChatClient(robot.llm, base_url=url) as client, Recorder(path) as recorder:
             ask = HttpAsk(client)
             outcome = run_episode(robot, skill, scenario, ask, mapper, recorder, options)

@@ -32,17 +32,6 @@ class Embedder:
     def __init__(self, model_dir: Path, threads: int = 1) -> None:
         model_path = Path(model_dir) / "model.onnx"
         tokenizer_path = Path(model_dir) / "tokenizer.json"
-        try:
-            tokenizer = Tokenizer.from_file(str(tokenizer_path))
-        except Exception as exc:
-            raise ModelError(_load_failure(tokenizer_path, exc)) from exc
-        # The shipped tokenizer.json pads every input to a fixed 128 tokens;
-        # pad to the longest text of each batch instead, which is much faster.
-        tokenizer.no_padding()
-        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
-        tokenizer.enable_truncation(max_length=MAX_TOKENS)
-        self._tokenizer = tokenizer
-
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -53,41 +42,50 @@ class Embedder:
             )
         except Exception as exc:
             raise ModelError(_load_failure(model_path, exc)) from exc
+        try:
+            self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        except Exception as exc:
+            raise ModelError(_load_failure(tokenizer_path, exc)) from exc
+        # tokenizer.json pads every input to a fixed 128 tokens; texts are run
+        # one at a time (see embed), so padding is only wasted compute.
+        self._tokenizer.no_padding()
+        self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
         self._cache: OrderedDict[str, FloatArray] = OrderedDict()
 
     def embed(self, texts: Sequence[str]) -> FloatArray:
-        """Embed ``texts``; returns an (n, 384) float32 array of unit vectors."""
+        """Embed ``texts``; returns an (n, 384) float32 array of unit vectors.
+
+        Each text runs through the model on its own: with dynamic int8
+        quantization the activation scales are computed over the whole input
+        tensor, so batching would make a text's vector depend on its
+        neighbours (cosine down to ~0.94). One-by-one is also no slower here,
+        as batching pays for padding.
+        """
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of strings, not a string")
-        if len(texts) == 1:
-            return self._embed_one(texts[0])[np.newaxis, :].copy()
-        if not texts:
-            return np.zeros((0, DIM), dtype=np.float32)
-        return self._run(texts)
+        out = np.empty((len(texts), DIM), dtype=np.float32)
+        for row, text in enumerate(texts):
+            out[row] = self._embed_one(text)
+        return out
 
     def _embed_one(self, text: str) -> FloatArray:
         cached = self._cache.get(text)
         if cached is not None:
             self._cache.move_to_end(text)
             return cached
-        vector = self._run([text])[0]
+        encoding = self._tokenizer.encode(text)
+        feeds = {
+            "input_ids": np.array([encoding.ids], dtype=np.int64),
+            "attention_mask": np.array([encoding.attention_mask], dtype=np.int64),
+            "token_type_ids": np.array([encoding.type_ids], dtype=np.int64),
+        }
+        (embedding,) = self._session.run(["embedding"], feeds)
+        vector = np.asarray(embedding[0], dtype=np.float32)
         vector.setflags(write=False)
         self._cache[text] = vector
         if len(self._cache) > CACHE_SIZE:
             self._cache.popitem(last=False)
         return vector
-
-    def _run(self, texts: Sequence[str]) -> FloatArray:
-        encodings = self._tokenizer.encode_batch(list(texts))
-        feeds = {
-            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-            "attention_mask": np.array(
-                [e.attention_mask for e in encodings], dtype=np.int64
-            ),
-            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
-        }
-        (embedding,) = self._session.run(["embedding"], feeds)
-        return np.asarray(embedding, dtype=np.float32)
 
 
 def _load_failure(path: Path, exc: Exception) -> str:

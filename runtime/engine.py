@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from transitions import Machine, MachineError
 
@@ -88,22 +88,28 @@ class _Model:
     """The object the ``transitions`` machine drives; its state is the current action."""
 
     state: str
+    trigger: Callable[[str], bool]  # added by the machine
 
 
-def build_machine(skill: Skill, on_enter: Callable[[str], None] | None = None) -> Machine:
-    """One state per action (plus ``idle`` and ``done``); callbacks resolved now."""
+def build_machine(skill: Skill) -> Machine:
+    """One state per action (plus ``idle`` and ``done``), every transition declared now.
+
+    An action may follow another when the other's ``next`` allows it; the fallback may
+    follow any action, so the robot can always be made safe.
+    """
     states = ["idle", *skill.actions, "done"]
     machine = Machine(
         model=_Model(), states=states, initial="idle", auto_transitions=False, send_event=False
     )
     for name in skill.actions:
-        sources = [a for a in skill.actions if a != skill.end and name in skill.allowed_after(a)]
+        sources: list[Any] = [
+            a for a in skill.actions if a != skill.end and name in skill.allowed_after(a)
+        ]
         if name == skill.start:
             sources.insert(0, "idle")
         if name == skill.fallback:
             sources = ["idle", *[a for a in skill.actions if a != skill.end]]
-        after = [lambda n=name: on_enter(n)] if on_enter else []
-        machine.add_transition(f"to {name}", sorted(set(sources)), name, after=after)
+        machine.add_transition(f"to {name}", sorted(set(sources)), name)
     machine.add_transition("finish", [skill.end], "done")
     machine.add_transition("abort", [*skill.actions, "idle"], "done")
     return machine
@@ -146,9 +152,10 @@ class SkillRunner:
         self.on_candidate = on_candidate
         self.on_finish = on_finish
         self.outcome = Outcome()
+        #: per decision: (stimulus -> request sent, reply received -> action started), seconds
         self.decision_overhead: list[tuple[float, float]] = []
         self.machine = build_machine(skill)
-        self.model: _Model = self.machine.model
+        self.model = cast(_Model, self.machine.model)
         self.events = EventManager(clock, self if second_stage else None, self._stimulus, record)
         self._observation = Observation(t=0.0, activity=None, toward=None, visible=False)
         self._action_start_observation = self._observation
@@ -159,6 +166,7 @@ class SkillRunner:
         self._plan_seq = 0
         self._request_seq = 0
         self._stimulus_at = 0.0
+        self._timing: tuple[float, float] | None = None
         self._deferred: tuple[list[str], str | None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -220,9 +228,14 @@ class SkillRunner:
             human += f" Note: {feedback}"
         messages = prompt.first_stage(self.skill, robot, human)
         schema = prompt.plan_schema(list(self.skill.actions)) if self.constrained else None
-        self._submit(
-            "plan", messages, schema, reason, lambda text: self._on_plan(seq, rounds, text)
-        )
+        stimulus_at, self._stimulus_at = self._stimulus_at or time.perf_counter(), 0.0
+
+        def handle(text: str | None, result: ChatResult | None) -> None:
+            if result is not None and result.sent_at:
+                self._timing = (result.sent_at - stimulus_at, result.received_at)
+            self._on_plan(seq, rounds, text)
+
+        self._submit("plan", messages, schema, reason, handle)
 
     def _submit(
         self,
@@ -230,7 +243,7 @@ class SkillRunner:
         messages: Sequence[Message],
         schema: dict[str, Any] | None,
         reason: str,
-        handle: Callable[[str | None], None],
+        handle: Callable[[str | None, ChatResult | None], None],
     ) -> None:
         """Ask off the loop; ``handle`` gets the reply text (None when there is none)."""
         self._request_seq += 1
@@ -244,7 +257,8 @@ class SkillRunner:
 
         def done(result: ChatResult | BaseException, took: float) -> None:
             if not self.finished:
-                handle(self._reply_text(purpose, rid, result, took))
+                answered = result if isinstance(result, ChatResult) else None
+                handle(self._reply_text(purpose, rid, result, took), answered)
 
         self.clock.submit(work, done, latency=latency)
 
@@ -365,9 +379,10 @@ class SkillRunner:
             return
         if action.spec.timeout is not None:
             self._timeout = self.clock.call_later(action.spec.timeout, self._command_timeout)
-        if self._stimulus_at:
-            self.decision_overhead.append((self._stimulus_at, time.perf_counter()))
-            self._stimulus_at = 0.0
+        if self._timing is not None:
+            before, received = self._timing
+            self.decision_overhead.append((before, time.perf_counter() - received))
+            self._timing = None
         self.events.arm(action, self._observation)
 
     def _command_done(self) -> None:
@@ -449,7 +464,7 @@ class SkillRunner:
         read: Callable[[dict[str, Any]], Any],
         answer: Callable[[Any], None],
     ) -> None:
-        def handle(text: str | None) -> None:
+        def handle(text: str | None, _: ChatResult | None) -> None:
             value = None
             if text is not None:
                 try:

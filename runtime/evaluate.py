@@ -20,7 +20,14 @@ from runtime.llm import ChatClient
 from runtime.mapping import ActionMapper
 from runtime.recorder import MemoryRecorder, Recorder
 from runtime.scenario import Scenario, load_scenario
-from runtime.session import EpisodeOptions, HttpAsk, judge, load_robot_skill, make_mapper, run_episode
+from runtime.session import (
+    EpisodeOptions,
+    HttpAsk,
+    judge,
+    load_robot_skill,
+    make_mapper,
+    run_episode,
+)
 from runtime.skill import Skill
 
 __all__ = ["Trial", "evaluate", "evaluate_command"]
@@ -100,8 +107,10 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
         robot = robot.model_copy(update={"eval": robot.eval.model_copy(update={"seed": args.seed})})
     began = time.monotonic()
     with llm_endpoint(robot, args.llm or "standin") as (url, standin):
-        latency = args.latency if args.latency is not None else (
-            robot.eval.standin_latency if standin else None
+        latency = (
+            args.latency
+            if args.latency is not None
+            else (robot.eval.standin_latency if standin else None)
         )
         options = EpisodeOptions(
             clock="virtual",

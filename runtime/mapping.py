@@ -27,8 +27,9 @@ class Embeds(Protocol):
 
 
 _FRAME = re.compile(
-    r"^(?:i (?:would )?(?:suggest|recommend)(?: that)?(?: the robot)?\s+|it (?:would|might) be (?:best|wise|good)"
-    r"(?: for the robot)? to\s+|in this situation,?\s+|first,?\s+|next,?\s+|"
+    r"^(?:i (?:would )?(?:suggest|recommend)(?: that)?(?: the robot)?\s+|"
+    r"it (?:would|might) be (?:best|wise|good)(?: for the robot)? to\s+|"
+    r"in this situation,?\s+|first,?\s+|next,?\s+|"
     r"(?:the |this )?(?:humanoid )?robot (?:should|could|must|needs to|can|will|would)\s+"
     r"(?:now\s+|first\s+|probably\s+|just\s+)?|"
     r"(?:it|you) (?:should|could|must|needs to|can)\s+(?:now\s+|first\s+|then\s+)?|"
@@ -218,7 +219,9 @@ class ActionMapper:
                 and score >= self.threshold
                 and score - runner >= self.margin
             )
-            out.append(ClauseMatch(clause, names[best] if ok else None, score, names[second], runner))
+            out.append(
+                ClauseMatch(clause, names[best] if ok else None, score, names[second], runner)
+            )
         return out
 
     def ambiguities(self) -> list[tuple[str, str, str, str, float]]:

@@ -69,6 +69,9 @@ def wait_time_schema() -> dict[str, Any]:
 def answer_schema() -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}, "reason": {"type": "string"}},
+        "properties": {
+            "answer": {"type": "string", "enum": ["yes", "no"]},
+            "reason": {"type": "string"},
+        },
         "required": ["answer", "reason"],
     }

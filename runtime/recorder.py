@@ -61,7 +61,7 @@ class Recorder:
 class MemoryRecorder(Recorder):
     """Keeps records in memory only (benchmarks, evaluation without --record)."""
 
-    def __init__(self, clock_now: Any = None) -> None:  # noqa: D107 - no file on purpose
+    def __init__(self, clock_now: Any = None) -> None:
         self.path = Path("<memory>")
         self._now = clock_now
         self._seq = 0

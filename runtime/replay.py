@@ -27,9 +27,7 @@ class ReplayAsk:
     def __init__(self, records: Sequence[dict[str, Any]], source: Path) -> None:
         self.source = source
         answers = {r["id"]: r for r in records if r["kind"] in ("reply", "error") and "id" in r}
-        self._exchanges = [
-            (r, answers.get(r["id"])) for r in records if r["kind"] == "request"
-        ]
+        self._exchanges = [(r, answers.get(r["id"])) for r in records if r["kind"] == "request"]
         self._next = 0
 
     def next_latency(self) -> float:

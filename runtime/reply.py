@@ -46,7 +46,12 @@ def _objects(text: str) -> list[str]:
                 quote = ""
         elif ch in "\"'" and depth:
             # an apostrophe inside a word is not a quote
-            if ch == "'" and 0 < i < len(text) - 1 and text[i - 1].isalpha() and text[i + 1].isalpha():
+            if (
+                ch == "'"
+                and 0 < i < len(text) - 1
+                and text[i - 1].isalpha()
+                and text[i + 1].isalpha()
+            ):
                 continue
             quote = ch
         elif ch == "{":

@@ -90,7 +90,9 @@ def _check(s: Scenario, path: Path, lines: KeyLines) -> Iterable[Problem]:
     for table, items in (("activity", s.activity), ("gaze", s.gaze), ("motion", s.motion)):
         yield from _check_times(table, [i.at for i in items], s.end, problem)
         if table != "motion" and items and items[0].at != 0:
-            yield problem((table, 0, "at"), "the first entry must be at 0.0 (what is seen at start)")
+            yield problem(
+                (table, 0, "at"), "the first entry must be at 0.0 (what is seen at start)"
+            )
     previous_stop = 0.0
     for i, label in enumerate(s.label):
         if label.stop <= label.start:

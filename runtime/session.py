@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +63,7 @@ def load_robot_skill(robot: RobotConfig, name_or_path: str) -> Skill:
     return load_skill(path, robot.drivers.robot.perception, SimRobot.COMMANDS)
 
 
-def make_mapper(
-    robot: RobotConfig, skill: Skill, embedder: Embedder | None = None
-) -> ActionMapper:
+def make_mapper(robot: RobotConfig, skill: Skill, embedder: Embedder | None = None) -> ActionMapper:
     """The mapper over the skill's references plus the replies registered bottom-up."""
     embedder = embedder or Embedder(robot.embedder_dir, threads=robot.models.threads)
     references = {name: list(a.spec.references) for name, a in skill.actions.items()}
@@ -116,6 +115,7 @@ def run_episode(
             runner.observe(observation)
 
     world = SimWorld(scenario, robot.drivers.robot, clock, publish)
+    keep = partial(_keep_candidate, store, skill.name) if options.keep_candidates else None
     runner = SkillRunner(
         skill,
         clock,
@@ -128,9 +128,7 @@ def run_episode(
         constrained=options.constrained,
         latency=options.latency,
         checks=[PersonVisible(skill.end)] if checks is None else checks,
-        on_candidate=(lambda reply, situation: store.add(skill.name, reply, situation))
-        if options.keep_candidates
-        else None,
+        on_candidate=keep,
         on_finish=lambda _: clock.stop(),
     )
     with _stop_on_signals(clock, runner, options.handle_signals):
@@ -164,6 +162,10 @@ def _stop_on_signals(clock: Clock, runner: SkillRunner, enabled: bool) -> Iterat
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def _keep_candidate(store: CandidateStore, skill: str, reply: str, situation: str) -> None:
+    store.add(skill, reply, situation)
 
 
 def judge(outcome: Outcome, scenario: Scenario) -> tuple[bool, str]:

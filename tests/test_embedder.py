@@ -1,0 +1,90 @@
+"""The int8 MiniLM embedder on the real model in models/minilm."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runtime.embedder import DEFAULT_MODEL_DIR, Embedder
+from runtime.errors import ModelError
+
+TEXTS = [
+    "Please turn left at the next corner.",
+    "What's the weather like tomorrow?",
+    "hi",
+    "",
+    "The robot patrolled the warehouse, checking every aisle. " * 40,  # > 128 tokens
+]
+
+
+@pytest.fixture(scope="module")
+def minilm() -> Embedder:
+    return Embedder(DEFAULT_MODEL_DIR)
+
+
+def test_shape_and_dtype(minilm: Embedder) -> None:
+    vectors = minilm.embed(TEXTS)
+    assert vectors.shape == (len(TEXTS), 384)
+    assert vectors.dtype == np.float32
+    assert minilm.embed([]).shape == (0, 384)
+
+
+def test_unit_norm(minilm: Embedder) -> None:
+    norms = np.linalg.norm(minilm.embed(TEXTS), axis=1)
+    np.testing.assert_allclose(norms, 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("text", "paraphrase", "unrelated"),
+    [
+        ("Stop moving immediately.", "Halt right now!", "I love chocolate cake."),
+        (
+            "The battery is almost empty.",
+            "My battery level is very low.",
+            "Where is the nearest train station?",
+        ),
+        (
+            "Can you pick up the red cup?",
+            "Please grab the red mug.",
+            "The stock market fell sharply today.",
+        ),
+        ("Thank you so much!", "Thanks a lot!", "Turn left at the corner."),
+    ],
+)
+def test_paraphrase_closer_than_unrelated(
+    minilm: Embedder, text: str, paraphrase: str, unrelated: str
+) -> None:
+    a, p, u = minilm.embed([text, paraphrase, unrelated])
+    assert float(a @ p) > float(a @ u) + 0.2
+
+
+def test_batch_equals_one_by_one() -> None:
+    batched = Embedder(DEFAULT_MODEL_DIR).embed(TEXTS)
+    single = Embedder(DEFAULT_MODEL_DIR)
+    one_by_one = np.concatenate([single.embed([t]) for t in TEXTS])
+    np.testing.assert_allclose(batched, one_by_one, atol=1e-5)
+
+
+def test_cached_vectors_are_not_aliased(minilm: Embedder) -> None:
+    first = minilm.embed(["hello there"])
+    expected = first.copy()
+    first[:] = 0.0
+    np.testing.assert_array_equal(minilm.embed(["hello there"]), expected)
+
+
+def test_missing_dir_raises_model_error(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(ModelError) as info:
+        Embedder(missing)
+    message = str(info.value)
+    assert str(missing) in message
+    assert "build.py" in message
+    assert "\n" not in message
+
+
+def test_unreadable_model_raises_model_error(tmp_path: Path) -> None:
+    (tmp_path / "model.onnx").write_bytes(b"not an onnx file")
+    with pytest.raises(ModelError, match=r"model\.onnx"):
+        Embedder(tmp_path)
