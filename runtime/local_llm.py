@@ -11,10 +11,12 @@ import importlib.util
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -57,30 +59,39 @@ def local_server(threads: int = 2, startup_timeout: float = 90.0) -> Iterator[st
         "--host", "127.0.0.1", "--port", str(port),
         "--n_ctx", "2048", "--n_threads", str(threads), "--verbose", "False",
     ]  # fmt: skip
-    process = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
     base_url = f"http://127.0.0.1:{port}/v1"
-    try:
-        _wait_ready(process, base_url, startup_timeout)
-        yield base_url
-    finally:
-        process.terminate()
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, text=True)
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            _wait_ready(process, log, base_url, startup_timeout)
+            yield base_url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
-def _wait_ready(process: subprocess.Popen[str], base_url: str, timeout: float) -> None:
+def _warm_up(base_url: str) -> None:
+    """One tiny completion, so the first real decision does not pay for loading."""
+    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+    httpx.post(f"{base_url}/chat/completions", json=body, timeout=60.0)
+
+
+def _wait_ready(
+    process: subprocess.Popen[str], log: IO[str], base_url: str, timeout: float
+) -> None:
     until = time.monotonic() + timeout
     while time.monotonic() < until:
         if process.poll() is not None:
-            tail = (process.stderr.read() if process.stderr else "")[-300:].strip()
+            log.seek(0)
+            tail = " ".join(log.read()[-300:].split())
             raise LLMError(f"local LLM server exited with code {process.returncode}: {tail}")
         try:
             if httpx.get(f"{base_url}/models", timeout=1.0).status_code == 200:
+                _warm_up(base_url)
                 return
         except httpx.TransportError:
             pass

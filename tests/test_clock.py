@@ -1,0 +1,273 @@
+"""runtime/clock.py: the virtual (discrete-event) clock and the wall clock."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from runtime.clock import VirtualClock, WallClock
+
+# ---------------------------------------------------------------------------- VirtualClock
+
+
+def test_virtual_timers_run_in_time_order_and_fifo_at_equal_times() -> None:
+    clock = VirtualClock()
+    seen: list[tuple[str, float]] = []
+
+    def note(name: str) -> Callable[[], None]:
+        return lambda: seen.append((name, clock.now()))
+
+    clock.call_at(2.0, note("late"))
+    clock.call_at(1.0, note("first"))
+    clock.call_later(1.0, note("second"))
+    clock.call_at(1.0, note("third"))
+    clock.call_at(0.5, note("early"))
+    clock.run(until=10.0)
+    assert seen == [("early", 0.5), ("first", 1.0), ("second", 1.0), ("third", 1.0), ("late", 2.0)]
+
+
+def test_virtual_post_runs_after_callbacks_already_due_now() -> None:
+    clock = VirtualClock()
+    seen: list[str] = []
+
+    def a() -> None:
+        seen.append("a")
+        clock.post(lambda: seen.append("posted by a"))
+
+    clock.call_at(1.0, a)
+    clock.call_at(1.0, lambda: seen.append("b"))
+    clock.run(until=5.0)
+    assert seen == ["a", "b", "posted by a"]
+
+
+def test_virtual_call_later_from_a_callback_counts_from_its_time() -> None:
+    clock = VirtualClock(start=10.0)
+    seen: list[float] = []
+    clock.call_later(1.0, lambda: clock.call_later(2.5, lambda: seen.append(clock.now())))
+    clock.call_later(-3.0, lambda: seen.append(clock.now()))  # negative delay = now
+    clock.run(until=100.0)
+    assert seen == [10.0, 13.5]
+
+
+def test_virtual_cancel() -> None:
+    clock = VirtualClock()
+    seen: list[str] = []
+    doomed = clock.call_at(2.0, lambda: seen.append("doomed"))
+    clock.call_at(1.0, doomed.cancel)  # cancelled by an earlier callback
+    gone = clock.call_at(0.5, lambda: seen.append("gone"))
+    gone.cancel()
+    gone.cancel()  # idempotent
+    clock.call_at(3.0, lambda: seen.append("kept"))
+    clock.run(until=10.0)
+    assert seen == ["kept"]
+    assert doomed.cancelled and gone.cancelled
+
+
+def test_virtual_run_until_stops_there_and_resumes() -> None:
+    clock = VirtualClock()
+    seen: list[float] = []
+    for when in (1.0, 3.0, 3.0, 7.0):
+        clock.call_at(when, lambda: seen.append(clock.now()))
+    clock.run(until=3.0)
+    assert seen == [1.0, 3.0, 3.0]  # a timer due exactly at `until` runs
+    assert clock.now() == 3.0
+    clock.run(until=5.0)
+    assert seen == [1.0, 3.0, 3.0]
+    assert clock.now() == 5.0  # time advances to `until` even with nothing due
+    clock.run(until=8.0)
+    assert seen == [1.0, 3.0, 3.0, 7.0]
+    assert clock.now() == 8.0
+
+
+def test_virtual_run_until_in_the_past_keeps_time() -> None:
+    clock = VirtualClock(start=5.0)
+    clock.run(until=2.0)
+    assert clock.now() == 5.0
+
+
+def test_virtual_stop_from_a_callback() -> None:
+    clock = VirtualClock()
+    seen: list[float] = []
+    clock.call_at(1.0, lambda: seen.append(clock.now()))
+    clock.call_at(2.0, clock.stop)
+    clock.call_at(4.0, lambda: seen.append(clock.now()))
+    clock.run(until=10.0)
+    assert seen == [1.0]
+    assert clock.now() == 2.0
+    clock.run(until=10.0)  # a new run continues with what is left
+    assert seen == [1.0, 4.0]
+
+
+def test_virtual_submit_delivers_after_the_configured_latency() -> None:
+    clock = VirtualClock()
+    ran_at: list[float] = []
+    delivered: list[tuple[object, float, float]] = []
+
+    def work() -> str:
+        ran_at.append(clock.now())
+        return "answer"
+
+    clock.call_at(1.0, lambda: clock.submit(work, lambda r, took: delivered.append((r, took, clock.now())), latency=2.0))  # fmt: skip
+    clock.call_at(2.9, lambda: delivered.append(("probe", 0.0, clock.now())))
+    clock.run(until=10.0)
+    assert ran_at == [1.0]  # the work runs at once, while virtual time stands still
+    assert delivered == [("probe", 0.0, 2.9), ("answer", 2.0, 3.0)]
+
+
+def test_virtual_submit_with_no_latency_uses_the_measured_time() -> None:
+    clock = VirtualClock()
+    delivered: list[tuple[object, float, float]] = []
+
+    def slow() -> int:
+        time.sleep(0.05)
+        return 42
+
+    clock.submit(slow, lambda r, took: delivered.append((r, took, clock.now())))
+    clock.run(until=10.0)
+    [(result, took, at)] = delivered
+    assert result == 42
+    assert 0.05 <= took < 1.0
+    assert at == pytest.approx(took)
+
+
+def test_virtual_submit_delivers_exceptions_to_done() -> None:
+    clock = VirtualClock()
+    delivered: list[object] = []
+
+    def broken() -> None:
+        raise ValueError("no model")
+
+    clock.submit(broken, lambda r, took: delivered.append(r), latency=0.5)
+    clock.run(until=1.0)
+    [error] = delivered
+    assert isinstance(error, ValueError)
+    assert str(error) == "no model"
+
+
+# ---------------------------------------------------------------------------- WallClock
+
+
+@pytest.fixture
+def wall() -> Iterator[WallClock]:
+    clock = WallClock()
+    try:
+        yield clock
+    finally:
+        clock.close()
+
+
+def _later(seconds: float, action: Callable[[], None]) -> threading.Thread:
+    """Run ``action`` on another thread after ``seconds``."""
+    thread = threading.Thread(target=lambda: (time.sleep(seconds), action()), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_wall_call_later_fires_roughly_on_time(wall: WallClock) -> None:
+    fired: list[float] = []
+    wall.call_later(0.1, lambda: fired.append(wall.now()))
+    wall.call_later(0.2, lambda: fired.append(wall.now()))
+    wall.run(until=0.35)
+    assert len(fired) == 2
+    assert 0.1 <= fired[0] < 0.18
+    assert 0.2 <= fired[1] < 0.28
+    assert 0.35 <= wall.now() < 0.5  # run returns at `until`
+
+
+def test_wall_cancelled_timer_does_not_fire(wall: WallClock) -> None:
+    fired: list[str] = []
+    wall.call_later(0.05, lambda: fired.append("x")).cancel()
+    wall.run(until=0.15)
+    assert fired == []
+
+
+def test_wall_post_from_another_thread_wakes_run(wall: WallClock) -> None:
+    loop_thread = threading.get_ident()
+    seen: list[tuple[int, float]] = []
+
+    def on_loop() -> None:
+        seen.append((threading.get_ident(), wall.now()))
+        wall.stop()
+
+    wall.call_later(5.0, lambda: None)  # the loop sleeps towards this timer
+    poster = _later(0.1, lambda: wall.post(on_loop))
+    began = time.monotonic()
+    wall.run(until=10.0)
+    poster.join()
+    assert time.monotonic() - began < 1.0
+    [(ident, at)] = seen
+    assert ident == loop_thread
+    assert 0.1 <= at < 0.3
+
+
+def test_wall_stop_from_another_thread_ends_run_promptly(wall: WallClock) -> None:
+    wall.call_later(5.0, lambda: None)
+    stopper = _later(0.1, wall.stop)
+    began = time.monotonic()
+    wall.run(until=10.0)
+    took = time.monotonic() - began
+    stopper.join()
+    assert 0.1 <= took < 0.4
+
+
+def test_wall_submit_runs_work_off_the_loop_and_done_on_it(wall: WallClock) -> None:
+    loop_thread = threading.get_ident()
+    idents: dict[str, int] = {}
+    delivered: list[tuple[object, float]] = []
+
+    def work() -> str:
+        idents["work"] = threading.get_ident()
+        time.sleep(0.05)
+        return "reply"
+
+    def done(result: object, took: float) -> None:
+        idents["done"] = threading.get_ident()
+        delivered.append((result, took))
+        wall.stop()
+
+    wall.submit(work, done)
+    wall.run(until=5.0)
+    assert idents["work"] != loop_thread
+    assert idents["done"] == loop_thread
+    [(result, took)] = delivered
+    assert result == "reply"
+    assert 0.05 <= took < 1.0
+
+
+def test_wall_slow_work_does_not_delay_a_timer(wall: WallClock) -> None:
+    events: list[tuple[str, float]] = []
+
+    def slow() -> str:
+        time.sleep(0.5)
+        return "late reply"
+
+    def done(result: object, took: float) -> None:
+        events.append((f"done {result}", wall.now()))
+        wall.stop()
+
+    wall.submit(slow, done)
+    wall.call_later(0.1, lambda: events.append(("timer", wall.now())))
+    wall.run(until=5.0)
+    assert [name for name, _ in events] == ["timer", "done late reply"]
+    assert 0.1 <= events[0][1] < 0.25
+    assert 0.5 <= events[1][1] < 1.5
+
+
+def test_wall_submit_delivers_exceptions_to_done(wall: WallClock) -> None:
+    delivered: list[object] = []
+
+    def broken() -> None:
+        raise ConnectionError("endpoint down")
+
+    def done(result: object, took: float) -> None:
+        delivered.append(result)
+        wall.stop()
+
+    wall.submit(broken, done)
+    wall.run(until=5.0)
+    [error] = delivered
+    assert isinstance(error, ConnectionError)
+    assert str(error) == "endpoint down"

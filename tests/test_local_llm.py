@@ -1,0 +1,89 @@
+"""End to end on the real embedded model: SmolLM2-135M served by llama.cpp on loopback.
+
+Slow (the server loads in seconds, each decision takes a second or two on 2 cores) but run
+by CI, which sets ONBOARD_REQUIRE_LOCAL_LLM=1 so a missing extra fails instead of skipping.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.config import RobotConfig
+from runtime.llm import ChatClient
+from runtime.mapping import ActionMapper
+from runtime.recorder import Recorder, read_recording
+from runtime.replay import replay
+from runtime.scenario import load_scenario
+from runtime.session import EpisodeOptions, HttpAsk, run_episode
+from runtime.skill import Skill
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+if importlib.util.find_spec("llama_cpp") is None:
+    if os.environ.get("ONBOARD_REQUIRE_LOCAL_LLM") == "1":
+        raise RuntimeError("the local-llm extra is required here: pip install -e '.[local-llm]'")
+    pytest.skip("the local-llm extra is not installed", allow_module_level=True)
+
+
+@pytest.fixture
+def patient(robot_tmp: RobotConfig) -> RobotConfig:
+    """Generous deadlines: CI machines are shared; this test checks function, not speed."""
+    llm = robot_tmp.llm.model_copy(update={"deadline": 90.0, "read_timeout": 60.0})
+    return robot_tmp.model_copy(update={"llm": llm})
+
+
+@pytest.fixture(scope="module")
+def local_url() -> Iterator[str]:
+    from runtime.local_llm import local_server
+
+    with local_server() as url:
+        yield url
+
+
+def test_constrained_episode_records_and_replays(
+    patient: RobotConfig, skill: Skill, mapper: ActionMapper, local_url: str, tmp_path: Path
+) -> None:
+    scenario = load_scenario(ROOT / "skills" / "scenarios" / "person-robot.toml")
+    path = tmp_path / "episode.jsonl"
+    options = EpisodeOptions(clock="virtual", constrained=True)
+    with ChatClient(patient.llm, base_url=local_url) as client, Recorder(path) as recorder:
+        outcome = run_episode(patient, skill, scenario, HttpAsk(client), mapper, recorder, options)
+    records = list(read_recording(path))
+    replies = [r for r in records if r["kind"] == "reply"]
+    assert replies, "the local model answered nothing"
+    assert not [r for r in records if r["kind"] == "error"], "LLM errors in a constrained run"
+    # constrained decoding: every plan names an action exactly, so it maps with score 1.0
+    for mapping in (r for r in records if r["kind"] == "mapping"):
+        assert mapping["actions"], mapping
+        assert mapping["actions"][0] in skill.actions
+        assert mapping["clauses"][0]["score"] == 1.0
+    assert outcome.actions[0][1] == "approach"
+    assert records[-1]["kind"] == "end"
+    recorded, replayed = replay(path)
+    assert replayed == recorded
+
+
+def test_free_text_reply_is_parsed_or_falls_back(
+    patient: RobotConfig, skill: Skill, mapper: ActionMapper, local_url: str, tmp_path: Path
+) -> None:
+    """Free decoding from a 135M model is weak; the runtime must stay safe either way."""
+    scenario = load_scenario(ROOT / "skills" / "scenarios" / "person-environment.toml")
+    path = tmp_path / "free.jsonl"
+    options = EpisodeOptions(clock="virtual", constrained=False)
+    with ChatClient(patient.llm, base_url=local_url) as client, Recorder(path) as recorder:
+        outcome = run_episode(patient, skill, scenario, HttpAsk(client), mapper, recorder, options)
+    records = list(read_recording(path))
+    kinds = {r["kind"] for r in records}
+    assert "reply" in kinds
+    plans = [r for r in records if r["kind"] == "mapping"]
+    for plan in plans:
+        # each plan either mapped onto known actions or became a candidate with a fallback
+        assert set(plan["actions"]) <= set(skill.actions)
+    assert outcome.actions[0][1] == "approach"
+    assert records[-1]["kind"] == "end"
