@@ -63,8 +63,8 @@ class ModelsConfig(_Strict):
 class MappingConfig(_Strict):
     """Free-text to action mapping: accept a clause only when it is clearly one action."""
 
-    threshold: Annotated[float, Field(gt=0, lt=1)] = 0.4
-    margin: Annotated[float, Field(ge=0, lt=1)] = 0.04
+    threshold: Annotated[float, Field(gt=0, lt=1)] = 0.5
+    margin: Annotated[float, Field(ge=0, lt=1)] = 0.05
     ambiguity: Annotated[float, Field(gt=0, le=1, description="warn above this cosine")] = 0.9
 
 

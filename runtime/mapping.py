@@ -4,7 +4,10 @@ A reply is normalised (the shared "The robot should" frame and trailing reasons 
 split into clauses (strong connectors always; commas and "and" only when the parts are
 clearly different actions), and each clause is compared by cosine similarity with every
 action's reference responses. A clause is accepted when its best action scores at least
-``threshold`` and beats the runner-up action by ``margin``; one clause that matches no
+``threshold`` and beats the nearest out-of-set anchor (the skill's ``[mapping] reject``
+replies) by ``margin``. A margin between the two best *actions* was tried and rejected: the
+dev set showed it refuses correct answers between close actions (wait / wait for cue)
+without rejecting more out-of-set replies. One clause that matches no
 action makes the whole reply "no match" (a bottom-up candidate), because acting on part
 of a plan is not what the LLM asked for.
 """
@@ -209,19 +212,16 @@ class ActionMapper:
         for col, owner in enumerate(self._owner):
             per_action[:, owner] = np.maximum(per_action[:, owner], sims[:, col])
         out = []
+        names = [*self._names, OUT_OF_SET]
         for row, clause in enumerate(clauses):
-            order = np.argsort(-per_action[row])
+            in_set = per_action[row, :-1]
+            order = np.argsort(-in_set)
             best, second = int(order[0]), int(order[1])
-            score, runner = float(per_action[row, best]), float(per_action[row, second])
-            names = [*self._names, OUT_OF_SET]
-            ok = (
-                best < len(self._names)
-                and score >= self.threshold
-                and score - runner >= self.margin
-            )
-            out.append(
-                ClauseMatch(clause, names[best] if ok else None, score, names[second], runner)
-            )
+            score, runner = float(in_set[best]), float(in_set[second])
+            rejected = float(per_action[row, -1])
+            ok = score >= self.threshold and score - rejected >= self.margin
+            match = ClauseMatch(clause, names[best] if ok else None, score, names[second], runner)
+            out.append(match)
         return out
 
     def ambiguities(self) -> list[tuple[str, str, str, str, float]]:
