@@ -109,15 +109,15 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _graph(args: argparse.Namespace) -> int:
+    from runtime.catalog import load_robot_skill
     from runtime.graph import mermaid
-    from runtime.session import load_robot_skill
 
     print(mermaid(load_robot_skill(_robot(args), args.skill)))
     return 0
 
 
 def _map(args: argparse.Namespace) -> int:
-    from runtime.session import load_robot_skill, make_mapper
+    from runtime.catalog import load_robot_skill, make_mapper
 
     robot = _robot(args)
     result = make_mapper(robot, load_robot_skill(robot, args.skill)).map(args.reply)

@@ -20,8 +20,8 @@ __all__ = ["add_candidate", "check", "llm_endpoint", "run"]
 
 def check(robot_path: Path) -> int:
     """Validate robot.toml, every skill and every scenario; one line per problem."""
+    from runtime.catalog import load_robot_skill
     from runtime.scenario import load_scenario
-    from runtime.session import load_robot_skill
 
     robot = load_robot(robot_path)
     problems: list[Problem] = []
@@ -54,7 +54,7 @@ def check(robot_path: Path) -> int:
 
 
 def _warn_ambiguous(robot: RobotConfig, skills: Sequence[Skill]) -> None:
-    from runtime.session import make_mapper
+    from runtime.catalog import make_mapper
 
     for skill in skills:
         for a, b, ra, rb, cos in make_mapper(robot, skill).ambiguities():
@@ -124,7 +124,7 @@ def run(robot: RobotConfig, args: argparse.Namespace) -> int:
 def add_candidate(robot: RobotConfig, args: argparse.Namespace) -> int:
     """Register a candidate reply as a new action, written into the skill's TOML."""
     from runtime.candidates import CandidateStore, add_action
-    from runtime.session import load_robot_skill
+    from runtime.catalog import load_robot_skill
 
     skill = load_robot_skill(robot, args.skill)
     store = CandidateStore(robot.recordings_dir / "candidates.jsonl")

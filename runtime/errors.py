@@ -15,6 +15,12 @@ translated at the boundary that meets them, with ``raise ... from exc``.
     │   ├── LLMTimeout         ... past the decision deadline      (also a TimeoutError)
     │   └── LLMReplyError      ... answered something unusable
     ├── DriverError            a driver refused or failed a command
+    │   ├── ArmError           the arm refused or failed (controller error, bad reply)
+    │   │   ├── ArmTimeout     ... did not answer in time          (also a TimeoutError)
+    │   │   ├── LinkLost       ... the serial line or socket dropped (also a ConnectionError)
+    │   │   └── SafetyError    ... a command outside the safety limits was refused
+    │   └── CameraError        the camera failed
+    │       └── StaleFrame     ... no frame fresh enough             (also a TimeoutError)
     ├── RecordingError         a recording cannot be read or written
     │   └── ReplayDivergence   a replay did not follow its recording
     └── CandidateError         a bottom-up candidate cannot be found or added
@@ -26,19 +32,25 @@ from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = [
+    "ArmError",
+    "ArmTimeout",
+    "CameraError",
     "CandidateError",
     "ConfigError",
     "DriverError",
     "LLMError",
     "LLMReplyError",
     "LLMTimeout",
+    "LinkLost",
     "ModelError",
     "OnboardError",
     "Problem",
     "RecordingError",
     "ReplayDivergence",
+    "SafetyError",
     "ScenarioError",
     "SkillError",
+    "StaleFrame",
 ]
 
 
@@ -100,6 +112,30 @@ class LLMReplyError(LLMError):
 
 class DriverError(OnboardError):
     """A driver refused or failed a command."""
+
+
+class ArmError(DriverError):
+    """The arm refused or failed a command."""
+
+
+class ArmTimeout(ArmError, TimeoutError):
+    """The arm did not answer in time."""
+
+
+class LinkLost(ArmError, ConnectionError):
+    """The link to the arm (serial line or socket) dropped."""
+
+
+class SafetyError(ArmError):
+    """A command outside the safety limits was refused."""
+
+
+class CameraError(DriverError):
+    """The camera failed."""
+
+
+class StaleFrame(CameraError, TimeoutError):
+    """No frame fresh enough arrived in time."""
 
 
 class RecordingError(OnboardError):

@@ -12,22 +12,21 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from drivers.sim import SimRobot, SimWorld
 from drivers.speech import EspeakSpeech, RecordedSpeech, Speech
 from runtime.candidates import CandidateStore
+from runtime.catalog import load_robot_skill, make_mapper
 from runtime.checks import PersonVisible
 from runtime.clock import Clock, VirtualClock, WallClock
 from runtime.config import RobotConfig
-from runtime.embedder import Embedder
 from runtime.engine import Ask, Check, Outcome, SkillRunner
 from runtime.llm import ChatClient, ChatResult, Message
 from runtime.mapping import ActionMapper
 from runtime.recorder import Recorder
 from runtime.scenario import Scenario
-from runtime.skill import Skill, load_skill
+from runtime.skill import Skill
 
 __all__ = ["EpisodeOptions", "HttpAsk", "judge", "load_robot_skill", "make_mapper", "run_episode"]
 
@@ -53,28 +52,6 @@ class EpisodeOptions:
     latency: float | Callable[[], float] | None = None
     handle_signals: bool = False
     keep_candidates: bool = True
-
-
-def load_robot_skill(robot: RobotConfig, name_or_path: str) -> Skill:
-    """A skill by name (``engage``) from the skills folder, or by path."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = robot.skills_dir / f"{name_or_path}.toml"
-    return load_skill(path, robot.drivers.robot.perception, SimRobot.COMMANDS)
-
-
-def make_mapper(robot: RobotConfig, skill: Skill, embedder: Embedder | None = None) -> ActionMapper:
-    """The mapper over the skill's references plus the replies registered bottom-up."""
-    embedder = embedder or Embedder(robot.embedder_dir, threads=robot.models.threads)
-    references = {name: list(a.spec.references) for name, a in skill.actions.items()}
-    return ActionMapper(
-        embedder,
-        references,
-        robot.mapping.threshold,
-        robot.mapping.margin,
-        reject=skill.reject,
-        ambiguity=robot.mapping.ambiguity,
-    )
 
 
 def make_clock(kind: str) -> Clock:

@@ -14,7 +14,7 @@ import pytest
 from runtime.config import RobotConfig, load_robot
 from runtime.embedder import Embedder
 from runtime.mapping import ActionMapper
-from runtime.session import load_robot_skill, make_mapper
+from runtime.catalog import load_robot_skill, make_mapper
 from runtime.skill import Skill
 from runtime.standin import StandInServer
 
