@@ -78,6 +78,9 @@ class SimDriverConfig(_Strict):
     look_time: Annotated[float, Field(ge=0, description="seconds to turn the head")] = 1.0
     words_per_second: Annotated[float, Field(gt=0)] = 2.5
     speech: Literal["record", "espeak-ng"] = "record"
+    speech_wav_dir: Path | None = Field(
+        default=None, description="espeak-ng writes WAV files here instead of playing"
+    )
     perception: tuple[Perception, ...] = ("activity", "gaze")
 
 

@@ -59,7 +59,11 @@ def make_clock(kind: str) -> Clock:
 
 
 def make_speech(robot: RobotConfig) -> Speech:
-    return EspeakSpeech() if robot.drivers.robot.speech == "espeak-ng" else RecordedSpeech()
+    config = robot.drivers.robot
+    if config.speech == "espeak-ng":
+        wav_dir = robot.resolve(config.speech_wav_dir) if config.speech_wav_dir else None
+        return EspeakSpeech(wav_dir=wav_dir)
+    return RecordedSpeech()
 
 
 def run_episode(
