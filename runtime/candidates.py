@@ -11,6 +11,7 @@ import builtins
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable
@@ -78,8 +79,10 @@ class CandidateStore:
     def _append(self, record: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
+            if _ends_torn(fd):
+                line = b"\n" + line  # a crash cut the last record: start on a line of our own
             os.write(fd, line)
             os.fsync(fd)
         finally:
@@ -95,6 +98,11 @@ class CandidateStore:
             except json.JSONDecodeError:
                 continue  # a torn line from a crash; the others are intact
         return records
+
+
+def _ends_torn(fd: int) -> bool:
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
 def add_action(
@@ -144,6 +152,7 @@ def _replace_validated(path: Path, content: str, validate: Callable[[Path], obje
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(content)
+        os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))  # mkstemp makes it owner-only
         if validate is not None:
             try:
                 validate(Path(tmp))

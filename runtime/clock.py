@@ -57,7 +57,8 @@ class Clock(Protocol):
 
     def run(self, until: float) -> None: ...
 
-    def stop(self) -> None: ...
+    def stop(self) -> None:
+        """End ``run``; sticky, so a stop that comes before ``run`` still counts."""
 
 
 class _Loop:
@@ -126,7 +127,6 @@ class VirtualClock(_Loop):
 
     def run(self, until: float) -> None:
         """Process timers in order until virtual time ``until`` or :meth:`stop`."""
-        self._stopped = False
         while not self._stopped:
             when = self._next_when()
             if when is None or when > until:
@@ -178,7 +178,6 @@ class WallClock(_Loop):
 
     def run(self, until: float) -> None:
         """Run callbacks as they fall due until ``until`` seconds or :meth:`stop`."""
-        self._stopped = False
         while True:
             with self._wake:
                 if self._stopped:

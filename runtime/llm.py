@@ -131,8 +131,9 @@ class ChatClient:
                     raise LLMError(_status_message(response, self.base_url, self.config))
                 last = f"HTTP {response.status_code}"
             self._backoff(attempt, until)
+        allowed = deadline if deadline is not None else self.config.deadline
         raise LLMTimeout(
-            f"LLM at {self.base_url}: no answer within {self.config.deadline:g} s "
+            f"LLM at {self.base_url}: no answer within {allowed:g} s "
             f"after {attempt} attempt(s) (last: {last})"
         )
 

@@ -33,7 +33,7 @@ _FRAME = re.compile(
     r"^(?:i (?:would )?(?:suggest|recommend)(?: that)?(?: the robot)?\s+|"
     r"it (?:would|might) be (?:best|wise|good)(?: for the robot)? to\s+|"
     r"in this situation,?\s+|first,?\s+|next,?\s+|"
-    r"(?:the |this )?(?:humanoid )?robot (?:should|could|must|needs to|can|will|would)\s+"
+    r"(?:the |this )?(?:humanoid )?robot (?:should|could|must|needs to|can|will|would)(?:\s+|$)"
     r"(?:now\s+|first\s+|probably\s+|just\s+)?|"
     r"(?:it|you) (?:should|could|must|needs to|can)\s+(?:now\s+|first\s+|then\s+)?|"
     r"please\s+|let's\s+)+",
@@ -181,12 +181,10 @@ class ActionMapper:
         chosen: list[ClauseMatch] = []
         for whole, *parts in segments:
             chosen += self._choose(matches[whole], [matches[p] for p in parts])
-        # a dangling fragment ("before continuing") is no request of its own
-        kept = [m for m in chosen if m.action is not None or len(m.clause.split()) > 2]
-        if not kept or any(m.action is None for m in kept):
+        if any(m.action is None for m in chosen):
             return MappingResult(reply, [], chosen)
         actions: list[str] = []
-        for match in kept:
+        for match in chosen:
             if match.action is not None and (not actions or actions[-1] != match.action):
                 actions.append(match.action)
         return MappingResult(reply, actions, chosen)
@@ -195,14 +193,13 @@ class ActionMapper:
         """Split at commas/"and" only when every part is clearly an action of its own."""
         if len(parts) < 2:
             return [whole]
-        kept = [p for p in parts if p.action is not None or len(p.clause.split()) > 2]
-        if not kept or any(p.action is None for p in kept):
+        if any(p.action is None for p in parts):
             return [whole]
-        distinct = {p.action for p in kept}
+        distinct = {p.action for p in parts}
         if whole.action is None or (
-            len(distinct) > 1 and min(p.score for p in kept) >= whole.score - 0.12
+            len(distinct) > 1 and min(p.score for p in parts) >= whole.score - 0.12
         ):
-            return kept
+            return parts
         return [whole]
 
     def _score(self, clauses: Sequence[str]) -> list[ClauseMatch]:

@@ -19,7 +19,9 @@ __all__ = ["parse_reply", "reply_action", "reply_answer", "reply_phrase", "reply
 
 _FENCE = re.compile(r"```(?:json|JSON|python)?\s*(.*?)```", re.DOTALL)
 _CURLY = str.maketrans({"“": '"', "”": '"', "‘": "'", "’": "'"})
-_QUOTED = re.compile(r"""["“']([^"“”']{4,}[.?!])["”']|["“]([^"“”]{4,})["”]""")
+_QUOTED = re.compile(
+    r"""(?<![A-Za-z])'([^']{2,}?(?:'[a-z]+[^']*?)*[.?!])'(?![A-Za-z])|["“]([^"“”]{4,})["”]"""
+)
 
 
 def parse_reply(text: str) -> dict[str, Any]:
@@ -39,10 +41,14 @@ def parse_reply(text: str) -> dict[str, Any]:
 
 def _objects(text: str) -> list[str]:
     """Balanced ``{...}`` spans, outermost first, ignoring braces inside strings."""
-    spans, depth, start, quote = [], 0, -1, ""
+    spans, depth, start, quote, escaped = [], 0, -1, "", False
     for i, ch in enumerate(text):
         if quote:
-            if ch == quote and text[i - 1] != "\\":
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
                 quote = ""
         elif ch in "\"'" and depth:
             # an apostrophe inside a word is not a quote
@@ -63,14 +69,18 @@ def _objects(text: str) -> list[str]:
     return spans
 
 
+_UNREADABLE = (ValueError, SyntaxError, TypeError, MemoryError, RecursionError)
+
+
 def _load(candidate: str) -> object:
+    """JSON, else a Python literal (single quotes); None when it is neither."""
     try:
         return json.loads(candidate)
-    except json.JSONDecodeError:
+    except _UNREADABLE:  # JSONDecodeError is a ValueError; deep nesting a RecursionError
         pass
     try:
         return ast.literal_eval(candidate)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except _UNREADABLE:
         return None
 
 
@@ -106,10 +116,10 @@ def reply_wait_time(reply: dict[str, Any]) -> float:
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str):
-        found = re.search(r"inf|[-+]?\d+(?:\.\d+)?", value.lower())
+        found = re.search(r"\binf(?:inite|inity)?\b|[-+]?\d+(?:\.\d+)?", value.lower())
         if not found:
             raise LLMReplyError(f"wait_time {value[:40]!r} holds no number")
-        seconds = math.inf if found.group() == "inf" else float(found.group())
+        seconds = math.inf if found.group().startswith("inf") else float(found.group())
     elif value is None:
         seconds = math.inf
     else:
@@ -125,9 +135,9 @@ def reply_answer(reply: dict[str, Any]) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str):
-        word = value.strip().lower()
-        if word.startswith("yes"):
+        words = re.findall(r"[a-z]+", value.lower())
+        if words and words[0] in ("yes", "true", "y"):
             return True
-        if word.startswith("no"):
+        if words and words[0] in ("no", "false", "n"):
             return False
     raise LLMReplyError(f"answer {value!r} is neither yes nor no")

@@ -97,8 +97,17 @@ def test_virtual_stop_from_a_callback() -> None:
     clock.run(until=10.0)
     assert seen == [1.0]
     assert clock.now() == 2.0
-    clock.run(until=10.0)  # a new run continues with what is left
-    assert seen == [1.0, 4.0]
+    clock.run(until=10.0)  # stop is sticky: a stop is never lost, even before run()
+    assert seen == [1.0]
+
+
+def test_stop_before_run_is_not_lost() -> None:
+    clock = VirtualClock()
+    seen: list[float] = []
+    clock.call_at(1.0, lambda: seen.append(clock.now()))
+    clock.stop()
+    clock.run(until=10.0)
+    assert seen == []
 
 
 def test_virtual_submit_delivers_after_the_configured_latency() -> None:
@@ -110,7 +119,10 @@ def test_virtual_submit_delivers_after_the_configured_latency() -> None:
         ran_at.append(clock.now())
         return "answer"
 
-    clock.call_at(1.0, lambda: clock.submit(work, lambda r, took: delivered.append((r, took, clock.now())), latency=2.0))  # fmt: skip
+    def done(result: object, took: float) -> None:
+        delivered.append((result, took, clock.now()))
+
+    clock.call_at(1.0, lambda: clock.submit(work, done, latency=2.0))
     clock.call_at(2.9, lambda: delivered.append(("probe", 0.0, clock.now())))
     clock.run(until=10.0)
     assert ran_at == [1.0]  # the work runs at once, while virtual time stands still
