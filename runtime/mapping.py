@@ -54,7 +54,7 @@ _REASON = re.compile(
 )
 _STRONG = re.compile(
     r"\s*(?:;|\.\s+|,?\s*\band then\b|,?\s*\bthen\b|,?\s*\bafter that\b,?|"
-    r",?\s*\bafterwards\b,?|,?\s*\bfollowed by\b|"
+    r",?\s*\bafterwards\b,?|,?\s*\bfollowed by\b|,?\s*(?:\band\s+)?\b(?:finally|lastly)\b,?|"
     r",?\s*\bbefore\b(?!\s+(?:doing|the person|they|continuing|proceeding|moving on|going on)))\s*",
     re.IGNORECASE,
 )

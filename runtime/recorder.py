@@ -75,12 +75,17 @@ def read_recording(path: Path) -> Iterator[dict[str, Any]]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise RecordingError(f"{path}: cannot read recording: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise RecordingError(f"{path}: not a recording (not UTF-8 text)") from exc
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            yield json.loads(line)
+            record = json.loads(line)
         except json.JSONDecodeError as exc:
             if number == len(lines):
                 return
             raise RecordingError(f"{path}:{number}: not a JSON record ({exc.msg})") from exc
+        if not isinstance(record, dict) or "kind" not in record:
+            raise RecordingError(f"{path}:{number}: not an onboard record (no 'kind')")
+        yield record

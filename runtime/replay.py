@@ -22,10 +22,15 @@ __all__ = ["ReplayAsk", "replay", "replay_command"]
 
 
 class ReplayAsk:
-    """Answers requests in the recorded order with the recorded replies."""
+    """Answers requests in the recorded order with the recorded replies.
+
+    A request that differs from the recorded one is a divergence: it is kept in
+    ``divergence`` (the runner only sees a failed LLM call) and reported after the run.
+    """
 
     def __init__(self, records: Sequence[dict[str, Any]], source: Path) -> None:
         self.source = source
+        self.divergence: str | None = None
         answers = {r["id"]: r for r in records if r["kind"] in ("reply", "error") and "id" in r}
         self._exchanges = [(r, answers.get(r["id"])) for r in records if r["kind"] == "request"]
         self._next = 0
@@ -40,11 +45,11 @@ class ReplayAsk:
         self, purpose: str, messages: Sequence[Message], schema: dict[str, Any] | None
     ) -> ChatResult:
         if self._next >= len(self._exchanges):
-            raise ReplayDivergence(f"{self.source}: the replay asks more than was recorded")
+            raise self._diverged(f"{self.source}: the replay asks more than was recorded")
         request, answer = self._exchanges[self._next]
         self._next += 1
         if request["purpose"] != purpose or request["messages"] != [dict(m) for m in messages]:
-            raise ReplayDivergence(
+            raise self._diverged(
                 f"{self.source}: request {request['id']} differs from the recording "
                 f"(recorded {request['purpose']}, replayed {purpose})"
             )
@@ -52,9 +57,21 @@ class ReplayAsk:
             raise LLMTimeout(answer["message"] if answer else "no reply was recorded")
         return ChatResult(text=answer["text"], latency=answer["latency"], attempts=1)
 
+    def _diverged(self, message: str) -> ReplayDivergence:
+        self.divergence = self.divergence or message
+        return ReplayDivergence(message)
+
 
 def replay(path: Path) -> tuple[list[str], list[str]]:
-    """(recorded action sequence, replayed action sequence)."""
+    """(recorded action sequence, replayed action sequence); raises ReplayDivergence."""
+    try:
+        return _replay(path)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:  # pydantic errors included
+        what = f"missing {exc}" if isinstance(exc, KeyError) else type(exc).__name__
+        raise RecordingError(f"{path}: not a valid onboard recording ({what})") from exc
+
+
+def _replay(path: Path) -> tuple[list[str], list[str]]:
     records = list(read_recording(path))
     header = next((r for r in records if r["kind"] == "header"), None)
     end = next((r for r in reversed(records) if r["kind"] == "end"), None)
@@ -76,6 +93,8 @@ def replay(path: Path) -> tuple[list[str], list[str]]:
     )
     outcome = run_episode(robot, skill, scenario, ask, make_mapper(robot, skill),
                           MemoryRecorder(), options)  # fmt: skip
+    if ask.divergence:
+        raise ReplayDivergence(ask.divergence)
     return [a for _, a in end["actions"]], [a for _, a in outcome.actions]
 
 

@@ -152,6 +152,8 @@ def _keep_candidate(store: CandidateStore, skill: str, reply: str, situation: st
 def judge(outcome: Outcome, scenario: Scenario) -> tuple[bool, str]:
     """Success and failure exactly as the seed's section IV."""
     if outcome.spoke_at is None:
+        if outcome.reason and outcome.reason != "scenario ended":
+            return False, f"stopped before speaking: {outcome.reason}"
         return False, f"timeout: no speak by {scenario.end:g} s"
     t = outcome.spoke_at
     if outcome.spoke_visible is False:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from runtime.catalog import load_robot_skill, make_mapper
 from runtime.config import RobotConfig, load_robot
 from runtime.embedder import Embedder
 from runtime.mapping import ActionMapper
-from runtime.catalog import load_robot_skill, make_mapper
 from runtime.skill import Skill
 from runtime.standin import StandInServer
 

@@ -184,9 +184,9 @@ def test_wall_call_later_fires_roughly_on_time(wall: WallClock) -> None:
     wall.call_later(0.2, lambda: fired.append(wall.now()))
     wall.run(until=0.35)
     assert len(fired) == 2
-    assert 0.1 <= fired[0] < 0.18
-    assert 0.2 <= fired[1] < 0.28
-    assert 0.35 <= wall.now() < 0.5  # run returns at `until`
+    assert 0.1 <= fired[0] < 0.6
+    assert 0.2 <= fired[1] < 0.7
+    assert 0.35 <= wall.now() < 1.0  # run returns at `until`
 
 
 def test_wall_cancelled_timer_does_not_fire(wall: WallClock) -> None:
@@ -212,7 +212,7 @@ def test_wall_post_from_another_thread_wakes_run(wall: WallClock) -> None:
     assert time.monotonic() - began < 1.0
     [(ident, at)] = seen
     assert ident == loop_thread
-    assert 0.1 <= at < 0.3
+    assert 0.1 <= at < 0.8
 
 
 def test_wall_stop_from_another_thread_ends_run_promptly(wall: WallClock) -> None:
@@ -222,7 +222,7 @@ def test_wall_stop_from_another_thread_ends_run_promptly(wall: WallClock) -> Non
     wall.run(until=10.0)
     took = time.monotonic() - began
     stopper.join()
-    assert 0.1 <= took < 0.4
+    assert 0.1 <= took < 2.0  # well before the 5 s timer
 
 
 def test_wall_submit_runs_work_off_the_loop_and_done_on_it(wall: WallClock) -> None:

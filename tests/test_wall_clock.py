@@ -1,0 +1,236 @@
+"""Episodes on the WallClock: real seconds, a stand-in that takes real time to answer,
+and a real ``onboard run`` process stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.config import RobotConfig
+from runtime.engine import Outcome
+from runtime.llm import ChatClient
+from runtime.mapping import ActionMapper
+from runtime.recorder import MemoryRecorder
+from runtime.scenario import Scenario, load_scenario
+from runtime.session import EpisodeOptions, HttpAsk, judge, run_episode
+from runtime.skill import Skill
+from runtime.standin import StandInServer
+
+ROOT = Path(__file__).resolve().parent.parent
+ONBOARD = Path(sys.executable).parent / "onboard"
+
+# The person sits 1.5 m away (the approach's stop distance) and looks at the robot.
+READY = """\
+[scenario]
+name = "ready-now"
+description = "A person right in front of the robot, looking at it."
+end = 3.0
+distance = 1.5
+
+[[activity]]
+at = 0.0
+text = "The person is sitting on a chair, waiting."
+
+[[gaze]]
+at = 0.0
+toward = true
+
+[[label]]
+from = 0.0
+to = 3.0
+state = "ready"
+"""
+
+# Ends after one second; the person looks up at 0.5 s, while the LLM is still thinking.
+SHORT = """\
+[scenario]
+name = "short"
+end = 1.0
+distance = 4.0
+
+[[activity]]
+at = 0.0
+text = "The person is reading a book."
+
+[[gaze]]
+at = 0.0
+toward = false
+
+[[gaze]]
+at = 0.5
+toward = true
+
+[[label]]
+from = 0.0
+to = 1.0
+state = "ready"
+"""
+
+
+def write_scenario(tmp_path: Path, text: str) -> Scenario:
+    path = tmp_path / "scenario.toml"
+    path.write_text(text, encoding="utf-8")
+    return load_scenario(path)
+
+
+@dataclass
+class WallRun:
+    outcome: Outcome
+    records: list[dict[str, Any]]
+    seconds: float
+
+
+def wall_episode(
+    robot: RobotConfig, skill: Skill, mapper: ActionMapper, sc: Scenario, latency: float
+) -> WallRun:
+    with (
+        StandInServer(seed=0, noise=0.0, format_noise=0.0, latency=latency) as standin,
+        ChatClient(robot.llm, base_url=standin.base_url) as client,
+    ):
+        recorder = MemoryRecorder()
+        began = time.monotonic()
+        outcome = run_episode(
+            robot, skill, sc, HttpAsk(client), mapper, recorder, EpisodeOptions(clock="wall")
+        )
+        seconds = time.monotonic() - began
+    return WallRun(outcome, recorder.records, seconds)
+
+
+def test_the_robot_speaks_within_the_scenario_on_wall_time(
+    robot_tmp: RobotConfig, skill: Skill, mapper: ActionMapper, tmp_path: Path
+) -> None:
+    sc = write_scenario(tmp_path, READY)
+    run = wall_episode(robot_tmp, skill, mapper, sc, latency=0.3)
+    out = run.outcome
+    assert out.spoke_at is not None and out.spoke_at < 3.0, out
+    assert judge(out, sc)[0], judge(out, sc)
+    assert out.actions[0][1] == "approach" and out.actions[-1][1] == "speak"
+    # every LLM answer really took the stand-in's 0.3 s of wall time
+    replies = [r for r in run.records if r["kind"] == "reply"]
+    assert replies and all(r["latency"] >= 0.3 for r in replies)
+    assert all(r["virtual_latency"] >= 0.3 for r in replies)
+    # the run lasts until the speech ends or the scenario does: about 3 s, not more
+    assert 0.3 < run.seconds < 3.6
+    assert run.records[-1]["kind"] == "end"
+
+
+def test_a_slow_llm_blocks_neither_perception_nor_the_end(
+    robot_tmp: RobotConfig, skill: Skill, mapper: ActionMapper, tmp_path: Path
+) -> None:
+    sc = write_scenario(tmp_path, SHORT)
+    run = wall_episode(robot_tmp, skill, mapper, sc, latency=2.0)
+    # run_episode returned at the scenario's end, not when the 2 s answers came back
+    assert run.seconds < 1.5
+    out = run.outcome
+    assert (out.finished, out.reason) == (False, "scenario ended")
+    assert judge(out, sc) == (False, "timeout: no speak by 1 s")
+    assert [a for _, a in out.actions] == ["approach"]
+    kinds = [r["kind"] for r in run.records]
+    assert "reply" not in kinds and kinds[-1] == "end"
+    assert 1.0 <= run.records[-1]["t"] < 1.8
+    # the gaze change at 0.5 s was perceived at 0.5 s while a request was outstanding
+    looked = [r for r in run.records if r["kind"] == "observation" and r["toward"] is True]
+    assert len(looked) == 1 and 0.5 <= looked[0]["t"] < 1.5
+    stimulus = next(r for r in run.records if r["kind"] == "stimulus")
+    assert stimulus["reason"] == "situation changed" and stimulus["t"] < 1.5
+    plan = [r for r in run.records if r["kind"] == "request" and r["purpose"] == "plan"]
+    assert len(plan) == 1 and plan[0]["t"] < 1.5
+
+
+# -- SIGTERM to `onboard run` ------------------------------------------------------------------
+
+
+def robot_copy(tmp_path: Path) -> Path:
+    """robot.toml with the repository's skills and models, recording into tmp_path."""
+    text = (ROOT / "robot.toml").read_text(encoding="utf-8")
+    for old, new in [
+        ('skills = "skills"', f'skills = "{ROOT / "skills"}"'),
+        ('recordings = "recordings"', f'recordings = "{tmp_path / "recordings"}"'),
+        ('embedder = "models/minilm"', f'embedder = "{ROOT / "models" / "minilm"}"'),
+    ]:
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "robot.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@dataclass
+class Terminated:
+    returncode: int
+    seconds_to_exit: float
+    stdout: str
+    stderr: str
+    records: list[dict[str, Any]]
+    started_at_wall: float
+    signalled_at_wall: float
+
+
+@pytest.fixture(scope="module")
+def terminated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Terminated]:
+    tmp_path = tmp_path_factory.mktemp("sigterm")
+    record = tmp_path / "run.jsonl"
+    with StandInServer(seed=0, noise=0.0, format_noise=0.0) as standin:
+        command = [
+            str(ONBOARD), "--robot", str(robot_copy(tmp_path)), "run", "engage",
+            "--llm", standin.base_url, "--clock", "wall",
+            "--scenario", str(ROOT / "skills" / "scenarios" / "person-object.toml"),
+            "--record", str(record),
+        ]  # fmt: skip
+        process = subprocess.Popen(
+            command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            deadline = time.monotonic() + 20.0
+            # wait until the episode runs (the signal handlers are installed by then)
+            while not (record.exists() and '"kind": "start"' in record.read_text()):
+                assert process.poll() is None, process.communicate()
+                assert time.monotonic() < deadline, "onboard run did not start"
+                time.sleep(0.05)
+            started = time.time()
+            time.sleep(2.0)
+            assert process.poll() is None, "onboard run ended before the signal"
+            signalled = time.time()
+            process.send_signal(signal.SIGTERM)
+            began = time.monotonic()
+            stdout, stderr = process.communicate(timeout=10.0)
+            seconds = time.monotonic() - began
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    records = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
+    yield Terminated(process.returncode, seconds, stdout, stderr, records, started, signalled)
+
+
+def test_sigterm_stops_the_run_promptly(terminated: Terminated) -> None:
+    assert terminated.seconds_to_exit < 5.0
+    assert terminated.returncode == 0, terminated.stderr
+    assert "Traceback" not in terminated.stderr
+
+
+def test_sigterm_is_recorded_as_the_end(terminated: Terminated) -> None:
+    end = terminated.records[-1]
+    assert end["kind"] == "end"
+    assert "SIGTERM" in end["reason"]
+    assert end["finished"] is False
+    # stopped during the approach (the person is 4 m away: it takes 5 s), ~2 s in
+    assert [a for _, a in end["actions"]] == ["approach"]
+    assert 1.5 <= end["t"] < 4.5
+    assert end["wall"] >= terminated.signalled_at_wall - 0.01
+    assert not any(r["kind"] == "speech" for r in terminated.records)
+    assert "said nothing" in terminated.stdout and "recorded:" in terminated.stdout
+
+
+def test_sigterm_verdict_names_the_signal(terminated: Terminated) -> None:
+    verdict = next(line for line in terminated.stdout.splitlines() if line.startswith("failure"))
+    assert "SIGTERM" in verdict or "interrupted" in verdict or "stopped" in verdict
