@@ -276,8 +276,10 @@ class SkillRunner:
             self.record("error", source="llm", message=str(exc))
             self._fall_back("unusable LLM reply")
             return
+        began = time.perf_counter()
         mapping = self.mapper.map(action_text)
-        self.record("mapping", plan=seq, **mapping.to_record())
+        took = time.perf_counter() - began
+        self.record("mapping", plan=seq, seconds=round(took, 6), **mapping.to_record())
         if not mapping.matched:
             self._no_match(mapping)
             return

@@ -1,0 +1,189 @@
+"""How well free-text replies map onto the Engage skill's actions.
+
+    python bench/mapping_accuracy.py
+
+Two labelled sets (the shared dev set, and the held-out set in bench/data), and the stand-in
+LLM's own paraphrases (StandInPolicy without noise), whose intended actions are known.
+Held-out misses are counted, never listed: the set measures the mapping, it is not for tuning.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    DEV_SET,
+    HELDOUT_SET,
+    environment,
+    first_stage_prompts,
+    pct,
+    read_jsonl,
+    robot_and_skill,
+    verdict,
+    write_results,
+)
+from rich.console import Console
+from rich.table import Table
+
+from runtime.errors import LLMError
+from runtime.mapping import ActionMapper
+from runtime.reply import parse_reply, reply_action
+from runtime.session import make_mapper
+from runtime.standin_policy import StandInPolicy, last_user_text, parse_situation, primary_intent
+
+GOAL_EXACT = 0.95  # in-set exact-sequence accuracy on the held-out set
+GOAL_OUT_OF_SET = 1 / 6  # at most this share of out-of-set replies accepted
+STANDIN_REQUESTS = 300
+
+
+def score_set(mapper: ActionMapper, path: Path) -> dict[str, Any]:
+    rows = read_jsonl(path)
+    counts: Counter[str] = Counter()
+    misses = []
+    for row in rows:
+        expected, got = list(row["actions"]), mapper.map(row["reply"]).actions
+        kind = "out" if not expected else "single" if len(expected) == 1 else "multi"
+        counts[kind] += 1
+        ok = bool(got) if kind == "out" else got == expected  # "ok" = accepted, for "out"
+        counts[f"{kind}_ok"] += ok
+        if ok == (kind == "out"):
+            misses.append({"reply": row["reply"], "expected": expected, "got": got})
+    in_set = counts["single"] + counts["multi"]
+    return {
+        "file": str(path),
+        "rows": len(rows),
+        "in_set": [counts["single_ok"] + counts["multi_ok"], in_set],
+        "single": [counts["single_ok"], counts["single"]],
+        "multi": [counts["multi_ok"], counts["multi"]],
+        "out_of_set_accepted": [counts["out_ok"], counts["out"]],
+        "misses": misses,
+    }
+
+
+def standin_paraphrases(mapper: ActionMapper, n: int) -> dict[str, Any]:
+    """Replies of the noise-free stand-in policy against the intent it documents."""
+    robot, skill = robot_and_skill()
+    policy = StandInPolicy(seed=robot.eval.seed, noise=0.0, format_noise=0.0)
+    by_length: Counter[str] = Counter()
+    confusions: Counter[tuple[str, str]] = Counter()
+    examples: dict[tuple[str, str], str] = {}
+    for messages in first_stage_prompts(robot, skill, n, seed=robot.eval.seed):
+        body = {"model": robot.llm.model, "messages": [dict(m) for m in messages]}
+        intent = list(primary_intent(parse_situation(last_user_text(body["messages"]))))
+        try:
+            action = reply_action(parse_reply(policy.reply(body)))
+        except LLMError as exc:
+            action = f"<unusable: {exc}>"
+        got = mapper.map(action).actions
+        by_length[f"{len(intent)}"] += 1
+        by_length[f"{len(intent)}_ok"] += got == intent
+        if got != intent:
+            key = (" -> ".join(intent), " -> ".join(got) or "no match")
+            confusions[key] += 1
+            examples.setdefault(key, action)
+    lengths = sorted({k for k in by_length if "_" not in k})
+    return {
+        "requests": n,
+        "matched": sum(by_length[f"{k}_ok"] for k in lengths),
+        "by_intent_length": {k: [by_length[f"{k}_ok"], by_length[k]] for k in lengths},
+        "confusions": [
+            {"intent": i, "mapped": g, "count": c, "example": examples[(i, g)]}
+            for (i, g), c in confusions.most_common()
+        ],
+    }
+
+
+def _share(pair: list[int]) -> str:
+    return pct(pair[0], pair[1])
+
+
+def tables(results: dict[str, Any]) -> list[Table]:
+    dev, held = results["dev"], results["heldout"]
+    out = Table(title="Mapping accuracy (Engage): replies -> action sequences")
+    out.add_column("metric")
+    for name in (f"dev ({dev['rows']})", f"held-out ({held['rows']})", "goal"):
+        out.add_column(name, justify="right")
+    out.add_column("met / missed")
+
+    def ok(pair: list[int], goal: float, at_most: bool) -> bool:
+        share = pair[0] / pair[1]
+        return share <= goal if at_most else share >= goal
+
+    exact = [ok(s["in_set"], GOAL_EXACT, False) for s in (dev, held)]
+    outside = [ok(s["out_of_set_accepted"], GOAL_OUT_OF_SET, True) for s in (dev, held)]
+    out.add_row(
+        "in-set exact sequence",
+        _share(dev["in_set"]),
+        _share(held["in_set"]),
+        f">= {GOAL_EXACT:.0%} (held-out)",
+        f"held-out {verdict(exact[1])}",
+    )
+    out.add_row("  single action", _share(dev["single"]), _share(held["single"]), "", "")
+    out.add_row("  multi-action", _share(dev["multi"]), _share(held["multi"]), "", "")
+    out.add_row(
+        "out-of-set accepted",
+        _share(dev["out_of_set_accepted"]),
+        _share(held["out_of_set_accepted"]),
+        "<= 1 in 6",
+        f"dev {verdict(outside[0])}, held-out {verdict(outside[1])}",
+    )
+    stand = results["standin"]
+    paraphrases = Table(title="Stand-in paraphrases (StandInPolicy, noise 0): mapped = intent")
+    paraphrases.add_column("intent")
+    paraphrases.add_column("mapped to exactly the intent", justify="right")
+    paraphrases.add_row(
+        f"all ({stand['requests']} requests)", pct(stand["matched"], stand["requests"])
+    )
+    for length, pair in stand["by_intent_length"].items():
+        paraphrases.add_row(f"{length} action(s)", _share(pair))
+    found = [out, paraphrases]
+    if stand["confusions"]:
+        confusion = Table(title="Stand-in paraphrases mapped wrongly (noise-free policy)")
+        for name in ("intent", "mapped to", "count", "example reply"):
+            confusion.add_column(name)
+        for c in stand["confusions"][:12]:
+            confusion.add_row(c["intent"], c["mapped"], str(c["count"]), c["example"])
+        found.append(confusion)
+    if dev["misses"]:
+        misses = Table(title="Dev-set misses (held-out misses are counted only)")
+        for name in ("reply", "expected", "mapped to"):
+            misses.add_column(name)
+        for m in dev["misses"]:
+            misses.add_row(
+                m["reply"],
+                " -> ".join(m["expected"]) or "(reject)",
+                " -> ".join(m["got"]) or "no match",
+            )
+        found.append(misses)
+    return found
+
+
+def main() -> int:
+    began = time.perf_counter()
+    robot, skill = robot_and_skill()
+    mapper = make_mapper(robot, skill)
+    heldout = score_set(mapper, HELDOUT_SET)
+    results = {
+        "environment": environment(),
+        "mapping": robot.mapping.model_dump(),
+        "dev": score_set(mapper, DEV_SET),
+        "heldout": {k: v for k, v in heldout.items() if k != "misses"},
+        "standin": standin_paraphrases(mapper, STANDIN_REQUESTS),
+    }
+    results["heldout"]["misses"] = len(heldout["misses"])
+    results["wall_seconds"] = round(time.perf_counter() - began, 1)
+    console = Console(width=max(Console().width, 160))
+    for table in tables(results):
+        console.print(table)
+    console.print(
+        f"{results['wall_seconds']} s wall; wrote {write_results('mapping_accuracy', results)}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
