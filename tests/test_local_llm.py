@@ -10,10 +10,12 @@ import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runtime.config import RobotConfig
+from runtime.engine import Outcome
 from runtime.llm import ChatClient
 from runtime.mapping import ActionMapper
 from runtime.recorder import Recorder, read_recording
@@ -46,25 +48,35 @@ def local_url() -> Iterator[str]:
         yield url
 
 
+def _episode(
+    robot: RobotConfig, skill: Skill, mapper: ActionMapper, url: str, path: Path, *,
+    scenario: str, constrained: bool,
+) -> tuple[Outcome, list[dict[str, Any]]]:  # fmt: skip
+    # a fixed virtual latency: on a loaded machine a real call can outlast the scenario
+    options = EpisodeOptions(clock="virtual", constrained=constrained, latency=1.0)
+    scene = load_scenario(ROOT / "skills" / "scenarios" / f"{scenario}.toml")
+    with ChatClient(robot.llm, base_url=url) as client, Recorder(path) as recorder:
+        outcome = run_episode(robot, skill, scene, HttpAsk(client), mapper, recorder, options)
+    records = list(read_recording(path))
+    assert any(r["kind"] == "reply" for r in records), "the local model answered nothing"
+    assert outcome.actions[0][1] == "approach"
+    assert records[-1]["kind"] == "end"
+    return outcome, records
+
+
 def test_constrained_episode_records_and_replays(
     patient: RobotConfig, skill: Skill, mapper: ActionMapper, local_url: str, tmp_path: Path
 ) -> None:
-    scenario = load_scenario(ROOT / "skills" / "scenarios" / "person-robot.toml")
     path = tmp_path / "episode.jsonl"
-    options = EpisodeOptions(clock="virtual", constrained=True)
-    with ChatClient(patient.llm, base_url=local_url) as client, Recorder(path) as recorder:
-        outcome = run_episode(patient, skill, scenario, HttpAsk(client), mapper, recorder, options)
-    records = list(read_recording(path))
-    replies = [r for r in records if r["kind"] == "reply"]
-    assert replies, "the local model answered nothing"
+    _, records = _episode(
+        patient, skill, mapper, local_url, path, scenario="person-robot", constrained=True
+    )
     assert not [r for r in records if r["kind"] == "error"], "LLM errors in a constrained run"
     # constrained decoding: every plan names an action exactly, so it maps with score 1.0
     for mapping in (r for r in records if r["kind"] == "mapping"):
         assert mapping["actions"], mapping
         assert mapping["actions"][0] in skill.actions
         assert mapping["clauses"][0]["score"] == 1.0
-    assert outcome.actions[0][1] == "approach"
-    assert records[-1]["kind"] == "end"
     recorded, replayed = replay(path)
     assert replayed == recorded
 
@@ -73,17 +85,12 @@ def test_free_text_reply_is_parsed_or_falls_back(
     patient: RobotConfig, skill: Skill, mapper: ActionMapper, local_url: str, tmp_path: Path
 ) -> None:
     """Free decoding from a 135M model is weak; the runtime must stay safe either way."""
-    scenario = load_scenario(ROOT / "skills" / "scenarios" / "person-environment.toml")
-    path = tmp_path / "free.jsonl"
-    options = EpisodeOptions(clock="virtual", constrained=False)
-    with ChatClient(patient.llm, base_url=local_url) as client, Recorder(path) as recorder:
-        outcome = run_episode(patient, skill, scenario, HttpAsk(client), mapper, recorder, options)
-    records = list(read_recording(path))
-    kinds = {r["kind"] for r in records}
-    assert "reply" in kinds
-    plans = [r for r in records if r["kind"] == "mapping"]
-    for plan in plans:
+    _, records = _episode(
+        patient, skill, mapper, local_url, tmp_path / "free.jsonl",
+        scenario="person-environment", constrained=False,
+    )  # fmt: skip
+    for plan in (r for r in records if r["kind"] == "mapping"):
         # each plan either mapped onto known actions or became a candidate with a fallback
         assert set(plan["actions"]) <= set(skill.actions)
-    assert outcome.actions[0][1] == "approach"
-    assert records[-1]["kind"] == "end"
+        if not plan["actions"]:
+            assert any(r["kind"] == "candidate" and r["reply"] == plan["reply"] for r in records)
