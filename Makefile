@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# llama-cpp-python builds from source the first time (about 4 minutes on 2 cores)
-	$(BIN)/pip install --quiet -e '.[dev,local-llm]'
+	$(BIN)/pip install --quiet -e '.[dev,local-llm,sim,realsense]'
 	touch $(STAMP)
 
 ## The main job on the embedded defaults: the simulated robot, SmolLM2 on loopback.

@@ -30,7 +30,11 @@ def test_the_seed_scenarios_load() -> None:
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ("at = 18.0\ntext", "at = 50.0\ntext", r":12: \[activity\[1\]\.at\] after the scenario's end"),
+        (
+            "at = 18.0\ntext",
+            "at = 50.0\ntext",
+            r":12: \[activity\[1\]\.at\] after the scenario's end",
+        ),
         ('state = "ready"', 'state = "busy"', r"\[label\[2\]\.state\] Input should be"),
         ("from = 18.0", "from = 10.0", r"\[label\[1\]\.from\] labels overlap"),
         ("distance = 4.0", "distance = -1", r"\[scenario\.distance\] Input should be greater"),
@@ -45,7 +49,9 @@ def test_mistakes_name_key_and_line(tmp_path: Path, old: str, new: str, expected
     assert re.search(expected, str(info.value)), str(info.value)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_any_broken_scenario_gives_one_line_errors(tmp_path: Path, data: st.DataObject) -> None:
     lines = OBJECT.splitlines()

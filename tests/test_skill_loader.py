@@ -27,7 +27,14 @@ def _load(tmp_path: Path, text: str, **kwargs: object) -> SkillError:
 
 def test_engage_reproduces_table_ii() -> None:
     skill = load_skill(ROOT / "skills" / "engage.toml")
-    assert list(skill.actions) == ["approach", "wait", "wait for cue", "eye contact", "pause", "speak"]
+    assert list(skill.actions) == [
+        "approach",
+        "wait",
+        "wait for cue",
+        "eye contact",
+        "pause",
+        "speak",
+    ]
     assert (skill.start, skill.end) == ("approach", "speak")
     stimuli = {n: a.stimulus for n, a in skill.actions.items()}
     assert stimuli == {
@@ -43,15 +50,38 @@ def test_engage_reproduces_table_ii() -> None:
     ("old", "new", "key", "words"),
     [
         ('start = "approach"', 'start = "aproach"', "skill.start", "unknown action 'aproach'"),
-        ('type = "1-gaze"', 'type = "gaze"', 'actions."wait for cue".stimuli.type', "Input should be"),
-        ('text = "The robot made eye contact."', 'text = "  "', 'actions."eye contact".text', "at least 1"),
+        (
+            'type = "1-gaze"',
+            'type = "gaze"',
+            'actions."wait for cue".stimuli.type',
+            "Input should be",
+        ),
+        (
+            'text = "The robot made eye contact."',
+            'text = "  "',
+            'actions."eye contact".text',
+            "at least 1",
+        ),
         ('\\"$X_a\\"', "$X_b", "actions.wait.text", "unknown template field $X_b"),
         ('goal = "Initiate a conversation at $E."', 'goal = "At $Place."', "skill.goal", "$Place"),
-        ('command = "base.stop"', 'command = "base.fly"', "actions.pause.command", "unknown command"),
-        ("interruptible = false\ntimeout = 2.0", "interuptible = false", "actions.pause.interuptible",
-         "unknown key"),
-        ('"The robot should stop its approach.",', '"The robot should make eye contact.",',
-         "actions.pause.references[4]", "duplicate reference"),
+        (
+            'command = "base.stop"',
+            'command = "base.fly"',
+            "actions.pause.command",
+            "unknown command",
+        ),
+        (
+            "interruptible = false\ntimeout = 2.0",
+            "interuptible = false",
+            "actions.pause.interuptible",
+            "unknown key",
+        ),
+        (
+            '"The robot should stop its approach.",',
+            '"The robot should make eye contact.",',
+            "actions.pause.references[4]",
+            "duplicate reference",
+        ),
     ],
 )
 def test_each_mistake_is_one_line_with_key_and_line(
@@ -71,14 +101,14 @@ def test_each_mistake_is_one_line_with_key_and_line(
 
 def test_unreachable_end_is_rejected(tmp_path: Path) -> None:
     text = ENGAGE.replace("[actions.approach]\n", '[actions.approach]\nnext = ["pause"]\n', 1)
-    text = text.replace('[actions.pause]\n', '[actions.pause]\nnext = ["approach"]\n', 1)
+    text = text.replace("[actions.pause]\n", '[actions.pause]\nnext = ["approach"]\n', 1)
     error = _load(tmp_path, text)
     assert "[skill.end] no path of `next` leads from start to 'speak'" in str(error)
 
 
 def test_stimulus_needing_missing_perception_is_rejected(tmp_path: Path) -> None:
     error = _load(tmp_path, ENGAGE, perception=("activity",))
-    assert 'needs gaze perception, which the robot lacks' in str(error)
+    assert "needs gaze perception, which the robot lacks" in str(error)
 
 
 def test_syntax_error_names_the_line(tmp_path: Path) -> None:
@@ -91,7 +121,9 @@ def test_missing_file(tmp_path: Path) -> None:
         load_skill(tmp_path / "nope.toml")
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_any_broken_skill_gives_one_line_errors(tmp_path: Path, data: st.DataObject) -> None:
     """Cut, duplicate or garble lines of the real skill: a SkillError, never a traceback."""
