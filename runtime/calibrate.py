@@ -12,6 +12,7 @@ scale, least squares) is the camera-to-base transform; its RMS residual says how
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ __all__ = [
     "calibrate",
     "collect",
     "color_marker",
+    "grid_poses",
     "marker_in_base",
     "solve_rigid",
 ]
@@ -55,6 +57,25 @@ class Sample:
     pose: Pose  # as the arm reported it
     camera: npt.NDArray[np.float64]  # camera frame
     base: npt.NDArray[np.float64]  # base frame
+
+
+def grid_poses(
+    low: Sequence[float],
+    high: Sequence[float],
+    steps: int = 2,
+    orientation: Sequence[float] = (math.pi, 0.0, 0.0),
+) -> list[Pose]:
+    """Poses on a ``steps`` x ``steps`` x ``steps`` grid spanning the box ``low``..``high``
+    (base frame, metres), all with ``orientation`` (rx, ry, rz; default: tool pointing down).
+    Spread them as wide as the marker stays in view: the fit is only as good as the spread."""
+    axes = [np.linspace(lo, hi, steps) for lo, hi in zip(low, high, strict=True)]
+    rx, ry, rz = (float(a) for a in orientation)
+    return [
+        Pose(float(x), float(y), float(z), rx, ry, rz)
+        for x in axes[0]
+        for y in axes[1]
+        for z in axes[2]
+    ]
 
 
 def marker_in_base(pose: Pose, offset: Sequence[float]) -> npt.NDArray[np.float64]:
@@ -150,19 +171,29 @@ def calibrate(
     worst = int(np.argmax(residuals))
     log.info(
         "calibrate: %d poses, rms %.1f mm, worst %.1f mm at %s",
-        len(samples), rms * 1e3, residuals[worst] * 1e3, samples[worst].pose,
-    )  # fmt: skip
+        len(samples),
+        rms * 1e3,
+        residuals[worst] * 1e3,
+        samples[worst].pose,
+    )
     return Calibration(transform, rms)
 
 
-def color_marker(rgb: Sequence[int], tolerance: int = 40, min_pixels: int = 12) -> FindMarker:
-    """A marker finder by colour: pixels within ``tolerance`` of ``rgb`` in every channel; the
-    box spans their 2nd to 98th percentiles (stray pixels elsewhere do not stretch it)."""
-    target = np.asarray(rgb, dtype=np.int16)
+def color_marker(
+    rgb: Sequence[int], max_angle: float = 15.0, min_value: int = 40, min_pixels: int = 12
+) -> FindMarker:
+    """A marker finder by colour, robust to shading: pixels whose RGB direction is within
+    ``max_angle`` degrees of ``rgb``'s and whose brightest channel reaches ``min_value``. The
+    box spans their 2nd to 98th percentiles, so stray pixels elsewhere do not stretch it."""
+    target = np.asarray(rgb, dtype=np.float32)
+    target /= np.linalg.norm(target)
+    min_cos = np.float32(np.cos(np.radians(max_angle)))
 
     def find(frame: Frame) -> Box | None:
-        diff = np.abs(frame.color.astype(np.int16) - target).max(axis=-1)
-        rows, cols = np.nonzero(diff <= tolerance)
+        pixels = frame.color.astype(np.float32)
+        norm = np.linalg.norm(pixels, axis=-1)
+        similar = pixels @ target >= min_cos * np.maximum(norm, 1e-6)
+        rows, cols = np.nonzero(similar & (frame.color.max(axis=-1) >= min_value))
         if rows.size < min_pixels:
             return None
         x1, x2 = np.percentile(cols, [2, 98])

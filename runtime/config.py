@@ -8,6 +8,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from drivers.arm.config import ArmConfig
+from drivers.arm.safety import SafetyLimits
+from drivers.camera.config import CameraConfig
+from runtime.pose import HandEyeConfig
 from runtime.tomlfile import load_model
 
 __all__ = [
@@ -85,7 +89,12 @@ class SimDriverConfig(_Strict):
 
 
 class DriversConfig(_Strict):
+    """``robot``: the mobile base, head and speaker the skills drive; ``arm`` and ``camera``:
+    the manipulator and the RGB-D camera, each chosen by ``kind``."""
+
     robot: SimDriverConfig = SimDriverConfig()
+    arm: ArmConfig | None = None
+    camera: CameraConfig | None = None
 
 
 class EvalConfig(_Strict):
@@ -107,6 +116,8 @@ class RobotConfig(_Strict):
     models: ModelsConfig = ModelsConfig()
     mapping: MappingConfig = MappingConfig()
     drivers: DriversConfig = DriversConfig()
+    safety: SafetyLimits = SafetyLimits()
+    hand_eye: HandEyeConfig | None = None
     eval: EvalConfig = EvalConfig()
     root: Path = Field(default=Path("."), exclude=True)
 

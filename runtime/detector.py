@@ -209,26 +209,58 @@ def nms(
     """Greedy class-aware non-maximum suppression; indices of the kept boxes, best first.
 
     A box is dropped when a better-scored box *of the same class* overlaps it with IoU above
-    ``iou`` (torchvision's ``batched_nms`` rule; ties keep the earlier box).
+    ``iou`` (torchvision's ``batched_nms`` rule; equal scores keep the earlier box). Classes
+    are suppressed apart, each on its own IoU matrix, then merged by score.
     """
     xyxy = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
     score = np.asarray(scores, dtype=np.float32).reshape(-1)
     cls = np.asarray(class_ids, dtype=np.int64).reshape(-1)
     if not xyxy.shape[0] == score.shape[0] == cls.shape[0]:
         raise ValueError("boxes, scores and class_ids must have the same length")
-    remaining = np.argsort(-score, kind="stable")
+    order = np.argsort(-score, kind="stable")
+    grouped = order[np.argsort(cls[order], kind="stable")]  # by class, best first in each
+    starts = np.flatnonzero(np.diff(cls[grouped])) + 1
+    kept = [group[_greedy(xyxy[group], iou, max_det)] for group in np.split(grouped, starts)]
+    merged = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return merged[np.argsort(rank[merged])][:max_det].astype(np.int64)
+
+
+MATRIX_LIMIT = 1024  # boxes of one class up to which NMS builds the full IoU matrix
+
+
+def _greedy(boxes: FloatArray, iou: float, limit: int) -> IntArray:
+    """Greedy NMS of boxes already sorted best first (one class); kept positions."""
+    n = boxes.shape[0]
     kept: list[int] = []
-    while remaining.size and len(kept) < max_det:
+    if n <= MATRIX_LIMIT:
+        over = _pairwise_iou(boxes) > iou
+        suppressed = np.zeros(n, dtype=bool)
+        for i in range(n):
+            if suppressed[i]:
+                continue
+            kept.append(i)
+            if len(kept) == limit:
+                break
+            suppressed |= over[i]
+        return np.asarray(kept, dtype=np.int64)
+    remaining = np.arange(n)
+    while remaining.size and len(kept) < limit:
         best, rest = int(remaining[0]), remaining[1:]
         kept.append(best)
-        same = np.flatnonzero(cls[rest] == cls[best])
-        if same.size:
-            overlap = box_iou(xyxy[best], xyxy[rest[same]]) > iou
-            drop = np.zeros(rest.size, dtype=bool)
-            drop[same[overlap]] = True
-            rest = rest[~drop]
-        remaining = rest
+        remaining = rest[box_iou(boxes[best], boxes[rest]) <= iou]
     return np.asarray(kept, dtype=np.int64)
+
+
+def _pairwise_iou(boxes: FloatArray) -> FloatArray:
+    x1, y1, x2, y2 = (boxes[:, i] for i in range(4))
+    iw = np.clip(np.minimum(x2[:, None], x2) - np.maximum(x1[:, None], x1), 0.0, None)
+    ih = np.clip(np.minimum(y2[:, None], y2) - np.maximum(y1[:, None], y1), 0.0, None)
+    inter = iw * ih
+    area = np.clip(x2 - x1, 0.0, None) * np.clip(y2 - y1, 0.0, None)
+    union = area[:, None] + area - inter
+    return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0).astype(np.float32)
 
 
 # -- class names ----------------------------------------------------------------------------
@@ -497,19 +529,23 @@ def mean_average_precision(
     detections: Sequence[Sequence[Detection]],
     truths: Sequence[Sequence[tuple[str, Box]]],
     iou: float = 0.5,
+    ignored: Sequence[Sequence[tuple[str, Box]]] | None = None,
 ) -> tuple[float, dict[str, float]]:
     """VOC-style mAP@``iou`` over images: ``detections[i]`` and ``truths[i]`` (label, box).
 
-    Per class, detections over all images are taken best score first; each one is a true
-    positive when its IoU with a not yet matched ground-truth box of its class in its image
-    is at least ``iou`` (the best-overlapping box is the one tried), else a false positive.
-    AP is :func:`average_precision` of the resulting curve; mAP is the mean over the classes
-    that have ground truth (classes without any are left out; no ground truth at all: nan).
+    Per class, detections over all images are taken best score first. Each is matched to the
+    ground-truth box of its class in its image that it overlaps most: a true positive when
+    that IoU is at least ``iou`` and the box is not matched yet, else a false positive.
+    ``ignored[i]`` holds boxes that count neither way (VOC's "difficult": tiny or mostly
+    hidden objects): a detection whose best match is one of them is left out. AP is
+    :func:`average_precision` of the resulting curve; mAP is the mean over the classes that
+    have ground truth (classes without any are left out; no ground truth at all: nan).
     """
-    if len(detections) != len(truths):
-        raise ValueError("detections and truths must cover the same images")
+    if len(detections) != len(truths) or (ignored is not None and len(ignored) != len(truths)):
+        raise ValueError("detections, truths and ignored must cover the same images")
+    hidden = ignored if ignored is not None else [[] for _ in truths]
     labels = sorted({label for image in truths for label, _ in image})
-    per_class = {label: _class_ap(label, detections, truths, iou) for label in labels}
+    per_class = {label: _class_ap(label, detections, truths, hidden, iou) for label in labels}
     mean = float(np.mean(list(per_class.values()))) if per_class else math.nan
     return mean, per_class
 
@@ -518,23 +554,35 @@ def _class_ap(
     label: str,
     detections: Sequence[Sequence[Detection]],
     truths: Sequence[Sequence[tuple[str, Box]]],
+    ignored: Sequence[Sequence[tuple[str, Box]]],
     iou: float,
 ) -> float:
-    gts = [np.array([b for lab, b in image if lab == label], dtype=np.float32) for image in truths]
-    matched = [np.zeros(len(g), dtype=bool) for g in gts]
-    npos = sum(len(g) for g in gts)
+    boxes, difficult = [], []
+    for truth, hidden in zip(truths, ignored, strict=True):
+        mine = [b for lab, b in truth if lab == label]
+        extra = [b for lab, b in hidden if lab == label]
+        boxes.append(np.array(mine + extra, dtype=np.float32).reshape(-1, 4))
+        difficult.append(np.arange(len(mine) + len(extra)) >= len(mine))
+    matched = [np.zeros(len(b), dtype=bool) for b in boxes]
+    npos = sum(int((~d).sum()) for d in difficult)
     found = [
         (d.score, i, d.box) for i, image in enumerate(detections) for d in image if d.label == label
     ]
     found.sort(key=lambda f: -f[0])
-    tp = np.zeros(len(found))
+    outcome = np.zeros(len(found))  # 1 true positive, 0 false positive, -1 left out
     for k, (_, image, box) in enumerate(found):
-        if len(gts[image]):
-            overlaps = box_iou(box, gts[image])
-            best = int(np.argmax(overlaps))
-            if overlaps[best] >= iou and not matched[image][best]:
-                matched[image][best] = True
-                tp[k] = 1.0
-    ctp = np.cumsum(tp)
-    cfp = np.cumsum(1.0 - tp)
+        if not len(boxes[image]):
+            continue
+        overlaps = box_iou(box, boxes[image])
+        best = int(np.argmax(overlaps))
+        if overlaps[best] < iou:
+            continue
+        if difficult[image][best]:
+            outcome[k] = -1
+        elif not matched[image][best]:
+            matched[image][best] = True
+            outcome[k] = 1
+    outcome = outcome[outcome >= 0]
+    ctp = np.cumsum(outcome)
+    cfp = np.cumsum(1.0 - outcome)
     return average_precision(ctp / npos, ctp / np.maximum(ctp + cfp, 1e-12))

@@ -7,8 +7,10 @@ the prompt's line per object::
 
     a red block at (0.42, -0.10, 0.03) m, under a yellow block
 
-Left and right are as the camera sees them (the image the planner reasons about); on and under
-follow gravity (base-frame z up; without a hand-eye, the camera's -y is taken as up).
+Left and right are as the camera sees them (the image a VLM planner reasons about), or with
+``sides = "base"`` the robot's own (base +y is left); on and under follow gravity (base-frame
+z up; without a hand-eye, the camera's -y is taken as up). Positions of objects that others
+hide in part are less sure: the centre is estimated from the part that shows.
 """
 
 from __future__ import annotations
@@ -109,7 +111,9 @@ class SceneState:
             return "No objects are seen."
         counts = Counter(obj.label for obj in self.objects)
         lines = [self._line(obj, counts) for obj in self.objects]
-        lines += [f"a {label} (position unknown: no depth)" for label in self.unlocated]
+        lines += [
+            f"{_article(label)} {label} (position unknown: no depth)" for label in self.unlocated
+        ]
         return "\n".join(lines)
 
     def _line(self, obj: SeenObject, counts: Counter[str]) -> str:
@@ -120,7 +124,7 @@ class SceneState:
 
     @staticmethod
     def _ref(obj: SeenObject, counts: Counter[str]) -> str:
-        return f"a {obj.label}" if counts[obj.label] == 1 else obj.name
+        return obj.name if counts[obj.label] > 1 else f"{_article(obj.label)} {obj.label}"
 
     def to_record(self) -> dict[str, object]:
         return {
@@ -128,6 +132,10 @@ class SceneState:
             "objects": [obj.to_record() for obj in self.objects],
             "unlocated": list(self.unlocated),
         }
+
+
+def _article(label: str) -> str:
+    return "an" if label[:1].lower() in "aeiou" else "a"
 
 
 def _spoken(obj: SeenObject) -> list[Relation]:
@@ -145,8 +153,10 @@ class Observer:
 
     ``near``: the largest gap (m) between two objects' surfaces that counts as near;
     ``min_score``: detections below it are ignored; ``centre``: the fraction of each box whose
-    median depth places it. Positions are the visible surface at the box centre pushed back by
-    half the object's width along the viewing ray: an estimate of the object's centre.
+    median depth places it; ``sides``: left and right as the camera sees them, or as the robot
+    does (base frame, +y left; needs the hand-eye). Positions are the visible surface at the box
+    centre pushed back by half the object's width along the viewing ray: an estimate of the
+    object's centre.
     """
 
     def __init__(
@@ -155,34 +165,46 @@ class Observer:
         near: float = 0.05,
         min_score: float = 0.0,
         centre: float = 0.5,
+        sides: Literal["camera", "base"] = "camera",
     ) -> None:
+        if sides == "base" and hand_eye is None:
+            raise ValueError('sides = "base" needs the hand-eye transform')
         self.hand_eye = hand_eye
+        self.sides = sides
         self.near = near
         self.min_score = min_score
         self.centre = centre
 
     def observe(self, detections: Iterable[Detection], frame: Frame) -> SceneState:
+        """Locate each detection; labels read as words ("red_block" becomes "red block")."""
         kept = [d for d in detections if d.score >= self.min_score]
-        names = _names([d.label for d in kept])
+        names = _names([_words(d.label) for d in kept])
         objects: list[SeenObject] = []
         unlocated: list[str] = []
         for name, det in zip(names, kept, strict=True):
             try:
                 seen = locate(det.box, frame.depth, frame.intrinsics, self.centre)
             except CameraError:
-                unlocated.append(det.label)
+                unlocated.append(_words(det.label))
                 continue
             objects.append(self._object(name, det, seen))
-        up = np.array([0.0, 0.0, 1.0]) if self.hand_eye else np.array([0.0, -1.0, 0.0])
-        frame_name: Literal["base", "camera"] = "base" if self.hand_eye else "camera"
-        return SceneState(relate(objects, up, self.near), tuple(unlocated), frame_name)
+        based = self.hand_eye is not None
+        up = np.array([0.0, 0.0, 1.0]) if based else np.array([0.0, -1.0, 0.0])
+        frame_name: Literal["base", "camera"] = "base" if based else "camera"
+        related = relate(objects, up, self.near, self.sides)
+        return SceneState(related, tuple(unlocated), frame_name)
 
     def _object(self, name: str, det: Detection, seen: Located) -> SeenObject:
         width = seen.size[0]
         camera = seen.behind(width / 2)
-        position = self.hand_eye.apply(camera) if self.hand_eye else camera
+        position = camera if self.hand_eye is None else self.hand_eye.apply(camera)
         box = (float(det.box[0]), float(det.box[1]), float(det.box[2]), float(det.box[3]))
-        return SeenObject(name, det.label, float(det.score), box, position, camera, width)
+        label = _words(det.label)
+        return SeenObject(name, label, float(det.score), box, position, camera, width)
+
+
+def _words(label: str) -> str:
+    return " ".join(label.replace("_", " ").split())
 
 
 def _names(labels: Sequence[str]) -> list[str]:
@@ -195,20 +217,26 @@ def _names(labels: Sequence[str]) -> list[str]:
 
 
 def relate(
-    objects: Sequence[SeenObject], up: npt.ArrayLike, near: float = 0.05
+    objects: Sequence[SeenObject],
+    up: npt.ArrayLike,
+    near: float = 0.05,
+    sides: Literal["camera", "base"] = "camera",
 ) -> tuple[SeenObject, ...]:
-    """The objects with their relations to each other filled in."""
+    """The objects with their relations to each other filled in. ``sides = "camera"``: left
+    is the camera's -x; ``"base"``: left is the base frame's +y."""
     up_v = np.asarray(up, dtype=np.float64) / np.linalg.norm(up)
     out = []
     for a in objects:
-        rels = [r for b in objects if b is not a for r in _pair(a, b, up_v, near)]
+        rels = [r for b in objects if b is not a for r in _pair(a, b, up_v, near, sides)]
         out.append(
             SeenObject(a.name, a.label, a.score, a.box, a.position, a.camera, a.size, tuple(rels))
         )
     return tuple(out)
 
 
-def _pair(a: SeenObject, b: SeenObject, up: Vector, near: float) -> list[Relation]:
+def _pair(
+    a: SeenObject, b: SeenObject, up: Vector, near: float, sides: Literal["camera", "base"]
+) -> list[Relation]:
     """How ``a`` stands to ``b``: stacked (on/under), else side (left/right of) and/or near."""
     d = a.position - b.position
     rise = float(d @ up)
@@ -217,9 +245,12 @@ def _pair(a: SeenObject, b: SeenObject, up: Vector, near: float) -> list[Relatio
     if _stacked(a, b, across, abs(rise), scale):
         return [Relation("on" if rise > 0 else "under", b.name)]
     rels: list[Relation] = []
-    dx = float(a.camera[0] - b.camera[0])
-    if abs(dx) > scale / 2:
-        rels.append(Relation("left of" if dx < 0 else "right of", b.name))
+    if sides == "camera":
+        rightward = float(a.camera[0] - b.camera[0])
+    else:
+        rightward = float(b.position[1] - a.position[1])  # base +y is the robot's left
+    if abs(rightward) > scale / 2:
+        rels.append(Relation("left of" if rightward < 0 else "right of", b.name))
     if float(np.linalg.norm(d)) - scale < near:
         rels.append(Relation("near", b.name))
     return rels

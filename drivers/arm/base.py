@@ -1,0 +1,63 @@
+"""The arm interface: SI units in the API (metres, radians, seconds); each driver converts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Arm", "ArmState", "Pose"]
+
+
+@dataclass(frozen=True)
+class Pose:
+    """Tool pose in the robot base frame: position in metres, orientation as roll/pitch/yaw
+    (radians, extrinsic XYZ, as JAKA's rx, ry, rz)."""
+
+    x: float
+    y: float
+    z: float
+    rx: float = 0.0
+    ry: float = 0.0
+    rz: float = 0.0
+
+    def position(self) -> tuple[float, float, float]:
+        return (self.x, self.y, self.z)
+
+
+@dataclass(frozen=True)
+class ArmState:
+    pose: Pose
+    joints: tuple[float, ...] = ()
+    gripper_closed: bool = False
+    moving: bool = False
+    error: str | None = None
+    #: what the driver last actually sent after safety clamping (for audit)
+    last_command: str | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Arm(Protocol):
+    """A robot arm. Motion calls block until the motion is done (or raise ArmError).
+
+    ``stop()`` must work from any state and any thread, and a lost link stops the motion.
+    """
+
+    def connect(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def home(self) -> None: ...
+
+    def move_to(self, pose: Pose, speed: float | None = None) -> None:
+        """Linear move of the tool to ``pose``; ``speed`` in m/s (capped by the limits)."""
+
+    def move_joints(self, joints: tuple[float, ...], speed: float | None = None) -> None:
+        """Joint move; ``joints`` in radians, ``speed`` in rad/s."""
+
+    def grip(self, close: bool) -> None:
+        """Close (or open) the gripper, or switch suction on (or off)."""
+
+    def stop(self) -> None: ...
+
+    def state(self) -> ArmState: ...

@@ -1,0 +1,333 @@
+"""A Marlin/GRBL-style G-code controller on a pseudo-terminal, backed by any Arm.
+
+``GcodePtyEmulator(arm).start()`` opens a pty with ``os.openpty`` and answers on its master
+side; :attr:`path` (``/dev/pts/N``) is what a driver opens with ``serial.serial_for_url``. It
+speaks the dialect described in :mod:`drivers.arm.gcode`: moves are queued in a planner of
+``planner_size`` entries and answered ``ok`` when queued (the answer is held while the planner
+is full), ``M400`` is answered when every queued motion is done, ``M112`` is acted on when it
+arrives and is not answered. A motion the backend could not do is reported as ``error:`` on
+the next ``M400``. Errors are GRBL-style (``error:<msg>`` instead of ``ok``), or Marlin-style
+with ``error_then_ok`` (``Error:<msg>`` and then ``ok``).
+
+Faults for tests: :meth:`inject_garbage`, :meth:`fail_next`, :meth:`mute`, :meth:`close_link`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import queue
+import re
+import select
+import threading
+import time
+import tty
+from collections import deque
+from dataclasses import replace
+
+from drivers.arm.base import Arm, Pose
+from drivers.emulators import BackendWorker, Job
+
+__all__ = ["GcodePtyEmulator"]
+
+log = logging.getLogger(__name__)
+
+_WORD = re.compile(r"([A-Z])\s*([-+]?\d*\.?\d+)")
+_POLL = 0.05
+
+
+class GcodePtyEmulator:
+    """A G-code controller on a pty, driving ``arm``."""
+
+    def __init__(
+        self,
+        arm: Arm,
+        *,
+        grip_on: str = "M3",
+        grip_off: str = "M5",
+        joint_axes: str = "ABCUVWIJK",
+        estop: str = "M112",
+        planner_size: int = 8,
+        orientation: tuple[float, float, float] | None = None,
+        error_then_ok: bool = False,
+    ) -> None:
+        self.arm = arm
+        self.grip_on = _normal(grip_on)
+        self.grip_off = _normal(grip_off)
+        self.joint_axes = joint_axes
+        self.estop = _normal(estop)
+        self.orientation = orientation
+        self.error_then_ok = error_then_ok
+        self.worker = BackendWorker(arm, capacity=planner_size)
+        self.received: deque[str] = deque(maxlen=1000)
+        self.lines_received = 0
+        self.lines_answered = 0
+        self.max_unanswered = 0
+        self.dropped = 0
+        self._master = -1
+        self._slave = -1
+        self._wake = (-1, -1)
+        self._closed = False
+        self._path = ""
+        self._lines: queue.Queue[tuple[int, str] | None] = queue.Queue()
+        self._estops = 0
+        self._write_lock = threading.Lock()
+        self._running = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._fail_next: str | None = None
+        self._muted = False
+        self._acceleration = 0.0
+
+    def __enter__(self) -> GcodePtyEmulator:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def path(self) -> str:
+        """The slave side to open: ``serial.serial_for_url(emulator.path, ...)``."""
+        if not self._path:
+            raise RuntimeError("GcodePtyEmulator: not started: call start() first")
+        return self._path
+
+    def start(self) -> GcodePtyEmulator:
+        self._master, self._slave = os.openpty()
+        self._wake = os.pipe()
+        tty.setraw(self._slave)  # no echo, no line editing, until a driver configures it
+        self._path = os.ttyname(self._slave)
+        self._running.set()
+        for target, name in ((self._read_loop, "gcode-pty-read"), (self._serve, "gcode-pty")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def close(self) -> None:
+        """Stop answering, stop the arm, close the pty."""
+        if self._closed:
+            return
+        self._closed = True
+        self._shutdown()
+        self.worker.stop()
+        self.worker.close()
+        for fd in self._wake:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    # -- faults ---------------------------------------------------------------------------
+
+    def inject_garbage(self, data: bytes = b"\x00\xfe#%&garbled*line@\xff\n") -> None:
+        """Write a line of noise to the driver now, as a flaky cable would."""
+        self._write(data)
+
+    def fail_next(self, message: str = "Printer halted: simulated fault") -> None:
+        """Answer the next command with ``error:<message>`` instead of running it."""
+        self._fail_next = message
+
+    def mute(self, on: bool = True) -> None:
+        """Stop answering (and acting on) anything, as a hung controller would."""
+        self._muted = on
+
+    def close_link(self) -> None:
+        """Drop the link: the pty goes away (nothing more is answered), then the arm stops."""
+        self._shutdown()
+        self.worker.stop()
+
+    def _shutdown(self) -> None:
+        self._running.clear()
+        self._lines.put(None)
+        with contextlib.suppress(OSError):
+            os.write(self._wake[1], b"x")
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=2.0)
+        self._threads.clear()
+        self._close_fds()
+
+    # -- the pty --------------------------------------------------------------------------
+
+    def _close_fds(self) -> None:
+        with self._write_lock:
+            for fd in (self._master, self._slave):
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self._master = self._slave = -1
+
+    def _write(self, data: bytes) -> None:
+        with self._write_lock:
+            if self._master >= 0:
+                with contextlib.suppress(OSError):
+                    os.write(self._master, data)
+
+    def _reply(self, *lines: str) -> None:
+        if self.error_then_ok and lines and lines[-1].startswith("error:"):
+            lines = (*lines[:-1], "Error:" + lines[-1][len("error:") :], "ok")
+        self.lines_answered += 1  # before the write: the driver may answer it at once
+        self._write("".join(line + "\n" for line in lines).encode())
+
+    def _read_loop(self) -> None:
+        buffer = b""
+        while self._running.is_set():
+            try:
+                ready, _, _ = select.select([self._master, self._wake[0]], [], [], _POLL)
+                if self._wake[0] in ready:
+                    return
+                chunk = os.read(self._master, 4096) if ready else b""
+            except (OSError, ValueError):
+                return
+            buffer += chunk
+            *lines, buffer = buffer.replace(b"\r", b"\n").split(b"\n")
+            for raw in lines:
+                self._on_line(raw.decode("ascii", errors="replace"))
+
+    def _on_line(self, raw: str) -> None:
+        line = _normal(raw)
+        if not line:
+            return
+        if self._muted:
+            self.dropped += 1
+            return
+        self.received.append(line)
+        if line == self.estop or line.split()[0] == self.estop:
+            self._estops += 1  # lines received before it are cancelled, not run
+            self.worker.stop()  # the emergency parser: acted on at once, never queued
+            return
+        self.lines_received += 1
+        self.max_unanswered = max(self.max_unanswered, self.lines_received - self.lines_answered)
+        self._lines.put((self._estops, line))
+
+    def _serve(self) -> None:
+        while True:
+            item = self._lines.get()
+            if item is None or not self._running.is_set():
+                return
+            estops, line = item
+            if self._muted:
+                continue
+            if estops != self._estops and _is_motion(line, self):
+                self._reply("ok")  # cancelled by M112: answered, not run
+                continue
+            if self._fail_next is not None:
+                message, self._fail_next = self._fail_next, None
+                self._reply(f"error:{message}")
+                continue
+            try:
+                self._reply(*self._execute(line))
+            except Exception as exc:  # a bad line must never kill the controller
+                log.exception("gcode emulator: %r failed", line)
+                self._reply(f"error:{type(exc).__name__}: {exc}")
+
+    # -- the dialect ----------------------------------------------------------------------
+
+    def _execute(self, line: str) -> list[str]:
+        head = line.split()[0]
+        words = {k: float(v) for k, v in _WORD.findall(line[len(head) :])}
+        if line in (self.grip_on, self.grip_off):
+            return self._queue(_grip(line == self.grip_on))
+        if head in ("G0", "G00", "G1", "G01"):
+            return self._move(words)
+        if head == "G28":
+            return self._queue(_home)
+        if head == "G4":
+            seconds = words.get("S", words.get("P", 0.0) / 1000.0)
+            return self._queue(lambda arm: time.sleep(seconds))
+        if head in ("G21", "G90", "M999", "M17", "M84"):
+            return ["ok"]
+        if head == "M204":
+            self._acceleration = words.get("S", words.get("P", self._acceleration))
+            return ["ok"]
+        if head == "M400":
+            return self._sync()
+        if head == "M114":
+            return [self._position(), "ok"]
+        if head in ("G20", "G91"):
+            return [f"error:{head} is not supported: send G21 and G90 (mm, absolute)"]
+        return [f"error:Unknown command: {line}"]
+
+    def _queue(self, job: Job) -> list[str]:
+        self.worker.submit(job)
+        return ["ok"]
+
+    def _move(self, words: dict[str, float]) -> list[str]:
+        joints = {a: words[a] for a in self.joint_axes if a in words}
+        cartesian = {a: words[a] for a in "XYZ" if a in words}
+        feed = words.get("F")
+        if joints and cartesian:
+            return ["error:a move names both X/Y/Z and joint axes: send them apart"]
+        if joints:
+            return self._queue(_joint_move(joints, self.joint_axes, feed))
+        if not cartesian:
+            return ["ok"]  # a feed-only line
+        return self._queue(_linear_move(cartesian, feed, self.orientation))
+
+    def _sync(self) -> list[str]:
+        while not self.worker.wait_idle(_POLL):
+            if not self._running.is_set():
+                return []
+        error = self.worker.take_error()
+        return [f"error:{error}"] if error else ["ok"]
+
+    def _position(self) -> str:
+        state = self.arm.state()
+        p = state.pose
+        text = f"X:{p.x * 1000:.3f} Y:{p.y * 1000:.3f} Z:{p.z * 1000:.3f}"
+        for axis, q in zip(self.joint_axes, state.joints, strict=False):
+            text += f" {axis}:{math.degrees(q):.3f}"
+        return text + " Count X:0 Y:0 Z:0"
+
+
+def _is_motion(line: str, emulator: GcodePtyEmulator) -> bool:
+    head = line.split()[0]
+    grips = (emulator.grip_on, emulator.grip_off)
+    return head in ("G0", "G00", "G1", "G01", "G28", "G4") or line in grips
+
+
+def _normal(line: str) -> str:
+    """Upper case, comments (``;`` and ``( )``) and line numbers/checksums removed."""
+    line = line.split(";", 1)[0]
+    line = re.sub(r"\(.*?\)", "", line)
+    line = line.split("*", 1)[0]
+    line = re.sub(r"^\s*N\d+\s+", "", line.upper())
+    return " ".join(line.split())
+
+
+def _home(arm: Arm) -> None:
+    arm.home()
+
+
+def _grip(close: bool) -> Job:
+    def job(arm: Arm) -> None:
+        arm.grip(close)
+
+    return job
+
+
+def _linear_move(
+    target_mm: dict[str, float],
+    feed: float | None,
+    orientation: tuple[float, float, float] | None,
+) -> Job:
+    def job(arm: Arm) -> None:
+        here = arm.state().pose
+        pose = replace(here, **{axis.lower(): value / 1000.0 for axis, value in target_mm.items()})
+        if orientation is not None:
+            pose = Pose(pose.x, pose.y, pose.z, *orientation)
+        arm.move_to(pose, None if feed is None else feed / 60_000.0)
+
+    return job
+
+
+def _joint_move(target_deg: dict[str, float], axes: str, feed: float | None) -> Job:
+    def job(arm: Arm) -> None:
+        joints = list(arm.state().joints)
+        for i, axis in enumerate(axes[: len(joints)]):
+            if axis in target_deg:
+                joints[i] = math.radians(target_deg[axis])
+        arm.move_joints(tuple(joints), None if feed is None else math.radians(feed / 60.0))
+
+    return job

@@ -1,0 +1,80 @@
+"""Serve the twin's arm over the real protocols: JAKA JSON on TCP, and G-code on a pty.
+
+``serve(scene, ...)`` builds one physics twin, puts the JAKA emulator and the G-code emulator
+in front of the same simulated arm, prints where they listen and runs until SIGTERM or SIGINT
+(or until ``stop`` is set). The lead wires it as ``onboard sim serve``. Connect a driver::
+
+    GcodeArmConfig(url="/dev/pts/N")                     # the printed pty path
+    JakaArmConfig(host="127.0.0.1", port=10001, status_port=10000)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+
+from drivers.arm.sim import SimArm, SimArmConfig
+from drivers.emulators.gcode_pty import GcodePtyEmulator
+from drivers.emulators.jaka_server import JakaServer
+from drivers.twin import Scene, Twin
+
+__all__ = ["serve"]
+
+
+def serve(
+    scene: Scene | Path | str | None = None,
+    jaka_host: str = "127.0.0.1",
+    jaka_port: int = 10001,
+    status_port: int = 10000,
+    gcode: bool = True,
+    *,
+    stop: threading.Event | None = None,
+    say: Callable[[str], None] | None = None,
+) -> None:
+    """Run both emulators on one twin until SIGTERM/SIGINT (or ``stop`` is set)."""
+    stop = stop or threading.Event()
+    say = say or _say
+    with contextlib.ExitStack() as stack:
+        twin = stack.enter_context(Twin(scene))
+        arm = SimArm(twin, SimArmConfig())
+        arm.connect()
+        stack.callback(arm.close)
+        jaka = stack.enter_context(
+            JakaServer(arm, host=jaka_host, port=jaka_port, status_port=status_port)
+        )
+        host, port = jaka.address
+        say(f"jaka: {host}:{port} (status stream {host}:{jaka.status_address[1]})")
+        if gcode:
+            pty = stack.enter_context(GcodePtyEmulator(arm))
+            say(f"gcode: {pty.path}")
+        say("serving the twin's arm; stop with SIGTERM or Ctrl-C")
+        with _stop_on_signals(stop):
+            while not stop.wait(0.5):
+                pass
+        say("stopping")
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """Set ``stop`` on SIGTERM and SIGINT (only the main thread may install handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

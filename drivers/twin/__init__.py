@@ -1,0 +1,10 @@
+"""The physics twin: a Franka Panda at a table with objects and an RGB-D camera (PyBullet).
+
+Used by the sim arm and camera drivers, the detector's training data and the tests.
+"""
+
+from drivers.twin.panda import IKSolution
+from drivers.twin.scene import SCENES, Scene, default_scene, load_scene
+from drivers.twin.world import DT, Twin
+
+__all__ = ["DT", "SCENES", "IKSolution", "Scene", "Twin", "default_scene", "load_scene"]

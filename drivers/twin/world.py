@@ -1,0 +1,274 @@
+"""The physics twin: a Panda at a table with objects and an RGB-D camera, in PyBullet.
+
+Each :class:`Twin` owns its PyBullet client in DIRECT mode (never the global default
+client), so several twins coexist in one process. Time advances only through
+:meth:`Twin.step`, in fixed steps of 1/240 s. One re-entrant lock guards the client: an arm
+stepping in one thread and a camera rendering in another take turns.
+
+Frames: objects and the camera are in the world frame (z = 0 is the table top); arm poses
+(:class:`~drivers.arm.base.Pose`) are in the arm's base frame, as every Arm driver's are.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+import numpy.typing as npt
+import pybullet
+import pybullet_data
+from pybullet_utils.bullet_client import BulletClient
+
+from drivers.arm.base import Pose
+from drivers.camera.base import Intrinsics
+from drivers.twin import camera
+from drivers.twin.bodies import Built, build_object, build_table
+from drivers.twin.frames import Quat, Vec3
+from drivers.twin.panda import IKSolution, Panda
+from drivers.twin.scene import Scene, default_scene, load_scene
+
+__all__ = ["DT", "Twin"]
+
+DT = 1.0 / 240.0  # seconds per physics step
+
+
+class Twin:
+    """A PyBullet world built from a scene file (default: ``scenes/tabletop.toml``)."""
+
+    def __init__(self, scene: Scene | Path | str | None = None) -> None:
+        if not isinstance(scene, Scene):
+            self.path: Path | None = Path(scene) if scene is not None else default_scene()
+            scene = load_scene(self.path)
+        else:
+            self.path = None
+        self.scene = scene
+        self.lock = threading.RLock()
+        self._steps = 0
+        self._p = BulletClient(connection_mode=pybullet.DIRECT)
+        self._p.setAdditionalSearchPath(pybullet_data.getDataPath())
+        self._p.setGravity(0, 0, -9.81)
+        self._p.setTimeStep(DT)
+        try:
+            self.table = build_table(self._p, scene.table)
+            self.panda = Panda(self._p, scene.arm, pybullet_data.getDataPath())
+            self._objects = {spec.name: build_object(self._p, spec) for spec in scene.objects}
+        except BaseException:
+            self._p.disconnect()
+            raise
+        self._loose = {b.body for b in self._objects.values() if not b.static}
+        self._belts = [b for b in self._objects.values() if b.kind == "conveyor"]
+        for built in self._objects.values():
+            if built.kind == "drawer":
+                self._drive_drawer(built, self._p.getJointState(built.body, 0)[0])
+        self._closed = False
+
+    def close(self) -> None:
+        with self.lock:
+            if not self._closed:
+                self.panda.close()
+                self._p.disconnect()
+                self._closed = True
+
+    def __enter__(self) -> Twin:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # time
+
+    @property
+    def time(self) -> float:
+        """Simulated seconds since the twin was built."""
+        return self._steps * DT
+
+    def step(self, seconds: float = DT) -> None:
+        """Advance physics by ``seconds`` (rounded to whole steps, at least one)."""
+        with self.lock:
+            for _ in range(max(1, round(seconds / DT))):
+                self._move_belts()
+                self._p.stepSimulation()
+                self._steps += 1
+                self._update_grasp()
+
+    def settle(self, seconds: float = 0.5) -> None:
+        """Let objects come to rest after the scene was built or changed."""
+        self.step(seconds)
+
+    # objects
+
+    def object_names(self) -> list[str]:
+        return list(self._objects)
+
+    def kind_of(self, name: str) -> str:
+        return self._get(name).kind
+
+    def body_of(self, name: str) -> int:
+        return self._get(name).body
+
+    def segmentation_id(self, name: str) -> int:
+        """The value of ``name``'s pixels in the segmentation image of :meth:`render`."""
+        return self._get(name).body
+
+    def name_of(self, body: int) -> str | None:
+        return next((n for n, b in self._objects.items() if b.body == body), None)
+
+    def object_pose(self, name: str) -> tuple[Vec3, Quat]:
+        """Position (its centre of mass) and orientation of ``name`` in the world frame."""
+        with self.lock:
+            position, orientation = self._p.getBasePositionAndOrientation(self.body_of(name))
+        return tuple(position), tuple(orientation)
+
+    def set_object_pose(self, name: str, position: Vec3, orientation: Quat | None = None) -> None:
+        with self.lock:
+            body = self.body_of(name)
+            if orientation is None:
+                orientation = tuple(self._p.getBasePositionAndOrientation(body)[1])
+            self._p.resetBasePositionAndOrientation(body, position, orientation)
+            self._p.resetBaseVelocity(body, (0, 0, 0), (0, 0, 0))
+
+    def set_drawer(self, name: str, opening: float) -> None:
+        """Drive drawer ``name`` towards ``opening`` metres open (it moves as time steps)."""
+        built = self._get(name)
+        if built.kind != "drawer":
+            raise ValueError(f"{name!r} is a {built.kind}, not a drawer")
+        with self.lock:
+            self._drive_drawer(built, min(max(opening, 0.0), built.drawer_travel))
+
+    def drawer_opening(self, name: str) -> float:
+        with self.lock:
+            return float(self._p.getJointState(self.body_of(name), 0)[0])
+
+    # arm (poses in the arm's base frame)
+
+    def to_base(self, point: Vec3) -> Vec3:
+        """A world-frame point in the arm's base frame."""
+        return self.panda.base.inverse().apply(point)
+
+    def to_world(self, point: Vec3) -> Vec3:
+        return self.panda.base.apply(point)
+
+    def joints(self) -> tuple[float, ...]:
+        with self.lock:
+            return self.panda.joints()
+
+    def joint_velocities(self) -> tuple[float, ...]:
+        with self.lock:
+            return self.panda.joint_velocities()
+
+    def joint_limits(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        return self.panda.lower, self.panda.upper
+
+    def reset_joints(self, joints: Sequence[float]) -> None:
+        """Teleport the arm (gripper open), without simulating the way there."""
+        with self.lock:
+            self.panda.reset(joints)
+
+    def ee_pose(self) -> Pose:
+        """The tool (between the finger tips, z along the fingers) in the base frame."""
+        with self.lock:
+            return self.panda.tcp().to_pose()
+
+    def forward(self, joints: Sequence[float]) -> Pose:
+        with self.lock:
+            return self.panda.forward(joints).to_pose()
+
+    def solve_ik(self, pose: Pose, seed: Sequence[float] | None = None) -> IKSolution:
+        """Joints reaching ``pose`` (base frame), checked by forward kinematics."""
+        with self.lock:
+            return self.panda.solve_ik(pose, seed)
+
+    def set_joint_targets(self, joints: Sequence[float], max_velocity: float) -> None:
+        """Position-control the 7 arm joints towards ``joints`` at most ``max_velocity`` rad/s."""
+        with self.lock:
+            self.panda.set_targets(joints, max_velocity)
+
+    def grip(self, close: bool) -> None:
+        """Drive the fingers closed (with the configured force) or open; opening releases."""
+        with self.lock:
+            self.panda.grip(close)
+
+    def gripper_closed(self) -> bool:
+        return self.panda.closed
+
+    def gripper_width(self) -> float:
+        """Metres between the fingers (0.08 fully open)."""
+        with self.lock:
+            return self.panda.width()
+
+    def gripper_moving(self) -> bool:
+        with self.lock:
+            return self.panda.finger_speed() > 1e-3
+
+    def held_object(self) -> str | None:
+        """The object the gripper holds: welded to it, or pressed by both fingers."""
+        with self.lock:
+            body = self.panda.held
+            if body is None and self.panda.closed:
+                body = self.panda.pinched(self._loose)
+        return None if body is None else self.name_of(body)
+
+    # camera
+
+    def render(self) -> camera.Images:
+        """RGB (H, W, 3) uint8, depth (H, W) float32 metres, segmentation (H, W) int32."""
+        with self.lock:
+            return camera.render(self._p, self.scene.camera)
+
+    def intrinsics(self) -> Intrinsics:
+        return camera.intrinsics(self.scene.camera)
+
+    def camera_pose(self) -> npt.NDArray[np.float64]:
+        """Camera-to-world 4x4 (OpenCV axes: x right, y down, z forward)."""
+        return camera.camera_pose(self.scene.camera)
+
+    def ray_test(self, start: Vec3, end: Vec3) -> tuple[str | int | None, Vec3]:
+        """The first thing on the segment (object name, else body id, else None) and where."""
+        with self.lock:
+            hit = self._p.rayTest(start, end)[0]
+        if hit[0] < 0:
+            return None, end
+        return self.name_of(hit[0]) or int(hit[0]), tuple(hit[3])
+
+    # internals
+
+    def _get(self, name: str) -> Built:
+        try:
+            return self._objects[name]
+        except KeyError:
+            known = ", ".join(repr(n) for n in self._objects) or "none"
+            raise KeyError(f"no object {name!r} in the scene; objects: {known}") from None
+
+    def _drive_drawer(self, built: Built, opening: float) -> None:
+        self._p.setJointMotorControl2(
+            built.body,
+            0,
+            self._p.POSITION_CONTROL,
+            targetPosition=opening,
+            force=30.0,
+            maxVelocity=0.2,
+        )
+
+    def _move_belts(self) -> None:
+        held = self.panda.held
+        for belt in self._belts:
+            riders = {c[2] for c in self._p.getContactPoints(bodyA=belt.body)}
+            for body in riders & self._loose - {held}:
+                linear, angular = self._p.getBaseVelocity(body)
+                velocity = (belt.belt[0], belt.belt[1], linear[2])
+                self._p.resetBaseVelocity(body, velocity, angular)
+
+    def _update_grasp(self) -> None:
+        arm = self.panda
+        if arm.closed and arm.held is None and self.scene.arm.weld:
+            body = arm.pinched(self._loose)
+            if body is not None:
+                arm.weld(body)
