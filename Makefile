@@ -20,7 +20,7 @@ run: $(STAMP)
 
 ## Lint, type-check and every test (the slow end-to-end test on the real model included).
 test: $(STAMP) lint
-	ONBOARD_REQUIRE_LOCAL_LLM=1 $(BIN)/python -m pytest
+	ONBOARD_REQUIRE_LOCAL_LLM=1 ONBOARD_REQUIRE_REALSENSE=1 $(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check runtime drivers tests bench

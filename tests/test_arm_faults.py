@@ -1,0 +1,255 @@
+"""Faults injected on the real links (a pty, loopback TCP) between the drivers and the twin.
+
+After every fault the twin's arm must be still: a driver that lost its controller, or a
+controller that lost its driver, leaves the robot stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+import pytest
+
+from drivers.arm.base import Arm, Pose
+from drivers.arm.gcode import GcodeArm, GcodeArmConfig, parse_position
+from drivers.arm.jaka import JakaArm, JakaArmConfig, JsonStream
+from drivers.arm.sim import SimArm
+from drivers.emulators.gcode_pty import GcodePtyEmulator
+from drivers.emulators.jaka_server import JakaServer
+from drivers.twin import SCENES, Twin
+from runtime.errors import ArmError, ArmTimeout, LinkLost
+
+SCENE = SCENES / "blocks.toml"
+
+
+@pytest.fixture
+def backend() -> Iterator[SimArm]:
+    with Twin(SCENE) as twin:
+        arm = SimArm(twin)
+        arm.connect()
+        yield arm
+        arm.close()
+
+
+@dataclass
+class Gcode:
+    emulator: GcodePtyEmulator
+    arm: GcodeArm
+
+
+@dataclass
+class Jaka:
+    server: JakaServer
+    arm: JakaArm
+
+
+@pytest.fixture
+def gcode(backend: SimArm) -> Iterator[Gcode]:
+    with GcodePtyEmulator(backend) as emulator:
+        config = GcodeArmConfig(url=emulator.path, timeout=0.5, grip_settle=0.0)
+        with GcodeArm(config) as arm:
+            yield Gcode(emulator, arm)
+
+
+@pytest.fixture
+def jaka(backend: SimArm) -> Iterator[Jaka]:
+    with JakaServer(backend, port=0, status_port=0) as server:
+        host, port = server.address
+        config = JakaArmConfig(
+            host=host, port=port, status_port=server.status_address[1], timeout=0.5
+        )
+        with JakaArm(config) as arm:
+            yield Jaka(server, arm)
+
+
+def still(backend: SimArm, timeout: float = 3.0) -> bool:
+    """The twin's arm is not moving (waiting a little for a stop to land)."""
+    deadline = time.monotonic() + timeout
+    while backend.state().moving:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def nudge(arm: Arm, backend: SimArm, dz: float = -0.02) -> Pose:
+    """A small move from where the twin's tool is; returns the target."""
+    here = backend.state().pose
+    target = replace(here, z=here.z + dz)
+    arm.move_to(target, 0.2)
+    return target
+
+
+def fault_during_slow_move(arm: Arm, backend: SimArm, fault: Callable[[], None]) -> BaseException:
+    """Start a long move, inject ``fault`` once the twin moves, return what the move raised."""
+    here = backend.state().pose
+    raised: list[BaseException] = []
+
+    def move() -> None:
+        try:
+            arm.move_to(replace(here, y=here.y + 0.15), 0.01)
+        except ArmError as exc:
+            raised.append(exc)
+
+    mover = threading.Thread(target=move)
+    mover.start()
+    deadline = time.monotonic() + 5.0
+    while not backend.state().moving and time.monotonic() < deadline:
+        time.sleep(0.005)
+    fault()
+    mover.join(timeout=5.0)
+    assert not mover.is_alive(), "the move did not end after the fault"
+    assert raised, "the move finished although the fault came first"
+    return raised[0]
+
+
+# -- G-code on a pty ----------------------------------------------------------------------------
+
+
+def test_gcode_garbled_line_is_skipped_and_the_command_succeeds(
+    gcode: Gcode, backend: SimArm
+) -> None:
+    gcode.emulator.inject_garbage()
+    gcode.emulator.inject_garbage(b"oK?\x00\x7f\n")  # looks a little like an answer; is not
+    target = nudge(gcode.arm, backend)
+    assert abs(backend.state().pose.z - target.z) < 0.005
+    assert gcode.arm.state().extra["garbage_lines"] >= 2
+    assert still(backend)
+
+
+def test_gcode_error_reply_raises_arm_error_with_the_message(gcode: Gcode, backend: SimArm) -> None:
+    gcode.emulator.fail_next("Printer halted. kill() called!")
+    with pytest.raises(ArmError, match=re.escape("Printer halted. kill() called!")):
+        nudge(gcode.arm, backend)
+    assert still(backend)
+    nudge(gcode.arm, backend)  # the answers are still in step
+
+
+def test_gcode_marlin_style_error_then_ok_keeps_the_answers_in_step(backend: SimArm) -> None:
+    with GcodePtyEmulator(backend, error_then_ok=True) as emulator:
+        config = GcodeArmConfig(url=emulator.path, error_then_ok=True, grip_settle=0.0)
+        with GcodeArm(config) as arm:
+            emulator.fail_next("Unknown command")
+            with pytest.raises(ArmError, match="Unknown command"):
+                arm.command("M115")
+            nudge(arm, backend)
+            assert arm.stray_answers == 0
+    assert still(backend)
+
+
+def test_gcode_closed_pty_raises_link_lost_and_the_arm_stops(gcode: Gcode, backend: SimArm) -> None:
+    raised = fault_during_slow_move(gcode.arm, backend, gcode.emulator.close_link)
+    assert isinstance(raised, LinkLost)
+    assert still(backend)
+    state = gcode.arm.state()
+    assert not state.moving and state.error
+    with pytest.raises(LinkLost, match="reconnect"):
+        gcode.arm.home()
+
+
+def test_gcode_silent_controller_raises_timeout_and_the_arm_stays_still(
+    gcode: Gcode, backend: SimArm
+) -> None:
+    gcode.emulator.mute()
+    started = time.monotonic()
+    with pytest.raises(ArmTimeout, match="reconnect"):
+        nudge(gcode.arm, backend)
+    assert time.monotonic() - started < 3.0
+    assert still(backend)
+    gcode.emulator.mute(False)
+    gcode.arm.reconnect()
+    nudge(gcode.arm, backend)
+
+
+def test_gcode_keeps_at_most_in_flight_lines_unanswered(backend: SimArm) -> None:
+    with GcodePtyEmulator(backend, planner_size=1) as emulator:
+        config = GcodeArmConfig(url=emulator.path, in_flight=3, grip_settle=0.0)
+        with GcodeArm(config) as arm:
+            here = backend.state().pose
+            x, y, z = (round(v * 1000, 1) for v in here.position())
+            program = [f"G1 X{x} Y{y + i} Z{z} F6000" for i in range(8)] + ["M400"]
+            arm.stream(program, timeout=10.0)
+    assert emulator.max_unanswered == 3
+    assert abs(backend.state().pose.y * 1000 - (y + 7)) < 1.0
+
+
+def test_gcode_driver_opens_any_serial_url() -> None:
+    # loop:// echoes each line back: nothing answers "ok", every echo is skipped as noise
+    config = GcodeArmConfig(url="loop://", timeout=0.2, startup=())
+    with GcodeArm(config) as arm:
+        with pytest.raises(ArmTimeout):
+            arm.command("M114")
+        time.sleep(0.1)
+        assert arm.garbage_lines >= 1
+
+
+def test_gcode_position_report_parsing() -> None:
+    report = "X:10.00 Y:-2.5 Z:300.125 A:90.0 E:0.00 Count X:800 Y:0 Z:24000"
+    assert parse_position(report) == {"X": 10.0, "Y": -2.5, "Z": 300.125, "A": 90.0, "E": 0.0}
+
+
+# -- JAKA on TCP --------------------------------------------------------------------------------
+
+
+def test_jaka_error_code_raises_arm_error_naming_command_and_message(
+    jaka: Jaka, backend: SimArm
+) -> None:
+    jaka.server.fail_next("moveL", "target beyond the soft limit", code="2")
+    with pytest.raises(ArmError, match=r"moveL.*errorCode 2.*target beyond the soft limit"):
+        nudge(jaka.arm, backend)
+    assert still(backend)
+    nudge(jaka.arm, backend)
+
+
+def test_jaka_unknown_command_gets_a_nonzero_error_code(jaka: Jaka) -> None:
+    with socket.create_connection(jaka.server.address, timeout=2.0) as raw:
+        raw.sendall(json.dumps({"cmdName": "make_coffee"}).encode())
+        stream: JsonStream = JsonStream()
+        replies: list[dict[str, object]] = []
+        while not replies:
+            replies = stream.feed(raw.recv(4096))
+    assert replies[0]["cmdName"] == "make_coffee"
+    assert replies[0]["errorCode"] != "0"
+    with pytest.raises(ArmError, match="make_coffee failed with errorCode 1"):
+        jaka.arm.call("make_coffee")
+
+
+def test_jaka_dropped_socket_raises_link_lost_and_the_arm_stops(
+    jaka: Jaka, backend: SimArm
+) -> None:
+    raised = fault_during_slow_move(jaka.arm, backend, jaka.server.drop_clients)
+    assert isinstance(raised, LinkLost)
+    assert still(backend)
+    with pytest.raises(LinkLost, match="reconnect"):
+        jaka.arm.state()
+    jaka.arm.reconnect()
+    nudge(jaka.arm, backend)
+
+
+def test_jaka_silent_controller_raises_timeout_and_the_arm_stays_still(
+    jaka: Jaka, backend: SimArm
+) -> None:
+    jaka.server.mute()
+    with pytest.raises(ArmTimeout, match="moveL"):
+        nudge(jaka.arm, backend)
+    assert still(backend)
+
+
+def test_jaka_garbage_between_replies_is_skipped(jaka: Jaka, backend: SimArm) -> None:
+    jaka.server.inject_garbage()
+    nudge(jaka.arm, backend)
+    assert jaka.arm.stream.skipped >= 1
+    assert still(backend)
+
+
+def test_json_stream_splits_joined_and_partial_objects() -> None:
+    stream = JsonStream()
+    assert stream.feed(b'{"a": 1}{"b": "}{"}\n{"c"') == [{"a": 1}, {"b": "}{"}]
+    assert stream.feed(b": [1, 2]}noise{bad json}") == [{"c": [1, 2]}]
+    assert stream.skipped >= 2
