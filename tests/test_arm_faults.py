@@ -175,7 +175,7 @@ def test_gcode_keeps_at_most_in_flight_lines_unanswered(backend: SimArm) -> None
             x, y, z = (round(v * 1000, 1) for v in here.position())
             program = [f"G1 X{x} Y{y + i} Z{z} F6000" for i in range(8)] + ["M400"]
             arm.stream(program, timeout=10.0)
-    assert emulator.max_unanswered == 3
+    assert 2 <= emulator.max_unanswered <= 3  # pipelined, never past the window
     assert abs(backend.state().pose.y * 1000 - (y + 7)) < 1.0
 
 
