@@ -25,7 +25,7 @@ from runtime.skill import Skill
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-DEV_SET = Path("/work/shared/eval/engage-mapping-dev.jsonl")
+DEV_SET = ROOT.parent / "shared" / "eval" / "engage-mapping-dev.jsonl"
 HELDOUT_SET = ROOT / "bench" / "data" / "engage-mapping-heldout.jsonl"
 
 

@@ -88,6 +88,27 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("recording", type=Path)
     p.set_defaults(func=_replay)
 
+    p = sub.add_parser("sim", help="the physics twin behind the real arm protocols")
+    sim = p.add_subparsers(required=True, metavar="ACTION")
+    q = sim.add_parser("serve", help="serve the JAKA TCP and G-code pty emulators on one twin")
+    q.add_argument("--scene", type=Path, help="scene file (default: the tabletop scene)")
+    q.add_argument("--jaka-host", default="127.0.0.1")
+    q.add_argument("--jaka-port", type=int, default=10001)
+    q.add_argument("--status-port", type=int, default=10000)
+    q.add_argument("--no-gcode", action="store_true", help="no G-code pty")
+    q.set_defaults(func=_sim_serve)
+
+    p = sub.add_parser("calibrate", help="hand-eye calibration from a marker held by the arm")
+    p.add_argument("--low", type=float, nargs=3, default=[0.35, -0.15, 0.15], metavar="M")
+    p.add_argument("--high", type=float, nargs=3, default=[0.55, 0.15, 0.35], metavar="M")
+    p.add_argument("--steps", type=int, default=3, help="grid points per axis")
+    p.add_argument("--color", type=int, nargs=3, default=[255, 0, 255], metavar="RGB")
+    p.add_argument("--offset", type=float, nargs=3, default=[0.0, 0.0, 0.05], metavar="M",
+                   help="marker offset from the tool point, tool frame")  # fmt: skip
+    p.add_argument("--radius", type=float, default=0.02, help="marker radius, m")
+    p.add_argument("--write", action="store_true", help="write [hand_eye] into robot.toml")
+    p.set_defaults(func=_calibrate)
+
     p = sub.add_parser("standin", help="serve the stand-in LLM on loopback")
     p.add_argument("--port", type=int, default=8089)
     p.add_argument("--seed", type=int, default=0)
@@ -167,6 +188,19 @@ def _replay(args: argparse.Namespace) -> int:
     from runtime.replay import replay_command
 
     return replay_command(args.recording)
+
+
+def _sim_serve(args: argparse.Namespace) -> int:
+    from drivers.emulators.serve import serve
+
+    serve(args.scene, args.jaka_host, args.jaka_port, args.status_port, gcode=not args.no_gcode)
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from runtime.calibrate_cmd import calibrate_command
+
+    return calibrate_command(_robot(args), args.robot, args)
 
 
 def _standin(args: argparse.Namespace) -> int:

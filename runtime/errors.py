@@ -23,7 +23,8 @@ translated at the boundary that meets them, with ``raise ... from exc``.
     │       └── StaleFrame     ... no frame fresh enough             (also a TimeoutError)
     ├── RecordingError         a recording cannot be read or written
     │   └── ReplayDivergence   a replay did not follow its recording
-    └── CandidateError         a bottom-up candidate cannot be found or added
+    ├── CandidateError         a bottom-up candidate cannot be found or added
+    └── CalibrationError       `onboard calibrate` cannot run as asked or store its result
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 __all__ = [
     "ArmError",
     "ArmTimeout",
+    "CalibrationError",
     "CameraError",
     "CandidateError",
     "ConfigError",
@@ -148,3 +150,7 @@ class ReplayDivergence(RecordingError):
 
 class CandidateError(OnboardError):
     """A bottom-up candidate cannot be found or added."""
+
+
+class CalibrationError(OnboardError):
+    """``onboard calibrate`` cannot run as asked, or cannot store its result."""

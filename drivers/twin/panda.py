@@ -30,6 +30,7 @@ from pybullet_utils.bullet_client import BulletClient
 
 from drivers.arm.base import Pose
 from drivers.twin.frames import Transform, quat_angle, quat_from_euler
+from drivers.twin.marker import HandMarker
 from drivers.twin.scene import ArmSpec
 
 __all__ = ["IKSolution", "Panda"]
@@ -74,7 +75,10 @@ class Panda:
         self.closed = False
         self._weld: int | None = None
         self.held: int | None = None
+        self.marker: HandMarker | None = None
         self.reset(spec.home)
+        if spec.marker is not None:
+            self.marker = HandMarker(p, spec.marker, self.body, HAND, TCP)
 
     def close(self) -> None:
         self._shadow.disconnect()
@@ -97,6 +101,8 @@ class Panda:
         self.closed = False
         self.set_targets(joints, max(self.max_velocity))
         self._drive_fingers(FINGER_OPEN)
+        if self.marker is not None:
+            self.marker.place()
 
     def set_targets(self, joints: Sequence[float], max_velocity: float) -> None:
         for j, q in zip(ARM, joints, strict=True):

@@ -18,6 +18,7 @@ __all__ = [
     "ArmSpec",
     "CameraSpec",
     "Kind",
+    "MarkerSpec",
     "ObjectSpec",
     "Scene",
     "TableSpec",
@@ -67,6 +68,19 @@ class TableSpec(_Strict):
     color: RGBA = (0.72, 0.6, 0.45, 1.0)
 
 
+class MarkerSpec(_Strict):
+    """``[arm.marker]``: a sphere rigidly carried by the hand, for hand-eye calibration.
+
+    ``offset`` (metres) places its centre relative to the tool point, in the tool frame (z
+    along the fingers: ``[0, 0, 0.05]`` is 5 cm beyond the finger tips). It follows the arm
+    through physics, shows in renders and segmentation, and collides with nothing.
+    """
+
+    color: RGBA = (1.0, 0.0, 1.0, 1.0)
+    radius: Positive = 0.02
+    offset: Vec3 = (0.0, 0.0, 0.05)
+
+
 class ArmSpec(_Strict):
     """The Franka Panda from pybullet_data, fixed at ``position`` and turned by ``yaw``."""
 
@@ -82,6 +96,7 @@ class ArmSpec(_Strict):
         default=True,
         description="fix a grasped object to the hand once both fingers press on it",
     )
+    marker: MarkerSpec | None = Field(default=None, description="a calibration marker")
 
 
 class CameraSpec(_Strict):

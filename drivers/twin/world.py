@@ -27,6 +27,7 @@ from drivers.camera.base import Intrinsics
 from drivers.twin import camera
 from drivers.twin.bodies import Built, build_object, build_table
 from drivers.twin.frames import Quat, Vec3
+from drivers.twin.marker import HandMarker
 from drivers.twin.panda import IKSolution, Panda
 from drivers.twin.scene import Scene, default_scene, load_scene
 
@@ -216,6 +217,20 @@ class Twin:
                 body = self.panda.pinched(self._loose)
         return None if body is None else self.name_of(body)
 
+    # the calibration marker ([arm.marker] in the scene)
+
+    def has_marker(self) -> bool:
+        return self.panda.marker is not None
+
+    def marker_body(self) -> int:
+        """The marker's body id: its pixels' value in the segmentation image of :meth:`render`."""
+        return self._marker().body
+
+    def marker_position(self) -> Vec3:
+        """Where the marker's centre is now, world frame (the truth calibration estimates)."""
+        with self.lock:
+            return self._marker().position()
+
     # camera
 
     def render(self) -> camera.Images:
@@ -239,6 +254,11 @@ class Twin:
         return self.name_of(hit[0]) or int(hit[0]), tuple(hit[3])
 
     # internals
+
+    def _marker(self) -> HandMarker:
+        if self.panda.marker is None:
+            raise ValueError("the scene's arm carries no marker: add [arm.marker] to the scene")
+        return self.panda.marker
 
     def _get(self, name: str) -> Built:
         try:
