@@ -33,6 +33,7 @@ eval: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/decision_loop.py
 	$(BIN)/python bench/mapping_accuracy.py
+	$(BIN)/python bench/arm_drivers.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

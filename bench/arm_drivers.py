@@ -1,0 +1,98 @@
+"""Command round trip through each arm driver against its emulator, beside the direct twin.
+
+Every driver runs on the real link (G-code: a pty; JAKA: loopback TCP) to its emulator,
+which drives the physics twin's SimArm; the reference column is that SimArm called directly,
+so the difference is what the protocol, the link and the driver add.
+
+    .venv/bin/python bench/arm_drivers.py
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from _common import environment, fmt_ms, summary, write_results
+from rich.console import Console
+from rich.table import Table
+
+from drivers.arm.base import Arm, Pose
+from drivers.arm.gcode import GcodeArm, GcodeArmConfig
+from drivers.arm.jaka import JakaArm, JakaArmConfig
+from drivers.arm.sim import SimArm
+from drivers.emulators.gcode_pty import GcodePtyEmulator
+from drivers.emulators.jaka_server import JakaServer
+from drivers.twin import SCENES, Twin
+
+STATE_CALLS = 300
+MOVES = 20
+
+
+@contextmanager
+def rig(kind: str) -> Iterator[Arm]:
+    with Twin(SCENES / "blocks.toml") as twin:
+        backend = SimArm(twin)
+        backend.connect()
+        try:
+            if kind == "sim (direct, reference)":
+                yield backend
+            elif kind == "gcode over pty":
+                with GcodePtyEmulator(backend) as pty:
+                    config = GcodeArmConfig(url=pty.path, timeout=5.0, grip_settle=0.0)
+                    with GcodeArm(config) as arm:
+                        yield arm
+            else:
+                with JakaServer(backend, port=0, status_port=0) as server:
+                    host, port = server.address
+                    stream = server.status_address[1] if kind == "jaka, status stream" else None
+                    config = JakaArmConfig(
+                        host=host, port=port, status_port=stream, timeout=5.0, grip_settle=0.0
+                    )
+                    with JakaArm(config) as arm:
+                        yield arm
+        finally:
+            backend.close()
+
+
+def timed(call: Callable[[], object], n: int) -> list[float]:
+    samples = []
+    for _ in range(n):
+        began = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - began)
+    return samples
+
+
+def measure(kind: str) -> dict[str, list[float]]:
+    with rig(kind) as arm:
+        start = arm.state().pose
+        timed(arm.state, 20)  # warm-up
+        state = timed(arm.state, STATE_CALLS)
+        moves = []
+        for i in range(MOVES):
+            dy = 0.01 if i % 2 == 0 else 0.0
+            target = Pose(start.x, start.y + dy, start.z, start.rx, start.ry, start.rz)
+            moves += timed(lambda t=target: arm.move_to(t, speed=0.1), 1)
+        return {"state": state, "move_1cm": moves}
+
+
+def main() -> None:
+    kinds = ["sim (direct, reference)", "gcode over pty", "jaka, status stream", "jaka, queries"]
+    results = {kind: measure(kind) for kind in kinds}
+    table = Table(title="Arm command round trip (p50 / p99 / max)")
+    table.add_column("metric")
+    for kind in kinds:
+        table.add_column(kind, justify="right")
+    labels = {"state": f"state() x{STATE_CALLS}", "move_1cm": f"1 cm move_to x{MOVES}"}
+    for metric, label in labels.items():
+        table.add_row(label, *[fmt_ms(summary(results[kind][metric])) for kind in kinds])
+    Console().print(table)
+    print("moves are almost all simulated physics (the twin steps until the arm settles)")
+    stats = {k: {m: summary(v) for m, v in r.items()} for k, r in results.items()}
+    path = write_results("drivers", {"environment": environment(), "stats": stats})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
