@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/decision_loop.py
 	$(BIN)/python bench/mapping_accuracy.py
 	$(BIN)/python bench/arm_drivers.py
+	$(BIN)/python bench/detector.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

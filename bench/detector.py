@@ -218,7 +218,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--frames", type=int, default=300, help="timed frames per setting")
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=150)
     results: dict[str, Any] = {"environment": environment(), "model": str(MODEL.relative_to(ROOT))}
 
     speed: dict[str, Any] = {}

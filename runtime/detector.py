@@ -53,6 +53,7 @@ LAYOUT = "[1, 4 + C, anchors] (cx, cy, w, h in input pixels, then C class scores
 DEFAULT_SIZE = 640  # for models whose input size is dynamic
 PAD_VALUE = 114
 MAX_CANDIDATES = 30_000  # boxes handed to NMS at most, best first (as ultralytics' max_nms)
+MATRIX_LIMIT = 1024  # NMS builds a full IoU matrix for up to this many boxes
 
 Box = tuple[float, float, float, float]  # x1, y1, x2, y2 in pixels
 FloatArray = npt.NDArray[np.float32]
@@ -210,7 +211,8 @@ def nms(
 
     A box is dropped when a better-scored box *of the same class* overlaps it with IoU above
     ``iou`` (torchvision's ``batched_nms`` rule; equal scores keep the earlier box). Classes
-    are suppressed apart, each on its own IoU matrix, then merged by score.
+    never suppress each other: up to MATRIX_LIMIT candidates share one IoU matrix masked to
+    same-class pairs; past that each class is suppressed apart, then merged by score.
     """
     xyxy = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
     score = np.asarray(scores, dtype=np.float32).reshape(-1)
@@ -218,34 +220,25 @@ def nms(
     if not xyxy.shape[0] == score.shape[0] == cls.shape[0]:
         raise ValueError("boxes, scores and class_ids must have the same length")
     order = np.argsort(-score, kind="stable")
+    if order.size <= MATRIX_LIMIT:  # one IoU matrix, masked to pairs of the same class
+        over = _overlaps(xyxy[order], iou)
+        over &= cls[order][:, None] == cls[order][None, :]
+        return order[_greedy_matrix(over, max_det)]
     grouped = order[np.argsort(cls[order], kind="stable")]  # by class, best first in each
     starts = np.flatnonzero(np.diff(cls[grouped])) + 1
     kept = [group[_greedy(xyxy[group], iou, max_det)] for group in np.split(grouped, starts)]
-    merged = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+    merged = np.concatenate(kept)
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
     return merged[np.argsort(rank[merged])][:max_det].astype(np.int64)
 
 
-MATRIX_LIMIT = 1024  # boxes of one class up to which NMS builds the full IoU matrix
-
-
 def _greedy(boxes: FloatArray, iou: float, limit: int) -> IntArray:
     """Greedy NMS of boxes already sorted best first (one class); kept positions."""
-    n = boxes.shape[0]
+    if boxes.shape[0] <= MATRIX_LIMIT:
+        return _greedy_matrix(_overlaps(boxes, iou), limit)
     kept: list[int] = []
-    if n <= MATRIX_LIMIT:
-        over = _pairwise_iou(boxes) > iou
-        suppressed = np.zeros(n, dtype=bool)
-        for i in range(n):
-            if suppressed[i]:
-                continue
-            kept.append(i)
-            if len(kept) == limit:
-                break
-            suppressed |= over[i]
-        return np.asarray(kept, dtype=np.int64)
-    remaining = np.arange(n)
+    remaining = np.arange(boxes.shape[0])
     while remaining.size and len(kept) < limit:
         best, rest = int(remaining[0]), remaining[1:]
         kept.append(best)
@@ -253,14 +246,36 @@ def _greedy(boxes: FloatArray, iou: float, limit: int) -> IntArray:
     return np.asarray(kept, dtype=np.int64)
 
 
-def _pairwise_iou(boxes: FloatArray) -> FloatArray:
-    x1, y1, x2, y2 = (boxes[:, i] for i in range(4))
-    iw = np.clip(np.minimum(x2[:, None], x2) - np.maximum(x1[:, None], x1), 0.0, None)
-    ih = np.clip(np.minimum(y2[:, None], y2) - np.maximum(y1[:, None], y1), 0.0, None)
-    inter = iw * ih
-    area = np.clip(x2 - x1, 0.0, None) * np.clip(y2 - y1, 0.0, None)
-    union = area[:, None] + area - inter
-    return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0).astype(np.float32)
+def _greedy_matrix(over: npt.NDArray[np.bool_], limit: int) -> IntArray:
+    """Greedy pass over a suppression matrix of boxes sorted best first; kept positions."""
+    suppressed = np.zeros(over.shape[0], dtype=bool)
+    kept: list[int] = []
+    for i in range(over.shape[0]):
+        if suppressed[i]:
+            continue
+        kept.append(i)
+        if len(kept) == limit:
+            break
+        suppressed |= over[i]
+    return np.asarray(kept, dtype=np.int64)
+
+
+def _overlaps(boxes: FloatArray, iou: float) -> npt.NDArray[np.bool_]:
+    """(n, n): whether each pair of boxes has IoU above ``iou`` (inter > iou * union)."""
+    x1, y1, x2, y2 = (np.ascontiguousarray(boxes[:, i]) for i in range(4))
+    inter = np.minimum(x2[:, None], x2)
+    inter -= np.maximum(x1[:, None], x1)
+    np.maximum(inter, 0.0, out=inter)
+    height = np.minimum(y2[:, None], y2)
+    height -= np.maximum(y1[:, None], y1)
+    np.maximum(height, 0.0, out=height)
+    inter *= height
+    area = np.maximum(x2 - x1, 0.0) * np.maximum(y2 - y1, 0.0)
+    union = area[:, None] + area
+    union -= inter
+    union *= np.float32(iou)
+    over: npt.NDArray[np.bool_] = inter > union
+    return over
 
 
 # -- class names ----------------------------------------------------------------------------
@@ -289,7 +304,8 @@ def load_classes(source: str | Path | Sequence[str]) -> list[str]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ModelError(f"class card {path} is unreadable ({type(exc).__name__})") from exc
+        reason = "missing" if not path.exists() else f"unreadable ({type(exc).__name__})"
+        raise ModelError(f"class card {path} is {reason}") from exc
     try:
         if path.suffix.lower() == ".json":
             return _checked(_names_from_json(json.loads(text)), str(path))
