@@ -57,7 +57,10 @@ def test_move_to_reaches_the_pose(arm: SimArm, twin: Twin) -> None:
     assert len(state.joints) == 7
 
 
-def test_the_path_is_a_straight_line(arm: SimArm, twin: Twin) -> None:
+def test_the_path_is_a_straight_line(twin: Twin) -> None:
+    # realtime: the 2.8 s move takes 2.8 s of wall time, so the watcher thread sees it
+    arm = SimArm(twin, SimArmConfig(realtime=True))
+    arm.connect()
     start = twin.ee_pose()
     goal = replace(start, x=start.x + 0.2, z=start.z - 0.2)
     samples: list[Pose] = []
@@ -65,6 +68,7 @@ def test_the_path_is_a_straight_line(arm: SimArm, twin: Twin) -> None:
     watcher.start()
     arm.move_to(goal, speed=0.1)
     watcher.join()
+    arm.close()
     assert len(samples) > 5
     for pose in samples:  # distance of each sample from the line start-goal
         t = ((pose.x - start.x) * 0.2 - (pose.z - start.z) * 0.2) / 0.08
