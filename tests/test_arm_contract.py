@@ -237,10 +237,9 @@ def test_pick_and_place_moves_the_block(rig: Rig) -> None:
 
 
 def test_serve_exposes_both_protocols_and_stops_on_sigterm() -> None:
-    code = "from drivers.emulators.serve import serve; serve(jaka_port=0, status_port=0)"
-    with subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT
-    ) as server:
+    onboard = Path(sys.executable).parent / "onboard"
+    command = [str(onboard), "sim", "serve", "--jaka-port", "0", "--status-port", "0"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT) as server:
         assert server.stdout is not None
         lines: list[str] = []
         while not lines or lines[-1].startswith(("argv", "jaka", "gcode")):  # pybullet's too
