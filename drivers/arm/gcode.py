@@ -38,6 +38,7 @@ import serial
 
 from drivers.arm.base import ArmState, Pose
 from drivers.arm.config import GcodeArmConfig
+from drivers.device import Device
 from runtime.errors import ArmError, ArmTimeout, LinkLost
 
 __all__ = ["GcodeArm", "GcodeArmConfig", "parse_position"]
@@ -67,7 +68,7 @@ def parse_position(line: str) -> dict[str, float]:
     return {axis: float(value) for axis, value in _AXIS_VALUE.findall(head)}
 
 
-class GcodeArm:
+class GcodeArm(Device):
     """An :class:`~drivers.arm.base.Arm` over a G-code serial link.
 
     ``port`` may be injected (any pyserial port, open or not; the driver sets its read
@@ -93,13 +94,6 @@ class GcodeArm:
         self._position: dict[str, float] = {}
         self.garbage_lines = 0
         self.stray_answers = 0
-
-    def __enter__(self) -> GcodeArm:
-        self.connect()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- link -----------------------------------------------------------------------------
 

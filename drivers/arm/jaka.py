@@ -40,6 +40,7 @@ from typing import Any
 
 from drivers.arm.base import ArmState, Pose
 from drivers.arm.config import JakaArmConfig
+from drivers.device import Device
 from runtime.errors import ArmError, ArmTimeout, LinkLost
 
 __all__ = ["Connector", "JakaArm", "JakaArmConfig", "JsonStream", "truthy"]
@@ -171,7 +172,7 @@ class _Waiter:
     reply: dict[str, Any] | None = None
 
 
-class JakaArm:
+class JakaArm(Device):
     """An :class:`~drivers.arm.base.Arm` over JAKA's TCP/IP protocol; ``connector`` injectable."""
 
     def __init__(self, config: JakaArmConfig, connector: Connector | None = None) -> None:
@@ -195,13 +196,6 @@ class JakaArm:
         self._acceleration = (config.accel, config.joint_accel)
         self.stray_replies = 0
         self.stream = JsonStream()
-
-    def __enter__(self) -> JakaArm:
-        self.connect()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- link -----------------------------------------------------------------------------
 

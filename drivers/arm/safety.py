@@ -27,6 +27,7 @@ from typing import Annotated, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from drivers.arm.base import Arm, ArmState, Pose
+from drivers.device import Device
 from runtime.errors import SafetyError
 
 __all__ = ["Box", "SafeArm", "SafetyLimits", "Sent", "SupportsAcceleration"]
@@ -130,7 +131,7 @@ class Sent:
         return " ".join(parts)
 
 
-class SafeArm:
+class SafeArm(Device):
     """An :class:`Arm` that checks every command against ``limits`` before ``arm`` sees it."""
 
     def __init__(
@@ -146,13 +147,6 @@ class SafeArm:
         #: what was passed on, newest last (the last ``history`` commands)
         self.sent: deque[Sent] = deque(maxlen=history)
         self._lock = threading.Lock()
-
-    def __enter__(self) -> SafeArm:
-        self.connect()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- Arm ------------------------------------------------------------------------------
 

@@ -13,13 +13,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from types import TracebackType
 from typing import Annotated
 
 from pydantic import Field
 
 from drivers.arm.base import ArmState, Pose
 from drivers.arm.config import SimArmConfig
+from drivers.device import Device
 from drivers.twin.frames import Transform, quat_angle, slerp
 from drivers.twin.world import DT, Twin
 from runtime.errors import ArmError
@@ -29,7 +29,7 @@ __all__ = ["SimArm", "SimArmConfig"]
 Speed = Annotated[float, Field(gt=0)]
 
 
-class SimArm:
+class SimArm(Device):
     """Implements :class:`drivers.arm.base.Arm` over a :class:`~drivers.twin.Twin`."""
 
     def __init__(self, twin: Twin, config: SimArmConfig | None = None) -> None:
@@ -55,18 +55,6 @@ class SimArm:
     def close(self) -> None:
         self.stop()
         self._connected = False
-
-    def __enter__(self) -> SimArm:
-        self.connect()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def home(self) -> None:
         self.move_joints(self.twin.scene.arm.home)

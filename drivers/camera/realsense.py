@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -22,6 +21,7 @@ import numpy.typing as npt
 from drivers.camera.base import Frame, Intrinsics
 from drivers.camera.config import RealSenseConfig
 from drivers.camera.freshness import FrameSlot
+from drivers.device import Device
 from runtime.errors import CameraError, StaleFrame
 
 __all__ = ["RealSenseCamera", "RealSenseConfig", "import_pyrealsense2"]
@@ -39,7 +39,7 @@ def import_pyrealsense2() -> Any:
     return rs
 
 
-class RealSenseCamera:
+class RealSenseCamera(Device):
     """The :class:`~drivers.camera.base.Camera` protocol on a RealSense or a recording of one."""
 
     def __init__(self, config: RealSenseConfig) -> None:
@@ -92,18 +92,6 @@ class RealSenseCamera:
             self._thread = None
         self._stop_pipeline()
         self._slot.close(CameraError(f"{self.name}: closed: call connect() first"))
-
-    def __enter__(self) -> RealSenseCamera:
-        self.connect()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import threading
 import time
-from types import TracebackType
 
 import numpy as np
 import numpy.typing as npt
 
 from drivers.camera.base import Frame, Intrinsics
+from drivers.device import Device
 from drivers.twin.world import Twin
 from runtime.errors import CameraError, StaleFrame
 
 __all__ = ["SimCamera"]
 
 
-class SimCamera:
+class SimCamera(Device):
     """Implements :class:`drivers.camera.base.Camera` over a :class:`~drivers.twin.Twin`."""
 
     def __init__(self, twin: Twin, timeout: float = 2.0) -> None:
@@ -41,18 +41,6 @@ class SimCamera:
 
     def close(self) -> None:
         self._connected = False
-
-    def __enter__(self) -> SimCamera:
-        self.connect()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def read(self) -> Frame:
         """A newly rendered frame; a frozen camera raises StaleFrame after ``timeout``."""
