@@ -23,8 +23,8 @@ test: $(STAMP) lint
 	ONBOARD_REQUIRE_LOCAL_LLM=1 ONBOARD_REQUIRE_REALSENSE=1 $(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check runtime drivers tests bench
-	$(BIN)/ruff format --check runtime drivers tests bench
+	$(BIN)/ruff check runtime drivers tests bench models
+	$(BIN)/ruff format --check runtime drivers tests bench models
 	$(BIN)/mypy
 
 eval: $(STAMP)
