@@ -42,22 +42,18 @@ from _common import (
 from rich.console import Console
 from rich.table import Table
 
-from drivers.sim import SimRobot, SimWorld
 from runtime import prompt
-from runtime.checks import PersonVisible
 from runtime.config import LLMConfig, RobotConfig
 from runtime.engine import Ask, SkillRunner
 from runtime.evaluate import SEED_SCENARIOS
-from runtime.llm import ChatClient, ChatResult, Message
+from runtime.llm import ChatClient, ChatResult, Message, server_timing, timing_hooks
 from runtime.mapping import ActionMapper, MappingResult, normalise, split_clauses
-from runtime.recorder import MemoryRecorder, Recorder
+from runtime.recorder import Recorder
 from runtime.scenario import Scenario, load_scenario
 from runtime.session import (
     EpisodeOptions,
     HttpAsk,
-    make_clock,
     make_mapper,
-    make_speech,
     run_episode,
 )
 from runtime.skill import Skill
@@ -76,25 +72,6 @@ OPTIONS = EpisodeOptions(clock="virtual", latency=0.0, keep_candidates=False)
 # -- the two clients ----------------------------------------------------------------------
 
 
-def _stamp_sent(request: httpx.Request) -> None:
-    request.extensions["onboard_sent"] = time.perf_counter()
-
-
-def _stamp_received(response: httpx.Response) -> None:
-    response.extensions["onboard_received"] = time.perf_counter()
-
-
-def _policy_seconds(server_timing: str) -> dict[str, float]:
-    """``policy;dur=0.4`` -> ``{"policy": 0.0004}``, as runtime/llm.py reads it."""
-    found = {}
-    for entry in filter(None, (e.strip() for e in server_timing.split(","))):
-        name, *params = (p.strip() for p in entry.split(";"))
-        for param in params:
-            if param.startswith("dur="):
-                found[name] = float(param[4:]) / 1000.0
-    return found
-
-
 class OpenAIAsk:
     """The same exchange over the official ``openai`` client, stamped like ChatClient."""
 
@@ -106,7 +83,7 @@ class OpenAIAsk:
         self.http = httpx.Client(
             timeout=timeout,
             limits=httpx.Limits(max_keepalive_connections=4, max_connections=8),
-            event_hooks={"request": [_stamp_sent], "response": [_stamp_received]},
+            event_hooks=timing_hooks(),
         )
         self.client = openai.OpenAI(
             base_url=base_url,
@@ -140,7 +117,7 @@ class OpenAIAsk:
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
             model=completion.model,
-            timings=_policy_seconds(raw.headers.get("server-timing", "")),
+            timings=server_timing(raw.headers.get("server-timing", "")),
             sent_at=raw.http_response.request.extensions.get("onboard_sent", 0.0),
             received_at=raw.http_response.extensions.get("onboard_received", 0.0),
         )
@@ -262,63 +239,23 @@ def standin_process(seed: int, noise: float) -> Iterator[str]:
 
 
 def run_decisions(robot: RobotConfig, skill: Skill, scenario: Scenario, subject: Subject) -> None:
-    """One episode as runtime.session.run_episode runs it, keeping the runner's timings.
+    """One episode through runtime.session.run_episode, keeping the runner's timings."""
+    log = DecisionLog(subject.mapper)
 
-    Left out: the recording's header and the candidate store (eval's keep_candidates=False).
-    """
-    clock = make_clock(OPTIONS.clock)
-    runner: SkillRunner | None = None
+    def keep_timings(runner: SkillRunner) -> None:
+        runner.decision_overhead = log
 
-    def publish(observation: Any) -> None:
-        if runner is not None:
-            runner.observe(observation)
-
-    with Recorder(subject.recording, clock.now) as recorder:
-        world = SimWorld(scenario, robot.drivers.robot, clock, publish)
-        runner = SkillRunner(
-            skill,
-            clock,
-            SimRobot(world, make_speech(robot)),
-            subject.ask,
-            subject.mapper,  # duck-typed: the runner only calls .map
-            recorder.write,
-            action_text=OPTIONS.action_text,
-            second_stage=OPTIONS.second_stage,
-            constrained=OPTIONS.constrained,
-            latency=OPTIONS.latency,
-            checks=[PersonVisible(skill.end)],
-            on_finish=lambda _: clock.stop(),
-        )
-        runner.decision_overhead = log = DecisionLog(subject.mapper)
-        try:
-            world.start()
-            runner.start(world.observation())
-            clock.run(until=scenario.end)
-        finally:
-            if not runner.finished:
-                runner.stop("scenario ended")
-            world.close()
+    with Recorder(subject.recording) as recorder:
+        outcome = run_episode(
+            robot, skill, scenario, subject.ask, subject.mapper,  # duck-typed: .map only
+            recorder, OPTIONS, on_runner=keep_timings,
+        )  # fmt: skip
     subject.overhead += log
     subject.mapped += log.mapped
-    subject.sequences.append([a for _, a in runner.outcome.actions])
+    subject.sequences.append([a for _, a in outcome.actions])
 
 
-def run_episode_sequences(
-    robot: RobotConfig, skill: Skill, scenarios: list[Scenario], mapper: ActionMapper
-) -> list[list[str]]:
-    """The actions run_episode itself takes on a fresh stand-in: what the mirror must match."""
-    with (
-        standin_process(robot.eval.seed, robot.eval.standin_noise) as url,
-        ChatClient(robot.llm, base_url=url) as chat,
-    ):
-        outcomes = [
-            run_episode(robot, skill, s, HttpAsk(chat), mapper, MemoryRecorder(), OPTIONS)
-            for s in scenarios
-        ]
-    return [[a for _, a in outcome.actions] for outcome in outcomes]
-
-
-def decision_loop(robot: RobotConfig, skill: Skill, check_mapper: ActionMapper) -> dict[str, Any]:
+def decision_loop(robot: RobotConfig, skill: Skill) -> dict[str, Any]:
     scenarios = [
         load_scenario(robot.skills_dir / "scenarios" / f"{n}.toml") for n in SEED_SCENARIOS
     ]
@@ -347,15 +284,12 @@ def decision_loop(robot: RobotConfig, skill: Skill, check_mapper: ActionMapper) 
         try:
             _rounds(robot, skill, scenarios, subjects, min_decisions=1)  # warm-up
             first = {s.name: [round(x * 1000, 3) for x in s.overhead[0]] for s in subjects}
-            warmup = list(subjects[0].sequences)
             for subject in subjects:
                 subject.reset()
             episodes = _rounds(robot, skill, scenarios, subjects, MIN_DECISIONS)
         finally:
             reference.close()
-    mirrored = warmup == run_episode_sequences(robot, skill, scenarios, check_mapper)
     return {
-        "mirror_matches_run_episode": mirrored,
         "loadavg_after": os.getloadavg(),
         "episodes_per_client": episodes,
         "warmup_first_decision": first,
@@ -566,7 +500,7 @@ def main() -> int:
     results["environment"]["openai"] = openai.__version__
     results["mapping"] = mapping_latency(mapper)
     results["loadavg_before_loop"] = os.getloadavg()
-    results["loop"] = decision_loop(robot, skill, mapper)
+    results["loop"] = decision_loop(robot, skill)
     results["loadavg_before_cold_start"] = os.getloadavg()
     results["cold_start"] = cold_start()
     rss["local_llm"] = local_llm_rss(robot, skill)
@@ -579,8 +513,7 @@ def main() -> int:
     console.print(
         f"{loop['episodes_per_client']} episodes per client on the virtual clock (stand-in seed "
         f"{robot.eval.seed}, noise {robot.eval.standin_noise}, its own process); both clients "
-        f"made {'the same' if loop['paired'] else 'DIFFERENT'} decisions; the bench's episode "
-        f"{'matches' if loop['mirror_matches_run_episode'] else 'NO LONGER MATCHES'} run_episode; "
+        f"made {'the same' if loop['paired'] else 'DIFFERENT'} decisions; "
         f"onnxruntime threads {robot.models.threads}; load average {load[0]:.2f} before the "
         f"loop, {load[1]:.2f} before the cold starts; {results['wall_seconds']} s wall"
     )

@@ -20,7 +20,7 @@ import httpx
 from runtime.config import LLMConfig
 from runtime.errors import LLMError, LLMReplyError, LLMTimeout
 
-__all__ = ["ChatClient", "ChatResult", "Message"]
+__all__ = ["ChatClient", "ChatResult", "Message", "server_timing", "timing_hooks"]
 
 Message = Mapping[str, str]
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -65,7 +65,7 @@ class ChatClient:
             timeout=httpx.Timeout(config.read_timeout, connect=config.connect_timeout),
             limits=httpx.Limits(max_keepalive_connections=4, max_connections=8),
             transport=transport,
-            event_hooks=_with_timing_hooks(event_hooks),
+            event_hooks=timing_hooks(event_hooks),
         )
         self._jitter = random.Random(seed)
 
@@ -142,8 +142,8 @@ class ChatClient:
         time.sleep(max(0.0, min(delay, until - time.monotonic())))
 
 
-def _with_timing_hooks(
-    hooks: Mapping[str, list[Callable[..., Any]]] | None,
+def timing_hooks(
+    hooks: Mapping[str, list[Callable[..., Any]]] | None = None,
 ) -> dict[str, list[Callable[..., Any]]]:
     """Stamp each request when it is sent and each response when its headers arrive."""
 
@@ -175,11 +175,11 @@ def _result(response: httpx.Response, latency: float, attempts: int, url: str) -
         prompt_tokens=int(usage.get("prompt_tokens", 0) or 0),
         completion_tokens=int(usage.get("completion_tokens", 0) or 0),
         model=str(payload.get("model", "")),
-        timings=_server_timing(response.headers.get("server-timing", "")),
+        timings=server_timing(response.headers.get("server-timing", "")),
     )
 
 
-def _server_timing(header: str) -> dict[str, float]:
+def server_timing(header: str) -> dict[str, float]:
     """``Server-Timing: policy;dur=0.4`` -> ``{"policy": 0.0004}`` (seconds)."""
     timings: dict[str, float] = {}
     for entry in filter(None, (e.strip() for e in header.split(","))):

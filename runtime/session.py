@@ -75,8 +75,12 @@ def run_episode(
     recorder: Recorder,
     options: EpisodeOptions = EpisodeOptions(),
     checks: Sequence[Check] | None = None,
+    on_runner: Callable[[SkillRunner], None] | None = None,
 ) -> Outcome:
-    """Run one episode until the skill ends or the scenario's end time passes."""
+    """Run one episode until the skill ends or the scenario's end time passes.
+
+    ``on_runner`` sees the runner before it starts (benchmarks read its timings).
+    """
     clock = make_clock(options.clock)
     recorder._now = clock.now
     recorder.write(
@@ -112,6 +116,8 @@ def run_episode(
         on_candidate=keep,
         on_finish=lambda _: clock.stop(),
     )
+    if on_runner is not None:
+        on_runner(runner)
     with _stop_on_signals(clock, runner, options.handle_signals):
         try:
             world.start()
