@@ -6,10 +6,7 @@ so what is evaluated and replayed is exactly what runs.
 
 from __future__ import annotations
 
-import signal
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -26,6 +23,7 @@ from runtime.llm import ChatClient, ChatResult, Message
 from runtime.mapping import ActionMapper
 from runtime.recorder import Recorder
 from runtime.scenario import Scenario
+from runtime.signals import on_stop_signals
 from runtime.skill import Skill
 
 __all__ = ["EpisodeOptions", "HttpAsk", "judge", "load_robot_skill", "make_mapper", "run_episode"]
@@ -118,7 +116,11 @@ def run_episode(
     )
     if on_runner is not None:
         on_runner(runner)
-    with _stop_on_signals(clock, runner, options.handle_signals):
+
+    def stop_on_signal(name: str) -> None:
+        clock.post(lambda: runner.stop(f"{name} received"))
+
+    with on_stop_signals(stop_on_signal, options.handle_signals):
         try:
             world.start()
             runner.start(world.observation())
@@ -130,25 +132,6 @@ def run_episode(
             if isinstance(clock, WallClock):
                 clock.close()
     return runner.outcome
-
-
-@contextmanager
-def _stop_on_signals(clock: Clock, runner: SkillRunner, enabled: bool) -> Iterator[None]:
-    """SIGINT/SIGTERM stop the robot from the loop thread, whatever it is waiting for."""
-    if not enabled or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, _frame: object) -> None:
-        name = signal.Signals(signum).name
-        clock.post(lambda: runner.stop(f"{name} received"))
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def _keep_candidate(store: CandidateStore, skill: str, reply: str, situation: str) -> None:

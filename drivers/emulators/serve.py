@@ -11,16 +11,15 @@ in front of the same simulated arm, prints where they listen and runs until SIGT
 from __future__ import annotations
 
 import contextlib
-import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 
 from drivers.arm.sim import SimArm, SimArmConfig
 from drivers.emulators.gcode_pty import GcodePtyEmulator
 from drivers.emulators.jaka_server import JakaServer
 from drivers.twin import Scene, Twin
+from runtime.signals import on_stop_signals
 
 __all__ = ["serve"]
 
@@ -52,7 +51,7 @@ def serve(
             pty = stack.enter_context(GcodePtyEmulator(arm))
             say(f"gcode: {pty.path}")
         say("serving the twin's arm; stop with SIGTERM or Ctrl-C")
-        with _stop_on_signals(stop):
+        with on_stop_signals(lambda _name: stop.set()):
             while not stop.wait(0.5):
                 pass
         say("stopping")
@@ -60,21 +59,3 @@ def serve(
 
 def _say(line: str) -> None:
     print(line, flush=True)
-
-
-@contextlib.contextmanager
-def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """Set ``stop`` on SIGTERM and SIGINT (only the main thread may install handlers)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
