@@ -17,16 +17,20 @@ __all__ = ["MemoryRecorder", "Recorder", "read_recording"]
 class Recorder:
     """Appends one JSON object per line: ``{"seq", "t", "kind", ...}``."""
 
-    def __init__(self, path: Path, clock_now: Any = None) -> None:
-        self.path = path
+    def __init__(self, path: Path | None, clock_now: Any = None) -> None:
+        """``path=None`` keeps the records in memory only."""
+        self.path = path or Path("<memory>")
         self._now = clock_now
         self._seq = 0
+        self._file: TextIO | None = None
+        self.records: list[dict[str, Any]] = []
+        if path is None:
+            return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file: TextIO | None = path.open("a", encoding="utf-8")
+            self._file = path.open("a", encoding="utf-8")
         except OSError as exc:
             raise RecordingError(f"{path}: cannot open for recording: {exc.strerror}") from exc
-        self.records: list[dict[str, Any]] = []
 
     def write(self, kind: str, **fields: Any) -> None:
         record = {"seq": self._seq, "t": self._t(), "wall": round(time.time(), 3), "kind": kind}
@@ -37,6 +41,10 @@ class Recorder:
             return
         self._file.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
         self._file.flush()
+
+    def use_clock(self, now: Any) -> None:
+        """Stamp records with ``now()`` (the episode's clock) from here on."""
+        self._now = now
 
     def _t(self) -> float | None:
         return None if self._now is None else round(float(self._now()), 4)
@@ -62,11 +70,7 @@ class MemoryRecorder(Recorder):
     """Keeps records in memory only (benchmarks, evaluation without --record)."""
 
     def __init__(self, clock_now: Any = None) -> None:
-        self.path = Path("<memory>")
-        self._now = clock_now
-        self._seq = 0
-        self._file = None
-        self.records = []
+        super().__init__(None, clock_now)
 
 
 def read_recording(path: Path) -> Iterator[dict[str, Any]]:

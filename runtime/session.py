@@ -80,7 +80,7 @@ def run_episode(
     ``on_runner`` sees the runner before it starts (benchmarks read its timings).
     """
     clock = make_clock(options.clock)
-    recorder._now = clock.now
+    recorder.use_clock(clock.now)
     recorder.write(
         "header",
         robot=robot.model_dump(mode="json"),
