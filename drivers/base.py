@@ -29,4 +29,11 @@ class RobotDriver(Protocol):
         """Begin ``command``; call ``done`` on the loop when it completes."""
 
     def stop(self) -> None:
-        """Bring the robot to a safe state from any state: motion halted."""
+        """Bring the robot to a safe state from any state: motion halted.
+
+        The stop is latched: ``start`` raises :class:`~runtime.errors.DriverError` until
+        :meth:`resume`, so a stop that arrives just before a command is never lost.
+        """
+
+    def resume(self) -> None:
+        """Clear a latched stop: the caller moves the robot again on purpose."""

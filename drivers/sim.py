@@ -147,6 +147,7 @@ class SimRobot:
         self.world = world
         self.speech: Speech = speech if speech is not None else RecordedSpeech()
         self.log: list[tuple[float, str]] = []
+        self._stopped = False
 
     @property
     def commands(self) -> frozenset[str]:
@@ -154,6 +155,9 @@ class SimRobot:
 
     def start(self, command: str, args: Args, done: Done) -> Running:
         clock, config = self.world.clock, self.world.config
+        if self._stopped:
+            raise DriverError(f"sim robot: {command!r} refused: the robot was stopped "
+                              "(resume() first)")  # fmt: skip
         self.log.append((clock.now(), command))
         if command == "none":
             return _Pending()
@@ -173,6 +177,10 @@ class SimRobot:
         raise DriverError(f"sim robot: unknown command {command!r}")
 
     def stop(self) -> None:
+        self._stopped = True
         self.log.append((self.world.clock.now(), "stop"))
         self.world.halt_base()
         self.speech.silence()
+
+    def resume(self) -> None:
+        self._stopped = False

@@ -5,30 +5,38 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 from runtime.errors import ConfigError, OnboardError
+from runtime.exitcodes import ExitCode, for_error
 
 __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; the return value is an :class:`ExitCode` (see the README's table)."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # a bad command line exits 2 (ExitCode.INPUT_ERROR)
     try:
         code: int = args.func(args)
         return code
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"onboard: error: {problem}", file=sys.stderr)
-        return 2
+        return ExitCode.INPUT_ERROR
     except OnboardError as exc:
         print(f"onboard: error: {exc}", file=sys.stderr)
-        return 1
+        return for_error(exc)
     except KeyboardInterrupt:
         print("onboard: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.SIGINT
+    except Exception:
+        traceback.print_exc()
+        print("onboard: internal error (a bug in onboard; the traceback above is for its "
+              "report)", file=sys.stderr)  # fmt: skip
+        return ExitCode.INTERNAL_ERROR
 
 
 def _parser() -> argparse.ArgumentParser:

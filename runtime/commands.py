@@ -83,12 +83,14 @@ def llm_endpoint(robot: RobotConfig, choice: str | None) -> Iterator[tuple[str, 
 
 def run(robot: RobotConfig, args: argparse.Namespace) -> int:
     """One headless episode on the simulated robot, recorded."""
+    from runtime.exitcodes import TABLE
     from runtime.llm import ChatClient
     from runtime.recorder import Recorder
     from runtime.scenario import load_scenario
     from runtime.session import (
         EpisodeOptions,
         HttpAsk,
+        episode_exit_code,
         judge,
         load_robot_skill,
         make_mapper,
@@ -118,7 +120,9 @@ def run(robot: RobotConfig, args: argparse.Namespace) -> int:
     print(f"said: {outcome.phrase!r}" if outcome.phrase else "said nothing")
     print(f"{'success' if success else 'failure'}: {reason}")
     print(f"recorded: {path}  (onboard replay {path})")
-    return 0
+    code = episode_exit_code(outcome, success)
+    print(f"exit {int(code)}: {TABLE[code][0]}")
+    return code
 
 
 def add_candidate(robot: RobotConfig, args: argparse.Namespace) -> int:

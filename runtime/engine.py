@@ -10,11 +10,19 @@
 - propose: an :class:`Ask` (the LLM over HTTP, or a recording) answers the Table I prompt;
   the free text is mapped onto the action set (:class:`ActionMapper`);
 - check: every :class:`Check` scores the proposal before it runs (the ReAd seam: a critic
-  returning an advantage goes here); a failed check sends the proposal back with feedback,
-  at most ``max_rounds`` times; then the fallback action keeps the robot safe;
+  returning an advantage goes here); a failed check sends the proposal back with feedback;
 - act: the state machine moves to the action and its driver command starts;
 - verify: every :class:`Verify` compares the observation before and after a completed action
-  (the ReplanVLM seam: an outer before/after check); a failure triggers a replan with feedback.
+  (the ReplanVLM seam: an outer before/after check); a failure re-asks with feedback.
+
+**Rounds.** A *decision* starts when a stimulus asks for a plan (or the skill starts); its
+first proposal is round 0, and each re-ask after it is one *round*: a re-ask after a failed
+check, or a replan after a failed verification of an action the decision proposed. A
+decision has at most ``max_rounds`` rounds (the skill's ``max_rounds``); when they are spent,
+the fallback runs, and the fallback itself is never re-asked, whatever its verification says.
+Every loop of the other papers (ReAd's refinement, ReplanVLM's corrections) counts the same
+rounds. A plan deferred behind a non-interruptible action is dropped when that action's
+verification fails: it was made before the failure was known.
 
 Everything runs in callbacks on the clock's loop; LLM calls go through ``clock.submit``.
 """
@@ -82,6 +90,13 @@ class Outcome:
     phrase: str | None = None
     spoke_at: float | None = None
     spoke_visible: bool | None = None
+    #: the signal (SIGINT, SIGTERM) that stopped the episode, if one did
+    signal: str | None = None
+    #: LLM exchanges asked for, those that got a reply (usable or not), and those that failed
+    #: (refused, timed out, HTTP errors); exchanges still in flight at the end are neither
+    llm_requests: int = 0
+    llm_replies: int = 0
+    llm_failures: int = 0
 
 
 class _Model:
@@ -133,7 +148,7 @@ class SkillRunner:
         latency: float | Callable[[], float] | None = None,
         checks: Sequence[Check] = (),
         verifiers: Sequence[Verify] = (),
-        max_rounds: int = 2,
+        max_rounds: int = 1,
         on_candidate: Callable[[str, str], None] | None = None,
         on_finish: Callable[[Outcome], None] | None = None,
     ) -> None:
@@ -167,7 +182,9 @@ class SkillRunner:
         self._request_seq = 0
         self._stimulus_at = 0.0
         self._timing: tuple[float, float] | None = None
-        self._deferred: tuple[list[str], str | None] | None = None
+        self._deferred: tuple[list[str], str | None, int] | None = None
+        #: rounds spent by the decision whose actions are running (see the module docstring)
+        self._rounds = 0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -183,12 +200,16 @@ class SkillRunner:
         self._observation = observation
         self.record("observation", **observation.to_record())
         self.record("start", skill=self.skill.name, goal=self.skill.goal)
+        if not self.finished:  # a stop before start is never undone
+            self.driver.resume()
+        self._rounds = 0
         self._begin(self.skill.start, "start action")
 
-    def stop(self, reason: str = "stopped") -> None:
+    def stop(self, reason: str = "stopped", signal: str | None = None) -> None:
         """Stop from any state: halt the robot, end the episode. Safe to call twice."""
         if self.finished:
             return
+        self.outcome.signal = signal
         self._halt_command()
         self.events.disarm()
         try:
@@ -226,6 +247,7 @@ class SkillRunner:
         human = self._observation.situation()
         if feedback:
             human += f" Note: {feedback}"
+            self.record("reask", plan=seq, round=rounds, feedback=feedback)
         messages = prompt.first_stage(self.skill, robot, human)
         schema = prompt.plan_schema(list(self.skill.actions)) if self.constrained else None
         stimulus_at, self._stimulus_at = self._stimulus_at or time.perf_counter(), 0.0
@@ -247,6 +269,7 @@ class SkillRunner:
     ) -> None:
         """Ask off the loop; ``handle`` gets the reply text (None when there is none)."""
         self._request_seq += 1
+        self.outcome.llm_requests += 1
         rid = self._request_seq
         self.record("request", id=rid, purpose=purpose, reason=reason, messages=list(messages),
                     constrained=schema is not None)  # fmt: skip
@@ -285,22 +308,25 @@ class SkillRunner:
             return
         verdict = self._check(mapping.actions)
         if not verdict.ok:
-            if rounds + 1 < self.max_rounds:
+            if rounds < self.max_rounds:
                 self._request_plan("check failed", verdict.feedback, rounds + 1)
             else:
                 self._fall_back(f"check failed: {verdict.feedback}")
             return
-        self._act(mapping.actions, reply_phrase(parsed))
+        self._act(mapping.actions, reply_phrase(parsed), rounds)
 
     def _reply_text(
         self, purpose: str, seq: int, result: ChatResult | BaseException, took: float
     ) -> str | None:
+        if isinstance(result, BaseException):
+            self.outcome.llm_failures += 1
         if isinstance(result, OnboardError):
             self.record("error", source="llm", purpose=purpose, id=seq, message=str(result))
             return None
         if isinstance(result, BaseException):
             self.record("error", source="llm", purpose=purpose, id=seq, message=repr(result))
             return None
+        self.outcome.llm_replies += 1
         self.record(
             "reply",
             id=seq,
@@ -336,18 +362,20 @@ class SkillRunner:
 
     # -- act -------------------------------------------------------------------------------
 
-    def _act(self, actions: list[str], phrase: str | None) -> None:
+    def _act(self, actions: list[str], phrase: str | None, rounds: int) -> None:
         current = self.skill.actions[self.current]
         if self._running is not None and not current.spec.interruptible:
-            self._deferred = (actions, phrase)
+            self._deferred = (actions, phrase, rounds)
             self.record("deferred", action=self.current, plan=actions)
             return
         self._phrase = phrase
         self._queue = list(actions[1:])
+        self._rounds = rounds
         self._begin(actions[0], "plan")
 
     def _fall_back(self, why: str) -> None:
         self._queue = []
+        self._rounds = self.max_rounds  # the fallback ends the decision: nothing re-asks it
         self.record("fallback", action=self.skill.fallback, why=why)
         self._begin(self.skill.fallback, f"fallback: {why}")
 
@@ -398,11 +426,17 @@ class SkillRunner:
             self.model.trigger("finish")
             self._finish(True, "end action completed")
             return
-        self._verify(name)
+        failed = self._verify(name)
+        if failed is not None:
+            if self._deferred is not None:
+                self.record("dropped", plan=self._deferred[0], why="verification failed")
+                self._deferred = None
+            if self._verification_failed(name, failed):
+                return
         if self._deferred is not None:
-            actions, phrase = self._deferred
+            actions, phrase, rounds = self._deferred
             self._deferred = None
-            self._act(actions, phrase)
+            self._act(actions, phrase, rounds)
             return
         self.events.completed()
 
@@ -414,6 +448,7 @@ class SkillRunner:
         if name == self.skill.fallback:
             self.stop(f"fallback {name} timed out")
         else:
+            self.driver.resume()  # moving again on purpose: the fallback makes the robot safe
             self._fall_back(f"{name} timed out")
 
     def _halt_command(self) -> None:
@@ -426,16 +461,28 @@ class SkillRunner:
 
     # -- verify ----------------------------------------------------------------------------
 
-    def _verify(self, action: str) -> None:
+    def _verify(self, action: str) -> Verdict | None:
+        """The first failed verdict on ``action``, or None when every verifier passed."""
         for verifier in self.verifiers:
             verdict = verifier.verify(action, self._action_start_observation, self._observation)
             self.record("verify", verifier=verifier.name, action=action, ok=verdict.ok,
                         feedback=verdict.feedback)  # fmt: skip
             if not verdict.ok:
-                self.events.disarm()
-                self._queue = []
-                self._request_plan("verification failed", verdict.feedback, rounds=0)
-                return
+                return verdict
+        return None
+
+    def _verification_failed(self, action: str, verdict: Verdict) -> bool:
+        """Re-ask within the decision's rounds, else fall back; True when that took over."""
+        self._queue = []
+        if self._rounds < self.max_rounds:
+            self.events.disarm()
+            self._request_plan("verification failed", verdict.feedback, self._rounds + 1)
+            return True
+        if action != self.skill.fallback:
+            self._fall_back(f"verification failed: {verdict.feedback}")
+            return True
+        self.record("rounds_spent", action=action, rounds=self._rounds)
+        return False
 
     def _finish(self, finished: bool, reason: str) -> None:
         self.outcome.finished, self.outcome.reason = finished, reason

@@ -16,6 +16,7 @@ from rich.table import Table
 from runtime.commands import llm_endpoint
 from runtime.config import RobotConfig
 from runtime.engine import Ask
+from runtime.exitcodes import TABLE, ExitCode
 from runtime.llm import ChatClient
 from runtime.mapping import ActionMapper
 from runtime.recorder import MemoryRecorder, Recorder
@@ -23,6 +24,7 @@ from runtime.scenario import Scenario, load_scenario
 from runtime.session import (
     EpisodeOptions,
     HttpAsk,
+    episode_exit_code,
     judge,
     load_robot_skill,
     make_mapper,
@@ -41,6 +43,7 @@ class Trial:
     reason: str
     actions: list[tuple[float, str]]
     phrase: str | None
+    code: ExitCode = ExitCode.SUCCESS
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,6 +64,7 @@ def evaluate(
     options: EpisodeOptions,
     record_dir: Path | None = None,
 ) -> dict[str, list[Trial]]:
+    """Every scenario ``trials`` times; a stop signal ends the evaluation after its episode."""
     results: dict[str, list[Trial]] = {}
     for scenario in scenarios:
         runs = results.setdefault(scenario.name, [])
@@ -69,8 +73,23 @@ def evaluate(
             with Recorder(path) if path else MemoryRecorder() as recorder:
                 outcome = run_episode(robot, skill, scenario, ask, mapper, recorder, options)
             success, reason = judge(outcome, scenario)
-            runs.append(Trial(success, reason, list(outcome.actions), outcome.phrase))
+            code = episode_exit_code(outcome, success)
+            runs.append(Trial(success, reason, list(outcome.actions), outcome.phrase, code))
+            if outcome.signal is not None:
+                return results
     return results
+
+
+def evaluation_exit_code(results: dict[str, list[Trial]]) -> ExitCode:
+    """Stopped by a signal, else LLM unreachable or incomplete if any episode was, else 0.
+
+    Failed tasks are what the tables count, so they do not fail the evaluation.
+    """
+    codes = [t.code for runs in results.values() for t in runs]
+    for worst in (ExitCode.SIGINT, ExitCode.SIGTERM, ExitCode.LLM_UNREACHABLE, ExitCode.INCOMPLETE):
+        if worst in codes:
+            return worst
+    return ExitCode.SUCCESS
 
 
 def action_counts(skill: Skill, runs: list[Trial]) -> dict[str, float]:
@@ -119,21 +138,25 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
             constrained=robot.llm.decoding == "constrained" and not standin,
             latency=latency,
             keep_candidates=False,
+            handle_signals=True,
         )
         with ChatClient(robot.llm, base_url=url) as client:
             results = evaluate(robot, skill, scenarios, HttpAsk(client), mapper, args.trials,
                                options, args.record)  # fmt: skip
     wall = time.monotonic() - began
+    code = evaluation_exit_code(results)
     if args.json:
-        print(json.dumps(_json(skill, url, standin, options, results, scenarios, wall)))
-        return 0
+        print(json.dumps(_json(skill, url, standin, options, results, scenarios, wall, code)))
+        return code
     console = Console()
     for table in _tables(skill, results, ablation=args.no_action_text):
         console.print(table)
     what = "stand-in" if standin else url
     console.print(f"LLM: {what}; second-stage questions {'on' if options.second_stage else 'off'}; "
                   f"{args.trials} trials per scenario; {wall:.1f} s wall time")  # fmt: skip
-    return 0
+    if code != ExitCode.SUCCESS:
+        console.print(f"exit {int(code)}: {TABLE[code][0]}")
+    return code
 
 
 def _json(
@@ -144,9 +167,11 @@ def _json(
     results: dict[str, list[Trial]],
     scenarios: list[Scenario],
     wall: float,
+    code: ExitCode,
 ) -> dict[str, Any]:
     return {
         "skill": skill.name,
+        "exit_code": int(code),
         "llm": "standin" if standin else url,
         "action_text": options.action_text,
         "second_stage": options.second_stage,
@@ -159,5 +184,6 @@ def _json(
                 "trials": [t.to_json() for t in results[s.name]],
             }
             for s in scenarios
+            if s.name in results
         ],
     }

@@ -18,7 +18,8 @@ from runtime.catalog import load_robot_skill, make_mapper
 from runtime.checks import PersonVisible
 from runtime.clock import Clock, VirtualClock, WallClock
 from runtime.config import RobotConfig
-from runtime.engine import Ask, Check, Outcome, SkillRunner
+from runtime.engine import Ask, Check, Outcome, SkillRunner, Verify
+from runtime.exitcodes import ExitCode, for_signal
 from runtime.llm import ChatClient, ChatResult, Message
 from runtime.mapping import ActionMapper
 from runtime.recorder import Recorder
@@ -26,7 +27,19 @@ from runtime.scenario import Scenario
 from runtime.signals import on_stop_signals
 from runtime.skill import Skill
 
-__all__ = ["EpisodeOptions", "HttpAsk", "judge", "load_robot_skill", "make_mapper", "run_episode"]
+__all__ = [
+    "SCENARIO_ENDED",
+    "EpisodeOptions",
+    "HttpAsk",
+    "episode_exit_code",
+    "judge",
+    "load_robot_skill",
+    "make_mapper",
+    "run_episode",
+]
+
+#: the reason an episode ends when its scenario's time is up: a verdict, not a fault
+SCENARIO_ENDED = "scenario ended"
 
 
 class HttpAsk:
@@ -74,6 +87,7 @@ def run_episode(
     options: EpisodeOptions = EpisodeOptions(),
     checks: Sequence[Check] | None = None,
     on_runner: Callable[[SkillRunner], None] | None = None,
+    verifiers: Sequence[Verify] = (),
 ) -> Outcome:
     """Run one episode until the skill ends or the scenario's end time passes.
 
@@ -111,6 +125,8 @@ def run_episode(
         constrained=options.constrained,
         latency=options.latency,
         checks=[PersonVisible(skill.end)] if checks is None else checks,
+        verifiers=verifiers,
+        max_rounds=skill.max_rounds,
         on_candidate=keep,
         on_finish=lambda _: clock.stop(),
     )
@@ -118,7 +134,7 @@ def run_episode(
         on_runner(runner)
 
     def stop_on_signal(name: str) -> None:
-        clock.post(lambda: runner.stop(f"{name} received"))
+        clock.post(lambda: runner.stop(f"{name} received", signal=name))
 
     with on_stop_signals(stop_on_signal, options.handle_signals):
         try:
@@ -127,7 +143,7 @@ def run_episode(
             clock.run(until=scenario.end)
         finally:
             if not runner.finished:
-                runner.stop("scenario ended" if clock.now() >= scenario.end else "interrupted")
+                runner.stop(SCENARIO_ENDED if clock.now() >= scenario.end else "interrupted")
             world.close()
             if isinstance(clock, WallClock):
                 clock.close()
@@ -141,7 +157,7 @@ def _keep_candidate(store: CandidateStore, skill: str, reply: str, situation: st
 def judge(outcome: Outcome, scenario: Scenario) -> tuple[bool, str]:
     """Success and failure exactly as the seed's section IV."""
     if outcome.spoke_at is None:
-        if outcome.reason and outcome.reason != "scenario ended":
+        if outcome.reason and outcome.reason != SCENARIO_ENDED:
             return False, f"stopped before speaking: {outcome.reason}"
         return False, f"timeout: no speak by {scenario.end:g} s"
     t = outcome.spoke_at
@@ -151,3 +167,14 @@ def judge(outcome: Outcome, scenario: Scenario) -> tuple[bool, str]:
     if label in ("ok-to-engage", "ready"):
         return True, f"spoke at {t:.1f} s ({label})"
     return False, f"spoke at {t:.1f} s ({label or 'unlabelled'})"
+
+
+def episode_exit_code(outcome: Outcome, success: bool) -> ExitCode:
+    """What an episode tells a supervisor: stopped, LLM unreachable, incomplete, or its verdict."""
+    if outcome.signal is not None:
+        return for_signal(outcome.signal)
+    if outcome.llm_failures and not outcome.llm_replies:
+        return ExitCode.LLM_UNREACHABLE
+    if not outcome.finished and outcome.reason != SCENARIO_ENDED:
+        return ExitCode.INCOMPLETE
+    return ExitCode.SUCCESS if success else ExitCode.TASK_FAILED

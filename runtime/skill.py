@@ -90,6 +90,9 @@ class SkillHeader(_Strict):
     fallback: Text
     default_phrase: Text
     params: dict[str, str] = {}
+    max_rounds: Annotated[int, Field(ge=0, le=10)] = Field(
+        default=1, description="re-asks per decision after its first proposal (engine.py)"
+    )
 
 
 class MappingSpec(_Strict):
@@ -135,6 +138,7 @@ class Skill:
     actions: dict[str, Action]
     reject: list[str]
     lines: KeyLines = field(repr=False, compare=False)
+    max_rounds: int = 1
 
     def allowed_after(self, name: str) -> list[str]:
         nxt = self.actions[name].spec.next
@@ -168,6 +172,7 @@ def load_skill(
         actions=actions,
         reject=list(spec.mapping.reject),
         lines=lines,
+        max_rounds=spec.skill.max_rounds,
     )
 
 

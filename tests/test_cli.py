@@ -368,7 +368,7 @@ def test_replay_of_garbage_is_one_error_line(recording: Path, tmp_path: Path, ki
     bad = tmp_path / "bad.jsonl"
     bad.write_text(_garbage(recording, kind), encoding="utf-8")
     result = onboard("replay", bad, cwd=tmp_path)
-    assert result.code == 1
+    assert result.code == 2  # ExitCode.INPUT_ERROR
     assert str(bad) in one_line_error(result)
 
 
