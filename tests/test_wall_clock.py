@@ -119,8 +119,8 @@ def test_the_robot_speaks_within_the_scenario_on_wall_time(
     replies = [r for r in run.records if r["kind"] == "reply"]
     assert replies and all(r["latency"] >= 0.3 for r in replies)
     assert all(r["virtual_latency"] >= 0.3 for r in replies)
-    # the run lasts until the speech ends or the scenario does: about 3 s, not more
-    assert 0.3 < run.seconds < 3.6
+    # the run lasts until the speech ends or the scenario does (3 s); not stuck after it
+    assert 0.3 < run.seconds < 10.0
     assert run.records[-1]["kind"] == "end"
 
 
@@ -128,23 +128,25 @@ def test_a_slow_llm_blocks_neither_perception_nor_the_end(
     robot_tmp: RobotConfig, skill: Skill, mapper: ActionMapper, tmp_path: Path
 ) -> None:
     sc = write_scenario(tmp_path, SHORT)
-    run = wall_episode(robot_tmp, skill, mapper, sc, latency=2.0)
-    # run_episode returned at the scenario's end, not when the 2 s answers came back
-    assert run.seconds < 1.5
+    run = wall_episode(robot_tmp, skill, mapper, sc, latency=10.0)
+    # run_episode returned at the scenario's end (1 s), not when the 10 s answers came back;
+    # "< 5" leaves a loaded machine 4 s of slack and still tells the two apart
+    assert run.seconds < 5.0
     out = run.outcome
     assert (out.finished, out.reason) == (False, "scenario ended")
     assert judge(out, sc) == (False, "timeout: no speak by 1 s")
     assert [a for _, a in out.actions] == ["approach"]
     kinds = [r["kind"] for r in run.records]
     assert "reply" not in kinds and kinds[-1] == "end"
-    assert 1.0 <= run.records[-1]["t"] < 1.8
-    # the gaze change at 0.5 s was perceived at 0.5 s while a request was outstanding
+    assert 1.0 <= run.records[-1]["t"] < 5.0
+    # the gaze change at 0.5 s was perceived while a request was outstanding (before any
+    # answer could come back)
     looked = [r for r in run.records if r["kind"] == "observation" and r["toward"] is True]
-    assert len(looked) == 1 and 0.5 <= looked[0]["t"] < 1.5
+    assert len(looked) == 1 and 0.5 <= looked[0]["t"] < 5.0
     stimulus = next(r for r in run.records if r["kind"] == "stimulus")
-    assert stimulus["reason"] == "situation changed" and stimulus["t"] < 1.5
+    assert stimulus["reason"] == "situation changed" and stimulus["t"] < 5.0
     plan = [r for r in run.records if r["kind"] == "request" and r["purpose"] == "plan"]
-    assert len(plan) == 1 and plan[0]["t"] < 1.5
+    assert len(plan) == 1 and plan[0]["t"] < 5.0
 
 
 # -- SIGTERM to `onboard run` ------------------------------------------------------------------
