@@ -25,7 +25,8 @@ from runtime.session import EpisodeOptions, HttpAsk, run_episode
 from runtime.skill import Skill
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
+# minutes on a loaded 2-core machine: the server starts, then each call can take seconds
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 if importlib.util.find_spec("llama_cpp") is None:
     if os.environ.get("ONBOARD_REQUIRE_LOCAL_LLM") == "1":
