@@ -12,19 +12,22 @@ arm stands, and the checks that need the twin (the block) are skipped. Keep the 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import IO
 
 import pytest
+from arm_harness import BOUND, Behind, interrupt, require
 
 from drivers.arm.base import Arm, Pose
 from drivers.arm.gcode import GcodeArm, GcodeArmConfig
@@ -45,21 +48,20 @@ DRIVERS = ["gcode", "jaka", "sim"]
 
 @dataclass
 class Rig:
-    """The driver under test and, when emulated, the twin and the SimArm behind it."""
+    """The driver under test and, when emulated, the twin, SimArm and emulator behind it."""
 
     kind: str
     arm: Arm
-    twin: Twin | None = None
-    backend: SimArm | None = None
+    behind: Behind | None = None
 
-    def settled(self, timeout: float = 3.0) -> bool:
-        """True once the twin's arm is not moving (always True on hardware)."""
-        deadline = time.monotonic() + timeout
-        while self.backend is not None and self.backend.state().moving:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-        return True
+    @property
+    def twin(self) -> Twin | None:
+        return self.behind.twin if self.behind is not None else None
+
+    def settle(self) -> None:
+        """Wait until the emulator behind the arm has no motion left (nothing on hardware)."""
+        if self.behind is not None:
+            self.behind.wait_idle()
 
 
 def emulated(kind: str, twin: Twin) -> Iterator[Rig]:
@@ -67,12 +69,12 @@ def emulated(kind: str, twin: Twin) -> Iterator[Rig]:
     backend = SimArm(twin)
     backend.connect()
     if kind == "sim":
-        yield Rig(kind, backend, twin, backend)
+        yield Rig(kind, backend, Behind(twin, backend))
     elif kind == "gcode":
         with GcodePtyEmulator(backend) as pty:
-            gcode = GcodeArmConfig(url=pty.path, timeout=5.0, grip_settle=0.0)
+            gcode = GcodeArmConfig(url=pty.path, timeout=BOUND, grip_settle=0.0)
             with GcodeArm(gcode) as arm:
-                yield Rig(kind, arm, twin, backend)
+                yield Rig(kind, arm, Behind(twin, backend, pty.worker))
     else:
         with JakaServer(backend, port=0, status_port=0) as server:
             host, port = server.address
@@ -80,12 +82,12 @@ def emulated(kind: str, twin: Twin) -> Iterator[Rig]:
                 host=host,
                 port=port,
                 status_port=server.status_address[1],
-                timeout=5.0,
+                timeout=BOUND,
                 home_joints=twin.scene.arm.home,
                 grip_settle=0.0,
             )
             with JakaArm(config) as arm:
-                yield Rig(kind, arm, twin, backend)
+                yield Rig(kind, arm, Behind(twin, backend, server.worker))
     backend.close()
 
 
@@ -193,28 +195,42 @@ def test_stop_from_another_thread(rig: Rig) -> None:
     if rig.twin is not None:
         rig.arm.home()
     start = rig.arm.state().pose
-    far = replace(start, y=start.y + 0.15)
-    failure: list[BaseException] = []
-
-    def move() -> None:
-        try:
-            rig.arm.move_to(far, 0.01)  # 15 s at this speed: stop() comes long before
-        except ArmError as exc:
-            failure.append(exc)
-
-    mover = threading.Thread(target=move)
-    mover.start()
-    deadline = time.monotonic() + 5.0
-    while not rig.arm.state().moving and time.monotonic() < deadline:
-        time.sleep(0.01)
-    rig.arm.stop()
-    mover.join(timeout=5.0)
-    assert not mover.is_alive()
-    assert failure and "stop" in str(failure[0])
-    assert rig.settled()
-    stopped_at = rig.arm.state().pose
-    assert not close_to(stopped_at, far, 0.01)
+    far = replace(start, y=start.y + 0.15)  # 15 s at 0.01 m/s
+    done = interrupt(rig.arm, lambda: rig.arm.move_to(far, 0.01), rig.arm.stop, rig.behind)
+    assert isinstance(done.raised, ArmError) and "stop" in str(done.raised)
+    assert not close_to(done.stopped_at, far, 0.01)
+    state = rig.arm.state()
+    assert state.stopped and not state.moving
+    with pytest.raises(ArmError, match=r"resume\(\)"):  # latched until resume()
+        rig.arm.move_to(start, 0.1)
+    rig.arm.resume()
     rig.arm.move_to(start, 0.1)  # the arm takes commands again
+    assert close_to(rig.arm.state().pose, start, 0.005)
+
+
+def test_stop_latches_until_resume(rig: Rig) -> None:
+    """A stop that lands before a motion is not lost: every motion call raises (and nothing
+    moves) until resume()."""
+    if rig.twin is not None:
+        rig.arm.home()
+    start = rig.arm.state().pose
+    near = replace(start, z=start.z - 0.03)
+    rig.arm.stop()
+    for call in (lambda: rig.arm.move_to(near, 0.1), lambda: rig.arm.grip(True)):
+        with pytest.raises(ArmError, match=r"stopped by stop\(\): call resume\(\)"):
+            call()
+    if rig.behind is not None:
+        require(rig.behind.arm.wait_stopped(BOUND), "the controller latched the stop too")
+        assert close_to(rig.behind.twin.ee_pose(), start, 0.002), "nothing moved"
+    state = rig.arm.state()
+    assert state.stopped and not state.moving and not state.gripper_closed
+    rig.arm.resume()
+    assert not rig.arm.state().stopped
+    rig.arm.move_to(near, 0.1)
+    assert close_to(rig.arm.state().pose, near, 0.005)
+    rig.arm.stop()  # a second stop latches again, and a second resume clears it
+    rig.arm.resume()
+    rig.arm.move_to(start, 0.1)
     assert close_to(rig.arm.state().pose, start, 0.005)
 
 
@@ -226,7 +242,7 @@ def test_pick_and_place_moves_the_block(rig: Rig) -> None:
     pick = replace(tool, x=x, y=y, z=z)
     place = replace(tool, x=0.32, y=-0.12, z=z)
     pick_and_place(rig.arm, pick, place, speed=0.3)
-    assert rig.settled()
+    rig.settle()
     twin.settle(0.5)
     bx, by, bz = twin.to_base(twin.object_pose("red block")[0])
     assert math.dist((bx, by), (place.x, place.y)) < 0.02
@@ -241,10 +257,7 @@ def test_serve_exposes_both_protocols_and_stops_on_sigterm() -> None:
     command = [str(onboard), "sim", "serve", "--jaka-port", "0", "--status-port", "0"]
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT) as server:
         assert server.stdout is not None
-        lines: list[str] = []
-        while not lines or lines[-1].startswith(("argv", "jaka", "gcode")):  # pybullet's too
-            lines.append(server.stdout.readline())
-        said = "".join(lines)
+        said = _read_banner(server.stdout)
         jaka = re.search(r"jaka: ([\d.]+):(\d+) \(status stream [\d.]+:(\d+)\)", said)
         pty = re.search(r"gcode: (/dev/pts/\d+)", said)
         assert jaka and pty, said
@@ -256,4 +269,25 @@ def test_serve_exposes_both_protocols_and_stops_on_sigterm() -> None:
         with GcodeArm(GcodeArmConfig(url=pty.group(1), grip_settle=0.0)) as arm:
             assert close_to(arm.state().pose, by_tcp, 0.001)  # one twin behind both
         server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=10) == 0
+        assert server.wait(timeout=BOUND) == 0
+
+
+def _read_banner(stdout: IO[str]) -> str:
+    """The server's lines up to the one after where it listens (pybullet prints "argv" too),
+    each awaited at most BOUND seconds."""
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        with contextlib.suppress(ValueError, OSError):  # closed when the test ends
+            for line in stdout:
+                lines.put(line)
+        lines.put("")  # the server ended
+
+    threading.Thread(target=pump, daemon=True).start()
+    said: list[str] = []
+    while not said or said[-1].startswith(("argv", "jaka", "gcode")):
+        try:
+            said.append(lines.get(timeout=BOUND))
+        except queue.Empty:
+            require(False, f"the server printed where it listens (so far: {said!r})")
+    return "".join(said)

@@ -103,6 +103,8 @@ class PointArm:
 
     def stop(self) -> None: ...
 
+    def resume(self) -> None: ...
+
     def state(self) -> ArmState:
         return ArmState(self.pose)
 

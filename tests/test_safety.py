@@ -7,12 +7,11 @@ where the controller received it.
 from __future__ import annotations
 
 import math
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import pytest
+from arm_harness import BOUND, Behind, interrupt
 from pydantic import ValidationError
 
 from drivers.arm.base import Arm, Pose
@@ -64,7 +63,7 @@ class Wire:
 @pytest.fixture
 def wire(backend: SimArm) -> Iterator[Wire]:
     with GcodePtyEmulator(backend) as emulator:
-        config = GcodeArmConfig(url=emulator.path, grip_settle=0.0)
+        config = GcodeArmConfig(url=emulator.path, timeout=BOUND, grip_settle=0.0)
         with GcodeArm(config) as arm:
             yield Wire(emulator, arm)
 
@@ -158,30 +157,21 @@ def test_connect_caps_the_drivers_acceleration(wire: Wire) -> None:
 # -- stop ------------------------------------------------------------------------------------
 
 
-def test_stop_from_another_thread_during_a_move(backend: SimArm) -> None:
+def test_stop_from_another_thread_during_a_move(twin: Twin, backend: SimArm) -> None:
     safe = SafeArm(backend, limits("refuse"))
     start = backend.state().pose
     target = replace(start, x=0.45, y=0.2, z=0.3)
-    raised: list[BaseException] = []
-
-    def move() -> None:
-        try:
-            safe.move_to(target, speed=0.01)
-        except ArmError as exc:
-            raised.append(exc)
-
-    mover = threading.Thread(target=move)
-    mover.start()
-    deadline = time.monotonic() + 5.0
-    while not backend.state().moving and time.monotonic() < deadline:
-        time.sleep(0.005)
-    safe.stop()
-    mover.join(timeout=5.0)
-    assert not mover.is_alive()
-    assert raised and "stop" in str(raised[0])
-    assert not backend.state().moving
-    assert math.dist(backend.state().pose.position(), target.position()) > 0.05
-    assert [s.op for s in safe.sent] == ["move_to", "stop"]
+    behind = Behind(twin, backend)
+    done = interrupt(safe, lambda: safe.move_to(target, speed=0.01), safe.stop, behind)
+    assert isinstance(done.raised, ArmError) and "stop" in str(done.raised)
+    assert safe.state().stopped and not safe.state().moving
+    assert math.dist(done.stopped_at.position(), target.position()) > 0.05
+    with pytest.raises(ArmError, match=r"resume\(\)"):
+        safe.move_to(start)
+    safe.resume()
+    safe.move_to(start)
+    assert math.dist(backend.state().pose.position(), start.position()) < 0.005
+    assert [s.op for s in safe.sent] == ["move_to", "stop", "move_to", "resume", "move_to"]
 
 
 # -- the limits themselves ---------------------------------------------------------------------

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from arm_harness import BOUND
 
 from drivers.arm.base import Pose
 from drivers.camera.sim import SimCamera
-from drivers.twin import SCENES, Twin, load_scene
+from drivers.twin import DT, SCENES, Snapshot, Twin, load_scene
 from runtime.errors import CameraError, ConfigError, StaleFrame
 
 
@@ -158,6 +160,36 @@ def test_twins_are_independent(twin: Twin) -> None:
         other.step(0.1)
         assert twin.object_pose("red block")[0][:2] == pytest.approx((0.45, 0.0), abs=0.002)
     assert twin.object_names(), "closing one twin leaves the other usable"
+
+
+def test_each_step_publishes_a_snapshot_and_runs_the_hooks(twin: Twin) -> None:
+    first = twin.snapshot.step
+    seen: list[Snapshot] = []
+    with twin.on_step(seen.append):
+        twin.step(3 * DT)
+    twin.step()  # the hook is gone
+    assert [s.step for s in seen] == [first + 1, first + 2, first + 3]
+    assert seen[-1].time == pytest.approx((first + 3) * DT)
+    assert twin.snapshot.step == first + 4 and twin.time == pytest.approx(twin.snapshot.time)
+    assert twin.ee_pose() == twin.snapshot.ee_pose and twin.joints() == twin.snapshot.joints
+    twin.reset_joints(twin.scene.arm.home)  # a teleport publishes too, without a step
+    assert twin.snapshot.step == first + 4
+    assert twin.joints() == pytest.approx(twin.scene.arm.home, abs=1e-6)
+
+
+def test_a_gate_holds_the_physics_and_readers_need_not_wait(twin: Twin) -> None:
+    first = twin.snapshot.step
+    with twin.hold_at(first + 5) as gate:
+        stepper = threading.Thread(target=twin.step, args=(20 * DT,))
+        stepper.start()
+        assert gate.wait_reached(BOUND)
+        assert twin.snapshot.step == first + 5
+        assert not twin.wait_for_step(first + 6, 0.2), "held: no step past the gate"
+        assert twin.render()[0].shape[2] == 3  # the lock is free while the physics is held
+        gate.release()
+        assert twin.wait_for_step(first + 20, BOUND)
+    stepper.join(BOUND)
+    assert not stepper.is_alive() and twin.snapshot.step == first + 20
 
 
 def test_unknown_object_names_the_known_ones(twin: Twin) -> None:

@@ -30,6 +30,8 @@ class ArmState:
     joints: tuple[float, ...] = ()
     gripper_closed: bool = False
     moving: bool = False
+    #: stop() was called and resume() not yet: motion calls raise ArmError
+    stopped: bool = False
     error: str | None = None
     #: what the driver last actually sent after safety clamping (for audit)
     last_command: str | None = None
@@ -41,6 +43,11 @@ class Arm(Protocol):
     """A robot arm. Motion calls block until the motion is done (or raise ArmError).
 
     ``stop()`` must work from any state and any thread, and a lost link stops the motion.
+    A stop latches: the motion under way raises ArmError, and so does every motion call
+    (``home``, ``move_to``, ``move_joints``, ``grip``) after it, until ``resume()``. So a stop
+    that lands just before a motion starts is never lost, and only a caller that means to
+    move again after a stop does so. ``connect``, ``reconnect`` and ``close`` leave the
+    latch as it is.
     """
 
     def connect(self) -> None: ...
@@ -58,6 +65,10 @@ class Arm(Protocol):
     def grip(self, close: bool) -> None:
         """Close (or open) the gripper, or switch suction on (or off)."""
 
-    def stop(self) -> None: ...
+    def stop(self) -> None:
+        """Stop now and latch: motion calls raise ArmError until ``resume()``."""
+
+    def resume(self) -> None:
+        """Clear the stop latch, so that motion calls run again."""
 
     def state(self) -> ArmState: ...

@@ -21,6 +21,12 @@ Marlin does, ``Error:<msg>`` comes before the line's ``ok``). At most ``in_fligh
 for their answer at once. A line that is neither an answer nor a position report is skipped,
 logged and counted (``state().extra["garbage_lines"]``). A lost link raises ``LinkLost`` and
 the arm is taken as stopped; ``reconnect()`` reopens it (without homing).
+
+``stop()`` writes the e-stop at once and latches: a motion line is never written after it
+until ``resume()`` (the check and the write share the write lock, so a stop either comes
+before a motion line on the wire and the line is refused, or after it and the controller
+cancels it and the motion call raises). A timeout also writes the e-stop, without latching:
+the link then needs ``reconnect()``.
 """
 
 from __future__ import annotations
@@ -87,6 +93,7 @@ class GcodeArm(Device):
         self._lost: str | None = None
         self._desync: str | None = None
         self._stop_count = 0
+        self._latched = threading.Event()
         self._resume_needed = False
         self._motions = 0
         self._gripper_closed = False
@@ -204,8 +211,17 @@ class GcodeArm(Device):
         self._gripper_closed = close
 
     def stop(self) -> None:
-        """Emergency stop: written at once, past the window of lines awaiting ``ok``."""
+        """Emergency stop: written at once, past the window of lines awaiting ``ok``; motion
+        calls raise until :meth:`resume`."""
+        self._latched.set()  # before the count: see _run
         self._stop_count += 1
+        self._estop()
+
+    def resume(self) -> None:
+        """Clear the stop latch; ``estop_resume`` (e.g. M999) goes before the next motion."""
+        self._latched.clear()
+
+    def _estop(self) -> None:
         self._resume_needed = self.config.estop_resume is not None
         port = self._port
         if self._lost is not None or port is None or not port.is_open:
@@ -242,6 +258,7 @@ class GcodeArm(Device):
             joints=tuple(math.radians(p[a]) for a in self.config.joint_axes if a in p),
             gripper_closed=self._gripper_closed,
             moving=self._motions > 0,
+            stopped=self._latched.is_set(),
             error=self._lost,
             last_command=self._last_command,
             extra={
@@ -269,7 +286,12 @@ class GcodeArm(Device):
 
     def _run(self, lines: list[str], timeout: float, *, motion: float | None = None) -> list[str]:
         """Send ``lines`` and wait for each answer: ``timeout`` s each, or ``motion`` s for
-        the lines that wait for motion (M400, homing); ``motion`` also marks the arm moving."""
+        the lines that wait for motion (M400, homing); ``motion`` also marks the arm moving
+        and refuses to send after a stop.
+
+        The stop count is read before any line is sent and stop() latches before it counts,
+        so a stop either is seen by :meth:`_send` (nothing more is sent) or changes the count
+        (the call raises): it cannot fall between the two unnoticed."""
         self._check_link()
         stops = self._stop_count
         moving = motion is not None
@@ -278,7 +300,7 @@ class GcodeArm(Device):
         with self._counter_lock:
             self._motions += moving
         try:
-            pending = [self._send(line, slow) for line in lines]
+            pending = [self._send(line, slow, moving) for line in lines]
             for p in pending:
                 head = p.line.split()[0].upper() if p.line.strip() else ""
                 self._wait(p, slow if head in waits_for_motion else timeout)
@@ -289,13 +311,15 @@ class GcodeArm(Device):
             raise ArmError(f"GcodeArm: {lines[0]!r} was interrupted by stop()")
         return [i for p in pending for i in p.info]
 
-    def _send(self, line: str, timeout: float) -> _Pending:
+    def _send(self, line: str, timeout: float, motion: bool = False) -> _Pending:
         if not self._window.acquire(timeout=timeout):
             self._timed_out(line, timeout, "a free slot in the window")
         pending = _Pending(line)
         try:
             with self._write_lock:
                 self._check_link()
+                if motion:
+                    self._check_latch()
                 port = self._port
                 if port is None:  # pragma: no cover - _check_link covers it
                     raise ArmError("GcodeArm: not connected: call connect() first")
@@ -319,7 +343,7 @@ class GcodeArm(Device):
 
     def _timed_out(self, line: str, timeout: float, what: str) -> None:
         self._desync = line
-        self.stop()
+        self._estop()
         raise ArmTimeout(
             f"GcodeArm: no answer to {line!r} within {timeout:.1f} s (waiting for {what}); "
             "stop was sent; call reconnect() before the next command"
@@ -339,7 +363,12 @@ class GcodeArm(Device):
                 " call reconnect()"
             )
 
+    def _check_latch(self) -> None:
+        if self._latched.is_set():
+            raise ArmError("GcodeArm: stopped by stop(): call resume() before the next motion")
+
     def _before_motion(self) -> None:
+        self._check_latch()
         if self._resume_needed and self.config.estop_resume is not None:
             self._resume_needed = False
             self.command(self.config.estop_resume)

@@ -21,6 +21,11 @@ Answers are matched to commands by ``cmdName``, so ``stop()`` from another threa
 while a ``wait_complete`` is outstanding. ``errorCode != "0"`` raises ``ArmError`` naming the
 command and ``errorMsg``; no answer in time raises ``ArmTimeout``; a dropped socket raises
 ``LinkLost`` and the arm is taken as stopped.
+
+``stop()`` latches: no motion command (``moveL``, ``joint_move``, ``set_digital_output`` for
+the gripper) is sent after it until ``resume()``. The latch is checked under the write lock
+that ``stop_program`` is sent under, so a stop either precedes the motion command on the wire
+(nothing is sent) or follows it (the controller stops it and the motion call raises).
 """
 
 from __future__ import annotations
@@ -190,6 +195,7 @@ class JakaArm(Device):
         self._status_at = 0.0
         self._changed_at = 0.0
         self._stop_count = 0
+        self._latched = threading.Event()
         self._motions = 0
         self._gripper_closed = False
         self._last_command: str | None = None
@@ -309,16 +315,23 @@ class JakaArm(Device):
     def grip(self, close: bool) -> None:
         cfg = self.config
         value = cfg.grip_close_value if close else 1 - cfg.grip_close_value
+        stops = self._stop_count
+        self._check_latch()
         self.call("wait_complete", timeout=cfg.motion_timeout)
-        self.call("set_digital_output", type=cfg.grip_io_type, index=cfg.grip_index, value=value)
+        output = {"type": cfg.grip_io_type, "index": cfg.grip_index, "value": value}
+        self._call_motion("set_digital_output", output)
         self.call("wait_complete", timeout=cfg.motion_timeout)
+        if self._stop_count != stops:
+            raise ArmError("JakaArm: the grip was interrupted by stop()")
         if cfg.grip_settle:
             time.sleep(cfg.grip_settle)
         self._gripper_closed = close
         self._changed_at = time.monotonic()
 
     def stop(self) -> None:
-        """``stop_program``, from any thread; a lost link is a stopped arm."""
+        """``stop_program``, from any thread; a lost link is a stopped arm. Motion calls
+        raise until :meth:`resume`."""
+        self._latched.set()  # before the count: see _motion
         self._stop_count += 1
         if self._lost is not None or self._sock is None:
             return
@@ -328,6 +341,10 @@ class JakaArm(Device):
             return
         finally:
             self._changed_at = time.monotonic()
+
+    def resume(self) -> None:
+        """Clear the stop latch: motion commands are sent again."""
+        self._latched.clear()
 
     def state(self) -> ArmState:
         status, at = self._status, self._status_at
@@ -349,6 +366,7 @@ class JakaArm(Device):
             joints=tuple(math.radians(q) for q in joints_deg),
             gripper_closed=self._gripper_closed,
             moving=moving,
+            stopped=self._latched.is_set(),
             error=self._lost or error,
             last_command=self._last_command,
             extra={"status_age": age, "stray_replies": float(self.stray_replies)},
@@ -370,23 +388,22 @@ class JakaArm(Device):
 
     def call(self, name: str, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
         """Send ``{"cmdName": name, **fields}``; the reply, or ArmError/ArmTimeout/LinkLost."""
-        reply = self._request({"cmdName": name, **fields}, timeout or self.config.timeout)
-        code = str(reply.get("errorCode", "0"))
-        if code != "0":
-            raise ArmError(
-                f"JakaArm: {name} failed with errorCode {code}: {reply.get('errorMsg') or '-'}"
-            )
-        return reply
+        return _checked(self._request({"cmdName": name, **fields}, timeout or self.config.timeout))
 
-    def _request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def _request(
+        self, message: dict[str, Any], timeout: float, motion: bool = False
+    ) -> dict[str, Any]:
+        """Send ``message`` and wait for its reply; a ``motion`` is refused after a stop."""
         name = str(message["cmdName"])
         waiter = _Waiter(name)
         self._check_link()
         data = json.dumps(message, separators=(",", ":")).encode()
-        with self._lock:
-            self._waiters.setdefault(name, deque()).append(waiter)
         try:
             with self._write_lock:
+                if motion:
+                    self._check_latch()
+                with self._lock:
+                    self._waiters.setdefault(name, deque()).append(waiter)
                 sock = self._sock
                 if sock is None:
                     raise OSError("not connected")
@@ -409,13 +426,24 @@ class JakaArm(Device):
             raise ArmError(f"JakaArm: {name} got no reply: the link was closed")
         return waiter.reply
 
+    def _call_motion(self, name: str, fields: dict[str, Any]) -> None:
+        _checked(self._request({"cmdName": name, **fields}, self.config.timeout, motion=True))
+
+    def _check_latch(self) -> None:
+        if self._latched.is_set():
+            raise ArmError("JakaArm: stopped by stop(): call resume() before the next motion")
+
     def _motion(self, message: dict[str, Any], seconds: float) -> None:
+        """Send a motion and wait for it. The stop count is read before the send checks the
+        latch and stop() latches before it counts, so a stop is either refused at the send or
+        seen in the count afterwards."""
         stops = self._stop_count
         name = str(message["cmdName"])
         with self._lock:
             self._motions += 1
         try:
-            self.call(name, **{k: v for k, v in message.items() if k != "cmdName"})
+            fields = {k: v for k, v in message.items() if k != "cmdName"}
+            self._call_motion(name, fields)
             timeout = min(self.config.timeout + 2.0 * seconds, self.config.motion_timeout)
             self.call("wait_complete", timeout=timeout)
         except ArmTimeout:
@@ -526,6 +554,16 @@ class JakaArm(Device):
         return max(
             (abs(q - math.radians(h)) for q, h in zip(joints, here, strict=False)), default=0.0
         )
+
+
+def _checked(reply: dict[str, Any]) -> dict[str, Any]:
+    code = str(reply.get("errorCode", "0"))
+    if code != "0":
+        raise ArmError(
+            f"JakaArm: {reply.get('cmdName')} failed with errorCode {code}: "
+            f"{reply.get('errorMsg') or '-'}"
+        )
+    return reply
 
 
 def _positive(value: float, what: str) -> float:

@@ -13,6 +13,7 @@ not the requested one.
 Joint moves are checked for joint speed and joint range; their tool position is checked only
 when a ``forward_kinematics`` function is given (a joint target is never clamped, only refused).
 Acceleration limits are handed to drivers that can apply them (:class:`SupportsAcceleration`).
+``stop()`` and ``resume()`` pass straight through (the driver latches the stop) and are recorded.
 """
 
 from __future__ import annotations
@@ -182,6 +183,11 @@ class SafeArm(Device):
         # No lock and no check: stop() must get through from any thread, at any time.
         self.arm.stop()
         self._record(Sent("stop"))
+
+    def resume(self) -> None:
+        """Clear the driver's stop latch (a deliberate decision to move again, so recorded)."""
+        self._record(Sent("resume"))
+        self.arm.resume()
 
     def state(self) -> ArmState:
         state = self.arm.state()

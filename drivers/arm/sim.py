@@ -3,7 +3,9 @@
 Motions step the twin's physics in the calling thread (as fast as the CPU allows, or in
 real time with ``realtime = true``) and block until the arm has settled, as a real
 controller's blocking calls do. ``stop()`` may come from any thread: it aborts the motion
-at the next physics step, the arm holds where it is and the motion raises ArmError.
+before the next physics step, the arm holds where it is and the motion raises ArmError. The
+stop latches (``close()`` stops too): later motion calls raise before moving until
+``resume()``. ``state()`` reads the twin's snapshot, so it never waits for the motion loop.
 """
 
 from __future__ import annotations
@@ -108,22 +110,33 @@ class SimArm(Device):
                     break
 
     def stop(self) -> None:
-        """Abort the current motion at the next physics step (from any thread)."""
+        """Abort the current motion before the next physics step (from any thread), and
+        refuse motions until :meth:`resume`."""
         self._stop.set()
 
+    def resume(self) -> None:
+        """Clear the stop latch: motion calls run again."""
+        self._stop.clear()
+
+    def wait_stopped(self, timeout: float) -> bool:
+        """Wait until the stop latch is set (by a stop from any thread); False on timeout."""
+        return self._stop.wait(timeout)
+
     def state(self) -> ArmState:
-        held = self.twin.held_object()
+        now = self.twin.snapshot
         return ArmState(
-            pose=self.twin.ee_pose(),
-            joints=self.twin.joints(),
-            gripper_closed=self.twin.gripper_closed(),
+            pose=now.ee_pose,
+            joints=now.joints,
+            gripper_closed=now.gripper_closed,
             moving=self._moving,
+            stopped=self._stop.is_set(),
             error=self._error,
             last_command=self._last_command,
             extra={
-                "gripper_width": self.twin.gripper_width(),
-                "holding": 0.0 if held is None else 1.0,
-                "sim_time": self.twin.time,
+                "gripper_width": now.gripper_width,
+                "holding": 0.0 if now.held is None else 1.0,
+                "sim_time": now.time,
+                "step": float(now.step),
             },
         )
 
@@ -133,7 +146,9 @@ class SimArm(Device):
     def _motion(self, command: str) -> Iterator[None]:
         if not self._connected:
             raise ArmError("sim arm: not connected: call connect() first")
-        self._stop.clear()
+        if self._stop.is_set():
+            self._error = f"sim arm: stopped by stop(): call resume() before {command}"
+            raise ArmError(self._error)
         self._moving, self._error, self._last_command = True, None, command
         self._wall_start, self._sim_start = time.monotonic(), self.twin.time
         try:
@@ -183,7 +198,7 @@ class SimArm(Device):
 
     def _check_stop(self) -> None:
         if self._stop.is_set():
-            raise ArmError("sim arm: motion stopped by stop()")
+            raise ArmError("sim arm: motion stopped by stop(); call resume() to move again")
 
     def _check_joints(self, joints: Sequence[float]) -> None:
         lower, upper = self.twin.joint_limits()

@@ -5,14 +5,15 @@
 - :mod:`drivers.emulators.serve`: both on one physics twin, until SIGTERM.
 
 Both run the backend arm's blocking calls in order on one thread (:class:`BackendWorker`), as a
-controller's motion planner does, so their command channels stay free for ``stop``.
+controller's motion planner does, so their command channels stay free for ``stop``. A stop
+latches the backend arm; the worker resumes it only to run a motion accepted after the stop.
+``worker.wait_started(n)`` lets a test wait until the controller has begun its n-th motion.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 
@@ -30,8 +31,12 @@ Job = Callable[[Arm], None]
 class BackendWorker:
     """A bounded queue of jobs run in order on the backend arm, on one thread.
 
-    ``stop()`` empties the queue and stops the arm at once, from any thread. An error raised
-    by a job (other than one cut short by ``stop()``) is kept until ``take_error()``.
+    ``stop()`` empties the queue and stops (latches) the arm at once, from any thread; the job
+    under way then raises at the arm's next step. A job queued after the stop resumes the arm
+    before it runs: that is the controller deliberately moving again. Both happen under the
+    worker's lock, so a stop can never be cleared by the resume of a job queued before it.
+    An error raised by a job (other than one cut short by ``stop()``) is kept until
+    ``take_error()``.
     """
 
     def __init__(self, arm: Arm, capacity: int = 8) -> None:
@@ -41,7 +46,8 @@ class BackendWorker:
         self._cond = threading.Condition()
         self._generation = 0
         self._busy = False
-        self._running = 0  # the generation of the job being run
+        self._resumed = 0  # the generation the arm was last resumed for
+        self._started = 0  # jobs begun, for wait_started()
         self._closed = False
         self._errors: list[str] = []
         self._thread = threading.Thread(target=self._loop, name="backend-worker", daemon=True)
@@ -67,30 +73,31 @@ class BackendWorker:
                 lambda: self._closed or (not self._jobs and not self._busy), timeout
             )
 
+    def wait_started(self, count: int, timeout: float) -> bool:
+        """Wait until ``count`` jobs have begun on the arm (see :attr:`started`); False on
+        timeout. A test takes ``started`` before it sends a motion and waits for one more."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._started >= count, timeout)
+
+    @property
+    def started(self) -> int:
+        """How many jobs have begun on the arm so far."""
+        with self._cond:
+            return self._started
+
     @property
     def idle(self) -> bool:
         with self._cond:
             return not self._jobs and not self._busy
 
-    def stop(self, wait: float = 2.0) -> None:
-        """Drop every queued job and stop the arm now; wait up to ``wait`` s for the running
-        job to end, stopping again meanwhile (a stop that lands just before a motion starts
-        must not be lost)."""
+    def stop(self) -> None:
+        """Drop every queued job and stop the arm now; the job under way ends at the arm's
+        next step (the arm latches the stop), so ``wait_idle()`` soon returns."""
         with self._cond:
             self._generation += 1
-            generation = self._generation
             self._jobs.clear()
-            self._cond.notify_all()
-        deadline = time.monotonic() + wait
-        while True:
             self.arm.stop()
-            with self._cond:
-                if not (self._busy and self._running < generation):
-                    return
-                self._cond.wait(0.01)
-            if time.monotonic() > deadline:
-                log.warning("emulator backend: the running job did not end after stop()")
-                return
+            self._cond.notify_all()
 
     def take_error(self) -> str | None:
         with self._cond:
@@ -113,7 +120,11 @@ class BackendWorker:
                 generation, job = self._jobs.popleft()
                 if generation != self._generation:
                     continue
-                self._busy, self._running = True, generation
+                if generation != self._resumed:  # the first motion accepted after a stop
+                    self.arm.resume()
+                    self._resumed = generation
+                self._busy = True
+                self._started += 1
                 self._cond.notify_all()
             try:
                 job(self.arm)

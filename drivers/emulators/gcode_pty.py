@@ -10,6 +10,9 @@ the next ``M400``. Errors are GRBL-style (``error:<msg>`` instead of ``ok``), or
 with ``error_then_ok`` (``Error:<msg>`` and then ``ok``).
 
 Faults for tests: :meth:`inject_garbage`, :meth:`fail_next`, :meth:`mute`, :meth:`close_link`.
+To inject one while a motion runs, wait until the controller has begun it:
+``emulator.worker.wait_started(started + 1, timeout)``. ``M112`` latches the backend arm's stop;
+the next motion received after it resumes the arm (``M999`` is accepted and does nothing).
 """
 
 from __future__ import annotations

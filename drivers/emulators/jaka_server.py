@@ -11,6 +11,9 @@ status port pushes the state as JSON at ``status_hz``.
 A command connection that drops stops the arm, as a lost link must.
 
 Faults for tests: :meth:`fail_next`, :meth:`mute`, :meth:`inject_garbage`, :meth:`drop_clients`.
+To inject one while a motion runs, wait until the controller has begun it:
+``server.worker.wait_started(started + 1, timeout)``. ``stop_program`` latches the backend arm's
+stop and is answered at once; the next motion accepted after it resumes the arm.
 """
 
 from __future__ import annotations

@@ -5,6 +5,16 @@ Used by the sim arm and camera drivers, the detector's training data and the tes
 
 from drivers.twin.panda import IKSolution
 from drivers.twin.scene import SCENES, Scene, default_scene, load_scene
-from drivers.twin.world import DT, Twin
+from drivers.twin.world import DT, Snapshot, StepGate, Twin
 
-__all__ = ["DT", "SCENES", "IKSolution", "Scene", "Twin", "default_scene", "load_scene"]
+__all__ = [
+    "DT",
+    "SCENES",
+    "IKSolution",
+    "Scene",
+    "Snapshot",
+    "StepGate",
+    "Twin",
+    "default_scene",
+    "load_scene",
+]

@@ -91,6 +91,11 @@ class Panda:
     def joint_velocities(self) -> tuple[float, ...]:
         return tuple(float(s[1]) for s in self._p.getJointStates(self.body, ARM))
 
+    def joint_states(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Positions and velocities of the 7 arm joints, in one query."""
+        states = self._p.getJointStates(self.body, ARM)
+        return tuple(float(s[0]) for s in states), tuple(float(s[1]) for s in states)
+
     def reset(self, joints: Sequence[float]) -> None:
         """Teleport to ``joints`` with the gripper open, and hold there."""
         self.release()

@@ -5,14 +5,24 @@ client), so several twins coexist in one process. Time advances only through
 :meth:`Twin.step`, in fixed steps of 1/240 s. One re-entrant lock guards the client: an arm
 stepping in one thread and a camera rendering in another take turns.
 
+After every step the twin publishes a :class:`Snapshot` (the arm, the gripper, the step
+count), an immutable value that other threads read without the lock: the arm's state, a
+status stream or a test never waits on the motion loop, which re-takes the lock several
+times a step. :meth:`Twin.wait_for_step` waits for a step; :meth:`Twin.on_step` runs a hook
+in the stepping thread after each step (outside the lock); :meth:`Twin.hold_at` is a hook
+that holds the physics at a step until it is released (see :class:`StepGate`).
+
 Frames: objects and the camera are in the world frame (z = 0 is the table top); arm poses
 (:class:`~drivers.arm.base.Pose`) are in the arm's base frame, as every Arm driver's are.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -31,9 +41,66 @@ from drivers.twin.marker import HandMarker
 from drivers.twin.panda import IKSolution, Panda
 from drivers.twin.scene import Scene, default_scene, load_scene
 
-__all__ = ["DT", "Twin"]
+__all__ = ["DT", "Snapshot", "StepGate", "StepHook", "Twin"]
+
+log = logging.getLogger(__name__)
 
 DT = 1.0 / 240.0  # seconds per physics step
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The arm as it was after physics step ``step`` (poses in the arm's base frame)."""
+
+    step: int
+    time: float  # simulated seconds, ``step * DT``
+    ee_pose: Pose
+    joints: tuple[float, ...]
+    joint_velocities: tuple[float, ...]
+    gripper_width: float  # metres between the fingers
+    gripper_closed: bool  # commanded closed
+    gripper_moving: bool
+    held: str | None  # the object the gripper holds
+
+
+#: runs in the stepping thread after each step, outside the twin's lock
+StepHook = Callable[[Snapshot], None]
+
+
+class StepGate:
+    """A step hook that holds the physics once step ``at`` is done, until :meth:`release`.
+
+    The thread that steps the twin blocks inside :meth:`Twin.step` (without the lock), so a
+    motion cannot go past step ``at`` however fast the CPU is: a test that waits for
+    :meth:`wait_reached`, injects a stop or a fault and only then releases, knows the motion
+    was under way and could not have ended before the stop. ``limit`` bounds the hold in
+    case nobody releases it.
+    """
+
+    def __init__(self, at: int, limit: float = 60.0) -> None:
+        self.at = at
+        self.limit = limit
+        self._reached = threading.Event()
+        self._released = threading.Event()
+
+    def __call__(self, snapshot: Snapshot) -> None:
+        if snapshot.step < self.at or self._released.is_set():
+            return
+        self._reached.set()
+        if not self._released.wait(self.limit):
+            log.warning("twin: nobody released the gate at step %d in %.0f s", self.at, self.limit)
+            self._released.set()
+
+    def wait_reached(self, timeout: float) -> bool:
+        """True once the physics is held at step ``at``; False after ``timeout`` s."""
+        return self._reached.wait(timeout)
+
+    @property
+    def reached(self) -> bool:
+        return self._reached.is_set()
+
+    def release(self) -> None:
+        self._released.set()
 
 
 class Twin:
@@ -48,6 +115,9 @@ class Twin:
         self.scene = scene
         self.lock = threading.RLock()
         self._steps = 0
+        self._stepped = threading.Condition()
+        self._hooks: tuple[StepHook, ...] = ()
+        self._hooks_lock = threading.Lock()
         self._p = BulletClient(connection_mode=pybullet.DIRECT)
         self._p.setAdditionalSearchPath(pybullet_data.getDataPath())
         self._p.setGravity(0, 0, -9.81)
@@ -65,6 +135,7 @@ class Twin:
             if built.kind == "drawer":
                 self._drive_drawer(built, self._p.getJointState(built.body, 0)[0])
         self._closed = False
+        self._snapshot = self._take_snapshot()
 
     def close(self) -> None:
         with self.lock:
@@ -92,13 +163,50 @@ class Twin:
         return self._steps * DT
 
     def step(self, seconds: float = DT) -> None:
-        """Advance physics by ``seconds`` (rounded to whole steps, at least one)."""
-        with self.lock:
-            for _ in range(max(1, round(seconds / DT))):
+        """Advance physics by ``seconds`` (rounded to whole steps, at least one); after each
+        step publish the snapshot, then run the step hooks."""
+        for _ in range(max(1, round(seconds / DT))):
+            with self.lock:
                 self._move_belts()
                 self._p.stepSimulation()
                 self._steps += 1
                 self._update_grasp()
+                snapshot = self._publish()
+            for hook in self._hooks:
+                hook(snapshot)
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The arm after the last step (or teleport, or grip command); never takes the lock."""
+        return self._snapshot
+
+    def wait_for_step(self, step: int, timeout: float) -> bool:
+        """Wait until physics step ``step`` is done; False after ``timeout`` s."""
+        with self._stepped:
+            return self._stepped.wait_for(lambda: self._snapshot.step >= step, timeout)
+
+    @contextmanager
+    def on_step(self, hook: StepHook) -> Iterator[None]:
+        """Run ``hook(snapshot)`` after every step while the block runs (in the stepping
+        thread, outside the lock, so it may block that thread but must not step)."""
+        with self._hooks_lock:
+            self._hooks = (*self._hooks, hook)
+        try:
+            yield
+        finally:
+            with self._hooks_lock:
+                self._hooks = tuple(h for h in self._hooks if h is not hook)
+
+    @contextmanager
+    def hold_at(self, step: int, limit: float = 60.0) -> Iterator[StepGate]:
+        """Hold the physics once step ``step`` is done until the gate is released (at the
+        latest when the block ends); see :class:`StepGate`."""
+        gate = StepGate(step, limit)
+        try:
+            with self.on_step(gate):
+                yield gate
+        finally:
+            gate.release()
 
     def settle(self, seconds: float = 0.5) -> None:
         """Let objects come to rest after the scene was built or changed."""
@@ -158,12 +266,10 @@ class Twin:
         return self.panda.base.apply(point)
 
     def joints(self) -> tuple[float, ...]:
-        with self.lock:
-            return self.panda.joints()
+        return self._snapshot.joints
 
     def joint_velocities(self) -> tuple[float, ...]:
-        with self.lock:
-            return self.panda.joint_velocities()
+        return self._snapshot.joint_velocities
 
     def joint_limits(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         return self.panda.lower, self.panda.upper
@@ -172,11 +278,11 @@ class Twin:
         """Teleport the arm (gripper open), without simulating the way there."""
         with self.lock:
             self.panda.reset(joints)
+            self._publish()
 
     def ee_pose(self) -> Pose:
         """The tool (between the finger tips, z along the fingers) in the base frame."""
-        with self.lock:
-            return self.panda.tcp().to_pose()
+        return self._snapshot.ee_pose
 
     def forward(self, joints: Sequence[float]) -> Pose:
         with self.lock:
@@ -196,26 +302,21 @@ class Twin:
         """Drive the fingers closed (with the configured force) or open; opening releases."""
         with self.lock:
             self.panda.grip(close)
+            self._publish()
 
     def gripper_closed(self) -> bool:
-        return self.panda.closed
+        return self._snapshot.gripper_closed
 
     def gripper_width(self) -> float:
         """Metres between the fingers (0.08 fully open)."""
-        with self.lock:
-            return self.panda.width()
+        return self._snapshot.gripper_width
 
     def gripper_moving(self) -> bool:
-        with self.lock:
-            return self.panda.finger_speed() > 1e-3
+        return self._snapshot.gripper_moving
 
     def held_object(self) -> str | None:
         """The object the gripper holds: welded to it, or pressed by both fingers."""
-        with self.lock:
-            body = self.panda.held
-            if body is None and self.panda.closed:
-                body = self.panda.pinched(self._loose)
-        return None if body is None else self.name_of(body)
+        return self._snapshot.held
 
     # the calibration marker ([arm.marker] in the scene)
 
@@ -254,6 +355,31 @@ class Twin:
         return self.name_of(hit[0]) or int(hit[0]), tuple(hit[3])
 
     # internals
+
+    def _take_snapshot(self) -> Snapshot:
+        arm = self.panda
+        joints, velocities = arm.joint_states()
+        body = arm.held
+        if body is None and arm.closed:
+            body = arm.pinched(self._loose)
+        return Snapshot(
+            step=self._steps,
+            time=self._steps * DT,
+            ee_pose=arm.tcp().to_pose(),
+            joints=joints,
+            joint_velocities=velocities,
+            gripper_width=arm.width(),
+            gripper_closed=arm.closed,
+            gripper_moving=arm.finger_speed() > 1e-3,
+            held=None if body is None else self.name_of(body),
+        )
+
+    def _publish(self) -> Snapshot:
+        """Take and publish the snapshot (with the lock held), and wake its waiters."""
+        snapshot = self._snapshot = self._take_snapshot()
+        with self._stepped:
+            self._stepped.notify_all()
+        return snapshot
 
     def _marker(self) -> HandMarker:
         if self.panda.marker is None:
