@@ -96,16 +96,18 @@ def test_a_bad_command_line_is_an_input_error() -> None:
 def test_an_llm_nobody_answers_is_llm_unreachable(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
     scenario = SCENARIOS / "person-robot.toml"
-    result = run_engage(tmp_path, scenario, "--llm", url)
+    robot = robot_copy(tmp_path, replace=[("retries = 2", "retries = 0")])
+    result = run_engage(tmp_path, scenario, "--llm", url, robot=robot)
     assert result.code == ExitCode.LLM_UNREACHABLE, result.out + result.err
     assert "exit 3: LLM unreachable" in result.out
     assert "said nothing" in result.out, "the fallback kept the robot from speaking"
 
 
-def test_eval_with_an_llm_nobody_answers_is_llm_unreachable() -> None:
+def test_eval_with_an_llm_nobody_answers_is_llm_unreachable(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
+    robot = robot_copy(tmp_path, replace=[("retries = 2", "retries = 0")])
     result = onboard(
-        "eval", "engage", "--trials", "1", "--llm", url, "--latency", "1.0",
+        "--robot", robot, "eval", "engage", "--trials", "1", "--llm", url, "--latency", "1.0",
         "--scenario", SCENARIOS / "person-robot.toml", "--json",
     )  # fmt: skip
     assert result.code == ExitCode.LLM_UNREACHABLE, result.err
