@@ -5,6 +5,7 @@
 Two labelled sets (the shared dev set, and the held-out set in bench/data), and the stand-in
 LLM's own paraphrases (StandInPolicy without noise), whose intended actions are known.
 Held-out misses are counted, never listed: the set measures the mapping, it is not for tuning.
+Replies refused as near ties (runtime/mapping.py, ``[mapping] near_tie``) are counted too.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from runtime.errors import LLMError
-from runtime.mapping import ActionMapper
+from runtime.mapping import ActionMapper, MappingResult, Refusal
 from runtime.reply import parse_reply, reply_action
 from runtime.session import make_mapper
 from runtime.standin_policy import StandInPolicy, last_user_text, parse_situation, primary_intent
@@ -38,6 +39,7 @@ from runtime.standin_policy import StandInPolicy, last_user_text, parse_situatio
 GOAL_EXACT = 0.95  # in-set exact-sequence accuracy on the held-out set
 GOAL_OUT_OF_SET = 1 / 6  # at most this share of out-of-set replies accepted
 STANDIN_REQUESTS = 300
+NEAR_TIES = (Refusal.NEAR_TIE, Refusal.NEAR_THRESHOLD, Refusal.NEAR_MARGIN)
 
 
 def score_set(mapper: ActionMapper, path: Path) -> dict[str, Any]:
@@ -45,13 +47,16 @@ def score_set(mapper: ActionMapper, path: Path) -> dict[str, Any]:
     counts: Counter[str] = Counter()
     misses = []
     for row in rows:
-        expected, got = list(row["actions"]), mapper.map(row["reply"]).actions
+        result = mapper.map(row["reply"])
+        expected, got = list(row["actions"]), result.actions
         kind = "out" if not expected else "single" if len(expected) == 1 else "multi"
         counts[kind] += 1
         ok = bool(got) if kind == "out" else got == expected  # "ok" = accepted, for "out"
         counts[f"{kind}_ok"] += ok
+        near = near_tie(result)
+        counts["near_tie"] += near is not None
         if ok == (kind == "out"):
-            misses.append({"reply": row["reply"], "expected": expected, "got": got})
+            misses.append({"reply": row["reply"], "expected": expected, "got": got, "why": near})
     in_set = counts["single"] + counts["multi"]
     return {
         "file": str(path),
@@ -60,8 +65,19 @@ def score_set(mapper: ActionMapper, path: Path) -> dict[str, Any]:
         "single": [counts["single_ok"], counts["single"]],
         "multi": [counts["multi_ok"], counts["multi"]],
         "out_of_set_accepted": [counts["out_ok"], counts["out"]],
+        "refused_near_tie": [counts["near_tie"], len(rows)],
         "misses": misses,
     }
+
+
+def near_tie(result: MappingResult) -> str | None:
+    """The near-tie refusal that made a reply "no match", if one did."""
+    if result.matched:
+        return None
+    for clause in result.clauses:
+        if clause.refused in NEAR_TIES:
+            return str(clause.refused)
+    return None
 
 
 def standin_paraphrases(mapper: ActionMapper, n: int) -> dict[str, Any]:
@@ -131,6 +147,13 @@ def tables(results: dict[str, Any]) -> list[Table]:
         "<= 1 in 6",
         f"dev {verdict(outside[0])}, held-out {verdict(outside[1])}",
     )
+    out.add_row(
+        "refused as a near tie",
+        _share(dev["refused_near_tie"]),
+        _share(held["refused_near_tie"]),
+        f"band {results['mapping']['near_tie']}",
+        "",
+    )
     stand = results["standin"]
     paraphrases = Table(title="Stand-in paraphrases (StandInPolicy, noise 0): mapped = intent")
     paraphrases.add_column("intent")
@@ -156,7 +179,7 @@ def tables(results: dict[str, Any]) -> list[Table]:
             misses.add_row(
                 m["reply"],
                 " -> ".join(m["expected"]) or "(reject)",
-                " -> ".join(m["got"]) or "no match",
+                " -> ".join(m["got"]) or f"no match ({m['why'] or 'no action near'})",
             )
         found.append(misses)
     return found

@@ -32,4 +32,5 @@ def make_mapper(robot: RobotConfig, skill: Skill, embedder: Embedder | None = No
         robot.mapping.margin,
         reject=skill.reject,
         ambiguity=robot.mapping.ambiguity,
+        near_tie=robot.mapping.near_tie,
     )

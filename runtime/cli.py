@@ -154,7 +154,7 @@ def _map(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_record(), indent=2))
         return 0 if result.matched else 1
     for clause in result.clauses:
-        verdict = clause.action or "no match"
+        verdict = clause.action or f"no match: {clause.refused or 'refused'}"
         print(f"  {clause.clause!r}: {verdict} (score {clause.score:.3f}, "
               f"runner-up {clause.runner_up} {clause.runner_up_score:.3f})")  # fmt: skip
     print(" -> ".join(result.actions) if result.matched else "no match")

@@ -70,6 +70,15 @@ class MappingConfig(_Strict):
     threshold: Annotated[float, Field(gt=0, lt=1)] = 0.5
     margin: Annotated[float, Field(ge=0, lt=1)] = 0.05
     ambiguity: Annotated[float, Field(gt=0, le=1, description="warn above this cosine")] = 0.9
+    near_tie: Annotated[
+        float,
+        Field(
+            ge=0,
+            lt=1,
+            description="refuse a clause this close to a decision boundary (the second action, "
+            "threshold, margin); above the embedder's measured int8-vs-fp32 gap (CARD.md)",
+        ),
+    ] = 0.01
 
 
 class SimDriverConfig(_Strict):

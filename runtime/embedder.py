@@ -1,7 +1,14 @@
-"""Sentence embeddings from the int8 all-MiniLM-L6-v2 ONNX model (no torch).
+"""Sentence embeddings from the all-MiniLM-L6-v2 ONNX model (no torch).
 
 Mean pooling and L2 normalisation live inside the ONNX graph, so the model's
 ``embedding`` output is already a unit vector per input text.
+
+The model file stores its weights as int8 (blocks of 32 with an fp32 scale each), each
+behind a DequantizeLinear of constants. With ``session.disable_quant_qdq`` set, onnxruntime's
+constant folding turns them into fp32 matrices when the session starts (instead of fusing
+them into int8 kernels), and every text then runs through fp32 kernels only. So the vectors
+do not depend on the CPU's int8 instructions (AVX2, VNNI): kernels differ only in summation
+order, about 1e-6 in a cosine (models/minilm/CARD.md).
 """
 
 from __future__ import annotations
@@ -29,13 +36,12 @@ FloatArray = npt.NDArray[np.float32]
 class Embedder:
     """Maps texts to float32 unit vectors of shape (n, 384)."""
 
-    def __init__(self, model_dir: Path, threads: int = 1) -> None:
+    def __init__(self, model_dir: Path, threads: int = 1, *, optimize: bool = True) -> None:
+        """``optimize=False`` runs the graph as written, without fused kernels or folding
+        (slower; tests compare it with the optimized session to measure kernel noise)."""
         model_path = Path(model_dir) / "model.onnx"
         tokenizer_path = Path(model_dir) / "tokenizer.json"
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options = session_options(threads, optimize)
         try:
             self._session = ort.InferenceSession(
                 str(model_path), options, providers=["CPUExecutionProvider"]
@@ -55,11 +61,10 @@ class Embedder:
     def embed(self, texts: Sequence[str]) -> FloatArray:
         """Embed ``texts``; returns an (n, 384) float32 array of unit vectors.
 
-        Each text runs through the model on its own: with dynamic int8
-        quantization the activation scales are computed over the whole input
-        tensor, so batching would make a text's vector depend on its
-        neighbours (cosine down to ~0.94). One-by-one is also no slower here,
-        as batching pays for padding.
+        Each text runs through the model on its own, so a text's vector never
+        depends on its neighbours in a batch (padding and batched kernels change
+        the last bits) and a cached vector equals a fresh one. One-by-one is also
+        no slower here, as batching pays for padding.
         """
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of strings, not a string")
@@ -86,6 +91,24 @@ class Embedder:
         if len(self._cache) > CACHE_SIZE:
             self._cache.popitem(last=False)
         return vector
+
+
+def session_options(threads: int = 1, optimize: bool = True) -> ort.SessionOptions:
+    """The onnxruntime settings every Embedder uses."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if optimize
+        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )
+    # Never fuse the dequantized weights into int8 kernels (DequantizeLinear + MatMul ->
+    # MatMulNBits), whose results would depend on the CPU; constant folding then turns
+    # them into fp32 weights instead.
+    options.add_session_config_entry("session.disable_quant_qdq", "1")
+    return options
 
 
 def _load_failure(path: Path, exc: Exception) -> str:

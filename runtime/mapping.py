@@ -10,6 +10,15 @@ dev set showed it refuses correct answers between close actions (wait / wait for
 without rejecting more out-of-set replies. One clause that matches no
 action makes the whole reply "no match" (a bottom-up candidate), because acting on part
 of a plan is not what the LLM asked for.
+
+A decision has three boundaries: the best action against the second, the score against
+``threshold`` and the lead over the out-of-set anchors against ``margin``. A clause that
+lies within ``near_tie`` of any of them is refused too, recorded as a near tie: the
+embedder's int8-stored weights move these quantities by up to 0.0075 from the full fp32
+model, and kernels of different CPUs by about 1e-6. With ``near_tie`` above both (robot.toml
+``[mapping] near_tie``, 0.01 by default), a clause the robot acts on is one the fp32 model
+would accept with the same action, and no CPU maps it to another action
+(models/minilm/CARD.md has the measurements).
 """
 
 from __future__ import annotations
@@ -17,12 +26,21 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ActionMapper", "ClauseMatch", "Embeds", "MappingResult", "normalise", "split_clauses"]
+__all__ = [
+    "ActionMapper",
+    "ClauseMatch",
+    "Embeds",
+    "MappingResult",
+    "Refusal",
+    "normalise",
+    "split_clauses",
+]
 
 
 class Embeds(Protocol):
@@ -62,6 +80,16 @@ _WEAK = re.compile(r"\s*(?:,\s*and\b|,|:|\band\b)\s*", re.IGNORECASE)
 _LEADING_BEFORE = re.compile(r"^before\s+([^,]+),\s*(.+)$", re.IGNORECASE)
 _QUOTE = re.compile(r""""[^"]{2,}?"|“[^”]*”|(?<![A-Za-z])'[^']{2,}?'(?![A-Za-z])""")
 OUT_OF_SET = "(out of set)"
+
+
+class Refusal(StrEnum):
+    """Why a clause maps to no action (recorded as the clause's ``refused``)."""
+
+    BELOW_THRESHOLD = "below threshold"
+    OUT_OF_SET = "nearer an out-of-set reply"
+    NEAR_TIE = "near tie: two actions"
+    NEAR_THRESHOLD = "near tie: threshold"
+    NEAR_MARGIN = "near tie: out-of-set margin"
 
 
 def normalise(text: str) -> str:
@@ -111,6 +139,8 @@ class ClauseMatch:
     score: float
     runner_up: str | None
     runner_up_score: float
+    out_of_set_score: float = -1.0
+    refused: Refusal | None = None
 
     def to_record(self) -> dict[str, object]:
         return {
@@ -119,6 +149,8 @@ class ClauseMatch:
             "score": round(self.score, 4),
             "runner_up": self.runner_up,
             "runner_up_score": round(self.runner_up_score, 4),
+            "out_of_set_score": round(self.out_of_set_score, 4),
+            "refused": None if self.refused is None else str(self.refused),
         }
 
 
@@ -141,7 +173,7 @@ class MappingResult:
 
 
 class ActionMapper:
-    """Nearest-action search over reference responses, with threshold and margin."""
+    """Nearest-action search over reference responses, with threshold, margin and near-tie band."""
 
     def __init__(
         self,
@@ -151,11 +183,13 @@ class ActionMapper:
         margin: float = 0.04,
         reject: Sequence[str] = (),
         ambiguity: float = 0.9,
+        near_tie: float = 0.0,
     ) -> None:
         self.embedder = embedder
         self.threshold = threshold
         self.margin = margin
         self.ambiguity = ambiguity
+        self.near_tie = near_tie
         self._names = list(references)
         references = {**references, OUT_OF_SET: list(reject)}
         self._lookup = {" ".join(n.lower().split()): n for n in self._names}
@@ -202,24 +236,50 @@ class ActionMapper:
             return parts
         return [whole]
 
-    def _score(self, clauses: Sequence[str]) -> list[ClauseMatch]:
+    def scores(self, clauses: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Each clause's best cosine per action, in skill order, then over the reject anchors.
+
+        ``clauses`` are normalised text (as :func:`split_clauses` returns them); the
+        result has shape ``(len(clauses), len(actions) + 1)``.
+        """
         vectors = self.embedder.embed(list(clauses))
         sims = vectors @ self._refs.T
         per_action = np.full((len(clauses), len(self._names) + 1), -1.0, dtype=np.float32)
         for col, owner in enumerate(self._owner):
             per_action[:, owner] = np.maximum(per_action[:, owner], sims[:, col])
+        return per_action
+
+    def _score(self, clauses: Sequence[str]) -> list[ClauseMatch]:
+        per_action = self.scores(clauses)
         out = []
-        names = [*self._names, OUT_OF_SET]
         for row, clause in enumerate(clauses):
             in_set = per_action[row, :-1]
-            order = np.argsort(-in_set)
+            # stable: equal scores keep skill order, whatever order numpy's sort visits them
+            order = np.argsort(-in_set, kind="stable")
             best, second = int(order[0]), int(order[1])
             score, runner = float(in_set[best]), float(in_set[second])
             rejected = float(per_action[row, -1])
-            ok = score >= self.threshold and score - rejected >= self.margin
-            match = ClauseMatch(clause, names[best] if ok else None, score, names[second], runner)
-            out.append(match)
+            refused = self._refusal(score, runner, rejected)
+            action = self._names[best] if refused is None else None
+            out.append(
+                ClauseMatch(clause, action, score, self._names[second], runner, rejected, refused)
+            )
         return out
+
+    def _refusal(self, score: float, runner: float, rejected: float) -> Refusal | None:
+        """None to accept the best action, else why not (the plain rule first)."""
+        band = self.near_tie
+        if score < self.threshold:
+            return Refusal.BELOW_THRESHOLD
+        if score - rejected < self.margin:
+            return Refusal.OUT_OF_SET
+        if score - runner < band:
+            return Refusal.NEAR_TIE
+        if score < self.threshold + band:
+            return Refusal.NEAR_THRESHOLD
+        if score - rejected < self.margin + band:
+            return Refusal.NEAR_MARGIN
+        return None
 
     def ambiguities(self) -> list[tuple[str, str, str, str, float]]:
         """Pairs of references of different actions closer than the threshold allows."""

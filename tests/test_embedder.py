@@ -1,13 +1,15 @@
-"""The int8 MiniLM embedder on the real model in models/minilm."""
+"""The MiniLM embedder on the real model in models/minilm (int8-stored, fp32 compute)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 
-from runtime.embedder import DEFAULT_MODEL_DIR, Embedder
+from runtime.embedder import DEFAULT_MODEL_DIR, Embedder, session_options
 from runtime.errors import ModelError
 
 TEXTS = [
@@ -88,3 +90,49 @@ def test_unreadable_model_raises_model_error(tmp_path: Path) -> None:
     (tmp_path / "model.onnx").write_bytes(b"not an onnx file")
     with pytest.raises(ModelError, match=r"model\.onnx"):
         Embedder(tmp_path)
+
+
+# kernels whose results depend on the CPU's int8 instructions
+INT8_KERNELS = {
+    "MatMulInteger",
+    "DynamicQuantizeLinear",
+    "QuantizeLinear",
+    "QLinearMatMul",
+    "MatMulIntegerToFloat",
+    "DynamicQuantizeMatMul",
+    "MatMulNBits",
+    "QGemm",
+}
+
+
+def test_model_stores_int8_weights_as_dequantized_constants() -> None:
+    graph = onnx.load(str(DEFAULT_MODEL_DIR / "model.onnx")).graph
+    assert not {n.op_type for n in graph.node} & INT8_KERNELS
+    constants = {t.name: t for t in graph.initializer}
+    dequantize = [n for n in graph.node if n.op_type == "DequantizeLinear"]
+    assert len(dequantize) == 38  # 36 linear layers, the word and position embeddings
+    for node in dequantize:
+        weight, scale = (constants[name] for name in node.input)
+        assert weight.data_type == onnx.TensorProto.INT8
+        assert scale.data_type == onnx.TensorProto.FLOAT
+        assert {a.name: a.i for a in node.attribute}["block_size"] == 32
+
+
+def test_session_folds_the_weights_to_fp32(tmp_path: Path) -> None:
+    """What onnxruntime runs: fp32 MatMuls only, no dequantization left, no int8 kernel."""
+    options = session_options()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(
+        str(DEFAULT_MODEL_DIR / "model.onnx"), options, providers=["CPUExecutionProvider"]
+    )
+    graph = onnx.load(str(tmp_path / "optimized.onnx")).graph
+    ops = {n.op_type for n in graph.node}
+    assert "MatMul" in ops
+    assert not ops & (INT8_KERNELS | {"DequantizeLinear"})
+    types = {t.data_type for t in graph.initializer}
+    assert not types & {onnx.TensorProto.INT8, onnx.TensorProto.UINT8}
+
+
+def test_unoptimized_session_agrees_within_kernel_noise(minilm: Embedder) -> None:
+    plain = Embedder(DEFAULT_MODEL_DIR, optimize=False)
+    np.testing.assert_allclose(plain.embed(TEXTS), minilm.embed(TEXTS), atol=1e-5)
