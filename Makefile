@@ -33,9 +33,9 @@ test: system $(STAMP) lint
 	ONBOARD_REQUIRE_LOCAL_LLM=1 ONBOARD_REQUIRE_REALSENSE=1 $(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check runtime drivers tests bench models
-	$(BIN)/ruff format --check runtime drivers tests bench models
-	$(BIN)/mypy
+	$(BIN)/ruff check runtime drivers tests bench models tools
+	$(BIN)/ruff format --check runtime drivers tests bench models tools
+	$(BIN)/python tools/typecheck.py
 
 eval: $(STAMP)
 	$(BIN)/onboard eval engage --trials 10
@@ -49,7 +49,7 @@ bench: $(STAMP)
 ## Re-pin constraints.txt from the current virtualenv (after a deliberate upgrade).
 constraints: $(STAMP)
 	{ echo "# Every package make installs, pinned; regenerate with 'make constraints'."; \
-	  $(BIN)/pip freeze --exclude-editable | grep -v '^onboard'; } > $(CONSTRAINTS)
+	  $(BIN)/pip freeze --all --exclude-editable | grep -v -e '^onboard' -e '^pip=='; } > $(CONSTRAINTS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from runtime import prompt
-from runtime.config import RobotConfig, load_robot
-from runtime.evaluate import SEED_SCENARIOS
-from runtime.llm import Message
-from runtime.observation import Observation
-from runtime.scenario import load_scenario
-from runtime.session import load_robot_skill
-from runtime.skill import Skill
+from onboard.config import RobotConfig, load_robot
+from onboard.hri.evaluate import SEED_SCENARIOS
+from onboard.hri.person import PersonObservation
+from onboard.hri.scenario import load_scenario
+from onboard.hri.session import load_robot_skill
+from onboard.llm.client import Message
+from onboard.llm.prompts import first_stage
+from onboard.loop.skill import Skill
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -62,17 +62,17 @@ def first_stage_prompts(
     prompts = []
     for _ in range(n):
         action = rng.choice(list(skill.actions.values()))
-        began = Observation(t=0.0, activity=rng.choice(activities), toward=rng.random() < 0.3)
+        began = PersonObservation(t=0.0, activity=rng.choice(activities), toward=rng.random() < 0.3)
         activity = began.activity if rng.random() < 0.5 else rng.choice(activities)
-        now = Observation(t=1.0, activity=activity, toward=rng.random() < 0.4)
+        now = PersonObservation(t=1.0, activity=activity, toward=rng.random() < 0.4)
         if rng.random() < 0.1:
-            now = Observation(t=1.0, activity=None, toward=None, visible=False)
+            now = PersonObservation(t=1.0, activity=None, toward=None, visible=False)
         observed = {  # as SkillRunner._observed_fields
             "X_a": began.activity or "nothing visible",
             "X_g": "looking at the robot" if began.toward else "not looking at the robot",
         }
         situation = f"{skill.goal} {action.describe(observed)}"
-        prompts.append(prompt.first_stage(skill, situation, now.situation()))
+        prompts.append(first_stage(skill, situation, now.situation()))
     return prompts
 
 

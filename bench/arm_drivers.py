@@ -17,13 +17,13 @@ from _common import environment, fmt_ms, summary, write_results
 from rich.console import Console
 from rich.table import Table
 
-from drivers.arm.base import Arm, Pose
-from drivers.arm.gcode import GcodeArm, GcodeArmConfig
-from drivers.arm.jaka import JakaArm, JakaArmConfig
-from drivers.arm.sim import SimArm
-from drivers.emulators.gcode_pty import GcodePtyEmulator
-from drivers.emulators.jaka_server import JakaServer
-from drivers.twin import SCENES, Twin
+from onboard.drivers.arm.base import Arm, Pose
+from onboard.drivers.arm.gcode import GcodeArm, GcodeArmConfig
+from onboard.drivers.arm.jaka import JakaArm, JakaArmConfig
+from onboard.drivers.arm.twin_arm import SimArm
+from onboard.drivers.emulators.gcode_pty import GcodePtyEmulator
+from onboard.drivers.emulators.jaka_server import JakaServer
+from onboard.drivers.twin import SCENES, Twin
 
 STATE_CALLS = 300
 MOVES = 20

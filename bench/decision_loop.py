@@ -42,21 +42,21 @@ from _common import (
 from rich.console import Console
 from rich.table import Table
 
-from runtime import prompt
-from runtime.config import LLMConfig, RobotConfig
-from runtime.engine import Ask, SkillRunner
-from runtime.evaluate import SEED_SCENARIOS
-from runtime.llm import ChatClient, ChatResult, Message, server_timing, timing_hooks
-from runtime.mapping import ActionMapper, MappingResult, normalise, split_clauses
-from runtime.recorder import Recorder
-from runtime.scenario import Scenario, load_scenario
-from runtime.session import (
+from onboard.config import LLMConfig, RobotConfig
+from onboard.grounding.mapping import ActionMapper, MappingResult, normalise, split_clauses
+from onboard.hri.evaluate import SEED_SCENARIOS
+from onboard.hri.scenario import Scenario, load_scenario
+from onboard.hri.session import (
     EpisodeOptions,
     HttpAsk,
     make_mapper,
     run_episode,
 )
-from runtime.skill import Skill
+from onboard.llm.client import ChatClient, ChatResult, Message, server_timing, timing_hooks
+from onboard.llm.prompts import first_stage, plan_schema
+from onboard.loop.engine import Ask, SkillRunner
+from onboard.loop.recorder import Recorder
+from onboard.loop.skill import Skill
 
 MIN_DECISIONS = 1000
 COLD_RUNS = 7
@@ -222,7 +222,12 @@ class Subject:
 def standin_process(seed: int, noise: float) -> Iterator[str]:
     """The stand-in LLM in a process of its own (as a real server is); yields its base URL."""
     options = {"--port": "0", "--seed": str(seed), "--noise": str(noise)}
-    command = [sys.executable, "-m", "runtime.standin", *(x for kv in options.items() for x in kv)]
+    command = [
+        sys.executable,
+        "-m",
+        "onboard.testing.standin_server",
+        *(x for kv in options.items() for x in kv),
+    ]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
@@ -239,7 +244,7 @@ def standin_process(seed: int, noise: float) -> Iterator[str]:
 
 
 def run_decisions(robot: RobotConfig, skill: Skill, scenario: Scenario, subject: Subject) -> None:
-    """One episode through runtime.session.run_episode, keeping the runner's timings."""
+    """One episode through onboard.hri.session.run_episode, keeping the runner's timings."""
     log = DecisionLog(subject.mapper)
 
     def keep_timings(runner: SkillRunner) -> None:
@@ -388,20 +393,20 @@ def local_llm_rss(robot: RobotConfig, skill: Skill) -> dict[str, Any]:
     """RSS of the llama.cpp server process: once ready, and after one (constrained) decision."""
     if importlib.util.find_spec("llama_cpp") is None:
         return {"skipped": "n/a (local-llm extra not installed)"}
-    from runtime.local_llm import local_server
+    from onboard.llm.local_server import local_server
 
     with local_server() as url:
         pids = children(os.getpid())
         if len(pids) != 1:
             return {"skipped": f"n/a (expected one server child, found {pids})"}
         ready = rss_mb(pids[0])
-        messages = prompt.first_stage(
+        messages = first_stage(
             skill,
             f"{skill.goal} The robot is approaching the person.",
             "The person is talking on a phone. The person is not looking at the robot.",
         )
         with ChatClient(robot.llm, base_url=url) as chat:
-            chat.complete(messages, prompt.plan_schema(list(skill.actions)), deadline=60.0)
+            chat.complete(messages, plan_schema(list(skill.actions)), deadline=60.0)
         return {"pid": pids[0], "ready_mb": ready, "after_one_decision_mb": rss_mb(pids[0])}
 
 

@@ -2,14 +2,14 @@
 
     python bench/detector.py [--frames 300]
 
-1. Frames per second of the shipped model (models/detector) through runtime.detector, on
+1. Frames per second of the shipped model (models/detector) through onboard.perception.detector, on
    renders of the twin's tabletop scene at 320x240 and 640x480: end to end (letterbox,
    model, decode, NMS, boxes mapped back) and model only (``Detector.infer``), with 1 and 2
    onnxruntime threads.
 2. decode + NMS time on the shipped model's own outputs and on outputs of yolov8n's shape
    ([1, 84, 8400] at 640 px), synthesized with a few hundred candidates above the threshold
    (clusters of overlapping boxes around 25 objects, scattered false positives, background).
-3. The same outputs through two references written apart from runtime.detector: a plain
+3. The same outputs through two references written apart from onboard.perception.detector: a plain
    per-anchor, per-box Python loop, and opencv's ``cv2.dnn.NMSBoxesBatched`` (from
    ``opencv-python-headless``, installed for this benchmark only; skipped without it). The
    kept boxes must agree.
@@ -32,7 +32,7 @@ from _common import ROOT, environment, fmt_ms, summary, verdict, write_results
 from rich.console import Console
 from rich.table import Table
 
-from runtime.detector import Detector, decode, nms
+from onboard.perception.detector import Detector, decode, nms
 
 MODEL = ROOT / "models" / "detector" / "model.onnx"
 CLASSES = ROOT / "models" / "detector" / "classes.json"
@@ -49,7 +49,7 @@ def twin_frames(count: int, large: bool) -> list[npt.NDArray[np.uint8]]:
     the twin)."""
     rng = np.random.default_rng(1)
     try:
-        from drivers.twin import Twin
+        from onboard.drivers.twin import Twin
     except ImportError:
         shape = (480, 640, 3) if large else (240, 320, 3)
         return [rng.integers(0, 255, shape, dtype=np.uint8) for _ in range(min(count, 20))]
@@ -296,7 +296,7 @@ def show(console: Console, speed: dict[str, Any], checks: dict[str, Any], refs: 
     table.add_column("outputs")
     table.add_column("candidates", justify="right")
     table.add_column("kept", justify="right")
-    table.add_column("runtime.detector", justify="right")
+    table.add_column("onboard.perception.detector", justify="right")
     for ref in refs:
         table.add_column(f"{ref} reference", justify="right")
         table.add_column("agrees", justify="center")

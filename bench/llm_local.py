@@ -29,15 +29,15 @@ from _common import (
 from rich.console import Console
 from rich.table import Table
 
-from runtime import prompt
-from runtime.config import RobotConfig
-from runtime.errors import LLMError, OnboardError
-from runtime.llm import ChatClient, Message
-from runtime.mapping import ActionMapper
-from runtime.reply import parse_reply, reply_action
-from runtime.session import make_mapper
-from runtime.skill import Skill
-from runtime.standin_policy import last_user_text, parse_situation, primary_intent
+from onboard.base.errors import LLMError, OnboardError
+from onboard.config import RobotConfig
+from onboard.grounding.mapping import ActionMapper
+from onboard.hri.session import make_mapper
+from onboard.llm.client import ChatClient, Message
+from onboard.llm.prompts import plan_schema
+from onboard.llm.replies import parse_reply, reply_action
+from onboard.loop.skill import Skill
+from onboard.testing.standin_policy import last_user_text, parse_situation, primary_intent
 
 PROMPTS = 20
 MODES = ("constrained", "free")
@@ -52,7 +52,7 @@ def decide(
     mode: str,
 ) -> dict[str, Any]:
     """One first-stage decision: latency, and what the runtime can make of the reply."""
-    schema = prompt.plan_schema(list(skill.actions)) if mode == "constrained" else None
+    schema = plan_schema(list(skill.actions)) if mode == "constrained" else None
     began = time.perf_counter()
     try:
         result = chat.complete(messages, schema)
@@ -74,7 +74,7 @@ def decide(
 
 
 def run(robot: RobotConfig, skill: Skill) -> dict[str, Any]:
-    from runtime.local_llm import local_server
+    from onboard.llm.local_server import local_server
 
     mapper = make_mapper(robot, skill)
     prompts = first_stage_prompts(robot, skill, PROMPTS, seed=robot.eval.seed)
@@ -83,7 +83,7 @@ def run(robot: RobotConfig, skill: Skill) -> dict[str, Any]:
     with local_server() as url, ChatClient(robot.llm, base_url=url) as chat:
         ready = time.perf_counter() - started
         began = time.perf_counter()
-        chat.complete(prompts[0], prompt.plan_schema(list(skill.actions)), deadline=WARMUP_DEADLINE)
+        chat.complete(prompts[0], plan_schema(list(skill.actions)), deadline=WARMUP_DEADLINE)
         warmup = time.perf_counter() - began
         # one mode after the other: a request the client gave up on keeps the server busy,
         # and a free-mode timeout must not slow the constrained request after it

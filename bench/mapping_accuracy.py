@@ -5,7 +5,7 @@
 Two labelled sets (the shared dev set, and the held-out set in bench/data), and the stand-in
 LLM's own paraphrases (StandInPolicy without noise), whose intended actions are known.
 Held-out misses are counted, never listed: the set measures the mapping, it is not for tuning.
-Replies refused as near ties (runtime/mapping.py, ``[mapping] near_tie``) are counted too.
+Replies refused as near ties (runtime/grounding/mapping.py, ``[mapping] near_tie``) are counted too.
 """
 
 from __future__ import annotations
@@ -30,11 +30,16 @@ from _common import (
 from rich.console import Console
 from rich.table import Table
 
-from runtime.errors import LLMError
-from runtime.mapping import ActionMapper, MappingResult, Refusal
-from runtime.reply import parse_reply, reply_action
-from runtime.session import make_mapper
-from runtime.standin_policy import StandInPolicy, last_user_text, parse_situation, primary_intent
+from onboard.base.errors import LLMError
+from onboard.grounding.mapping import ActionMapper, MappingResult, Refusal
+from onboard.hri.session import make_mapper
+from onboard.llm.replies import parse_reply, reply_action
+from onboard.testing.standin_policy import (
+    StandInPolicy,
+    last_user_text,
+    parse_situation,
+    primary_intent,
+)
 
 GOAL_EXACT = 0.95  # in-set exact-sequence accuracy on the held-out set
 GOAL_OUT_OF_SET = 1 / 6  # at most this share of out-of-set replies accepted

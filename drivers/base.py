@@ -31,7 +31,7 @@ class RobotDriver(Protocol):
     def stop(self) -> None:
         """Bring the robot to a safe state from any state: motion halted.
 
-        The stop is latched: ``start`` raises :class:`~runtime.errors.DriverError` until
+        The stop is latched: ``start`` raises :class:`~onboard.base.errors.DriverError` until
         :meth:`resume`, so a stop that arrives just before a command is never lost.
         """
 

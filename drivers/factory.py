@@ -1,20 +1,27 @@
-"""Build the arm and camera that robot.toml names; the driver modules load only when used."""
+"""Build the arm and camera robot.toml names; the driver modules load only when used.
+
+It takes the drivers' own settings (``[drivers.arm]``, ``[drivers.camera]``, ``[safety]``)
+and the folder their relative paths start from, not the whole robot.toml, so the drivers
+need nothing from the runtime above them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from drivers.arm.base import Arm
-from drivers.arm.safety import SafeArm
-from drivers.camera.base import Camera
-from runtime.errors import DriverError
+from onboard.base.errors import DriverError
+from onboard.drivers.arm.base import Arm
+from onboard.drivers.arm.config import ArmConfig
+from onboard.drivers.arm.safety import SafeArm, SafetyLimits
+from onboard.drivers.camera.base import Camera
+from onboard.drivers.camera.config import CameraConfig
 
 if TYPE_CHECKING:
-    from drivers.twin.world import Twin
-    from runtime.config import RobotConfig
+    from onboard.drivers.twin.world import Twin
 
 __all__ = ["Hardware", "hardware"]
 
@@ -27,58 +34,65 @@ class Hardware:
 
 
 @contextmanager
-def hardware(robot: RobotConfig) -> Iterator[Hardware]:
-    """Connect the configured arm (always behind the safety limits) and camera; close both."""
-    arm_config, camera_config = robot.drivers.arm, robot.drivers.camera
+def hardware(
+    arm: ArmConfig | None, camera: CameraConfig | None, safety: SafetyLimits, root: Path
+) -> Iterator[Hardware]:
+    """Connect the configured arm (always behind ``safety``) and camera; close both.
+
+    Relative paths in the settings (a scene, a playback recording) start from ``root``,
+    the folder that holds robot.toml.
+    """
     with ExitStack() as stack:
         twin = None
-        if "sim" in (getattr(arm_config, "kind", None), getattr(camera_config, "kind", None)):
-            from drivers.twin.world import Twin
+        if "sim" in (getattr(arm, "kind", None), getattr(camera, "kind", None)):
+            from onboard.drivers.twin.world import Twin
 
-            scene = getattr(arm_config, "scene", None) if arm_config else None
-            twin = stack.enter_context(Twin(robot.resolve(scene) if scene else None))
-        arm = _arm(robot, twin)
-        camera = _camera(robot, twin)
-        for device in (arm, camera):
+            scene = getattr(arm, "scene", None) if arm else None
+            twin = stack.enter_context(Twin(_resolve(root, scene) if scene else None))
+        safe_arm = _arm(arm, safety, twin)
+        cam = _camera(camera, root, twin)
+        for device in (safe_arm, cam):
             if device is not None:
                 device.connect()
                 stack.callback(device.close)
-        yield Hardware(arm, camera, twin)
+        yield Hardware(safe_arm, cam, twin)
 
 
-def _arm(robot: RobotConfig, twin: Twin | None) -> SafeArm | None:
-    config = robot.drivers.arm
+def _resolve(root: Path, path: Path) -> Path:
+    return path if path.is_absolute() else root / path
+
+
+def _arm(config: ArmConfig | None, safety: SafetyLimits, twin: Twin | None) -> SafeArm | None:
     if config is None:
         return None
     arm: Arm
     forward = None
     if config.kind == "gcode":
-        from drivers.arm.gcode import GcodeArm
+        from onboard.drivers.arm.gcode import GcodeArm
 
         arm = GcodeArm(config)
     elif config.kind == "jaka":
-        from drivers.arm.jaka import JakaArm
+        from onboard.drivers.arm.jaka import JakaArm
 
         arm = JakaArm(config)
     else:
-        from drivers.arm.sim import SimArm
+        from onboard.drivers.arm.twin_arm import SimArm
 
         if twin is None:
             raise DriverError("sim arm: no physics twin")
         arm, forward = SimArm(twin, config), twin.forward
-    return SafeArm(arm, robot.safety, forward_kinematics=forward)
+    return SafeArm(arm, safety, forward_kinematics=forward)
 
 
-def _camera(robot: RobotConfig, twin: Twin | None) -> Camera | None:
-    config = robot.drivers.camera
+def _camera(config: CameraConfig | None, root: Path, twin: Twin | None) -> Camera | None:
     if config is None:
         return None
     if config.kind == "realsense":
-        from drivers.camera.realsense import RealSenseCamera
+        from onboard.drivers.camera.realsense import RealSenseCamera
 
-        playback = robot.resolve(config.playback) if config.playback else None
+        playback = _resolve(root, config.playback) if config.playback else None
         return RealSenseCamera(config.model_copy(update={"playback": playback}))
-    from drivers.camera.sim import SimCamera
+    from onboard.drivers.camera.twin_camera import SimCamera
 
     if twin is None:
         raise DriverError("sim camera: no physics twin")

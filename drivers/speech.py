@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Protocol
 
-from runtime.errors import DriverError
+from onboard.base.errors import DriverError
 
 __all__ = ["EspeakSpeech", "RecordedSpeech", "Speech"]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drivers.sim import SimRobot
-from runtime.config import RobotConfig
-from runtime.embedder import Embedder
-from runtime.mapping import ActionMapper
-from runtime.skill import Skill, load_skill
+from onboard.config import RobotConfig
+from onboard.grounding.embedder import Embedder
+from onboard.grounding.mapping import ActionMapper
+from onboard.hri.world import SimRobot
+from onboard.loop.skill import Skill, load_skill
 
 __all__ = ["load_robot_skill", "make_mapper"]
 

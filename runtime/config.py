@@ -8,11 +8,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from drivers.arm.config import ArmConfig
-from drivers.arm.safety import SafetyLimits
-from drivers.camera.config import CameraConfig
-from runtime.pose import HandEyeConfig
-from runtime.tomlfile import load_model
+from onboard.base.tomlfile import load_model
+from onboard.drivers.arm.config import ArmConfig
+from onboard.drivers.arm.safety import SafetyLimits
+from onboard.drivers.camera.config import CameraConfig
+from onboard.perception.pose import HandEyeConfig
 
 __all__ = [
     "DriversConfig",

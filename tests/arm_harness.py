@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from drivers.arm.base import Arm, Pose
-from drivers.arm.sim import SimArm
-from drivers.emulators import BackendWorker
-from drivers.twin import Twin
+from onboard.drivers.arm.base import Arm, Pose
+from onboard.drivers.arm.twin_arm import SimArm
+from onboard.drivers.emulators import BackendWorker
+from onboard.drivers.twin import Twin
 
 BOUND = 30.0  # seconds any wait may take before the test fails
 HOLD_AFTER = 24  # physics steps (0.1 s simulated) into the move before the gate holds it

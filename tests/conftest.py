@@ -1,7 +1,7 @@
 """Shared fixtures: the repository's own robot.toml, skill, model and a stand-in LLM.
 
-The stand-in server (runtime/standin.py) is a documented stand-in: it sees only the HTTP
-request, as a real model would.
+The stand-in server (runtime/testing/standin_server.py) is a documented stand-in: it sees
+only the HTTP request, as a real model would.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from runtime.catalog import load_robot_skill, make_mapper
-from runtime.config import RobotConfig, load_robot
-from runtime.embedder import Embedder
-from runtime.mapping import ActionMapper
-from runtime.skill import Skill
-from runtime.standin import StandInServer
+from onboard.catalog import load_robot_skill, make_mapper
+from onboard.config import RobotConfig, load_robot
+from onboard.grounding.embedder import Embedder
+from onboard.grounding.mapping import ActionMapper
+from onboard.loop.skill import Skill
+from onboard.testing.standin_server import StandInServer
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -29,15 +29,15 @@ from typing import IO
 import pytest
 from arm_harness import BOUND, Behind, interrupt, require
 
-from drivers.arm.base import Arm, Pose
-from drivers.arm.gcode import GcodeArm, GcodeArmConfig
-from drivers.arm.jaka import JakaArm, JakaArmConfig
-from drivers.arm.sim import SimArm
-from drivers.emulators.gcode_pty import GcodePtyEmulator
-from drivers.emulators.jaka_server import JakaServer
-from drivers.twin import SCENES, Twin
-from drivers.twin.tasks import pick_and_place
-from runtime.errors import ArmError
+from onboard.base.errors import ArmError
+from onboard.drivers.arm.base import Arm, Pose
+from onboard.drivers.arm.gcode import GcodeArm, GcodeArmConfig
+from onboard.drivers.arm.jaka import JakaArm, JakaArmConfig
+from onboard.drivers.arm.twin_arm import SimArm
+from onboard.drivers.emulators.gcode_pty import GcodePtyEmulator
+from onboard.drivers.emulators.jaka_server import JakaServer
+from onboard.drivers.twin import SCENES, Twin
+from onboard.drivers.twin.tasks import pick_and_place
 
 GCODE_PORT = os.environ.get("ONBOARD_GCODE_PORT")
 JAKA_HOST = os.environ.get("ONBOARD_JAKA_HOST")

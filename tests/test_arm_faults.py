@@ -18,14 +18,14 @@ from dataclasses import dataclass, replace
 import pytest
 from arm_harness import BOUND, Behind, interrupt, require, wait_until
 
-from drivers.arm.base import Arm, Pose
-from drivers.arm.gcode import GcodeArm, GcodeArmConfig, parse_position
-from drivers.arm.jaka import JakaArm, JakaArmConfig, JsonStream
-from drivers.arm.sim import SimArm
-from drivers.emulators.gcode_pty import GcodePtyEmulator
-from drivers.emulators.jaka_server import JakaServer
-from drivers.twin import SCENES, Twin
-from runtime.errors import ArmError, ArmTimeout, LinkLost
+from onboard.base.errors import ArmError, ArmTimeout, LinkLost
+from onboard.drivers.arm.base import Arm, Pose
+from onboard.drivers.arm.gcode import GcodeArm, GcodeArmConfig, parse_position
+from onboard.drivers.arm.jaka import JakaArm, JakaArmConfig, JsonStream
+from onboard.drivers.arm.twin_arm import SimArm
+from onboard.drivers.emulators.gcode_pty import GcodePtyEmulator
+from onboard.drivers.emulators.jaka_server import JakaServer
+from onboard.drivers.twin import SCENES, Twin
 
 SCENE = SCENES / "blocks.toml"
 SILENT = 2.0  # seconds: the reply timeout of the tests where the controller is muted

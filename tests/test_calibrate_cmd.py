@@ -11,18 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from drivers.twin import SCENES, load_scene
-from drivers.twin.camera import camera_pose
-from drivers.twin.frames import Transform, quat_from_euler
-from runtime.calibrate_cmd import (
+from onboard.base.errors import ConfigError
+from onboard.cli.calibrate import (
     CalibrationError,
     CalibrationResult,
     calibrate_command,
     write_hand_eye,
 )
-from runtime.config import load_robot
-from runtime.errors import ConfigError
-from runtime.pose import HandEye
+from onboard.config import load_robot
+from onboard.drivers.twin import SCENES, load_scene
+from onboard.drivers.twin.camera import camera_pose
+from onboard.drivers.twin.frames import Transform, quat_from_euler
+from onboard.perception.pose import HandEye
 
 SCENE = SCENES / "calibration.toml"
 

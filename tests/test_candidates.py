@@ -1,4 +1,4 @@
-"""runtime/candidates.py: the bottom-up candidate store and registering a new action."""
+"""runtime/grounding/candidates.py: the bottom-up candidate store and registering a new action."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.candidates import CandidateStore, add_action
-from runtime.errors import CandidateError, SkillError
-from runtime.skill import load_skill
+from onboard.base.errors import CandidateError, SkillError
+from onboard.grounding.candidates import CandidateStore, add_action
+from onboard.loop.skill import load_skill
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGAGE = ROOT / "skills" / "engage.toml"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from runtime.candidates import CandidateStore
+from onboard.grounding.candidates import CandidateStore
 
 ROOT = Path(__file__).resolve().parent.parent
 ONBOARD = Path(sys.executable).parent / "onboard"

@@ -1,4 +1,4 @@
-"""runtime/clock.py: the virtual (discrete-event) clock and the wall clock."""
+"""runtime/loop/clock.py: the virtual (discrete-event) clock and the wall clock."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from runtime.clock import VirtualClock, WallClock
+from onboard.loop.clock import VirtualClock, WallClock
 
 # ---------------------------------------------------------------------------- VirtualClock
 

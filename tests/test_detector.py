@@ -1,4 +1,4 @@
-"""runtime.detector: decode + NMS on hand-built outputs, letterbox geometry, class cards,
+"""onboard.perception.detector: decode + NMS on hand-built outputs, letterbox geometry, class cards,
 layout errors, the VOC mAP, and the shipped model on a fresh render of the twin."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from runtime.detector import (
+from onboard.base.errors import ModelError
+from onboard.perception.detector import (
     Box,
     Detection,
     Detector,
@@ -24,7 +25,6 @@ from runtime.detector import (
     mean_average_precision,
     nms,
 )
-from runtime.errors import ModelError
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "models" / "detector"
@@ -409,7 +409,9 @@ def test_shipped_card_matches_the_model(shipped: Detector) -> None:
 def test_shipped_model_finds_the_objects_of_a_twin_scene(
     shipped: Detector, scene: str, size: tuple[int, int]
 ) -> None:
-    twin_module = pytest.importorskip("drivers.twin", reason="the twin (pybullet) is not installed")
+    twin_module = pytest.importorskip(
+        "onboard.drivers.twin", reason="the twin (pybullet) is not installed"
+    )
     spec = twin_module.load_scene(twin_module.SCENES / f"{scene}.toml")
     camera = spec.camera.model_copy(update={"width": size[0], "height": size[1]})
     with twin_module.Twin(spec.model_copy(update={"camera": camera})) as twin:

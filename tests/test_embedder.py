@@ -9,8 +9,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from runtime.embedder import DEFAULT_MODEL_DIR, Embedder, session_options
-from runtime.errors import ModelError
+from onboard.base.errors import ModelError
+from onboard.grounding.embedder import DEFAULT_MODEL_DIR, Embedder, session_options
 
 TEXTS = [
     "Please turn left at the next corner.",

@@ -1,6 +1,6 @@
 """Whole episodes on the virtual clock: the real stand-in over HTTP, the real embedder.
 
-Expectations come from the stand-in policy table (runtime/standin_policy.py) and the
+Expectations come from the stand-in policy table (runtime/testing/standin_policy.py) and the
 scenario timings: the robot starts 4 m away and stops 1.5 m short at 0.5 m/s, so the
 approach completes at 5.0 s; every LLM reply takes 1.0 virtual second
 (``EpisodeOptions(latency=1.0)``); a pause takes 0.5 s and eye contact 1.0 s (robot.toml
@@ -19,20 +19,20 @@ from typing import Any
 
 import pytest
 
-from drivers.sim import SimRobot, SimWorld
-from runtime.candidates import CandidateStore
-from runtime.checks import PersonVisible
-from runtime.clock import VirtualClock
-from runtime.config import LLMConfig, RobotConfig
-from runtime.engine import Outcome, SkillRunner
-from runtime.llm import ChatClient, ChatResult, Message
-from runtime.mapping import ActionMapper
-from runtime.recorder import MemoryRecorder, Recorder
-from runtime.scenario import Scenario, load_scenario
-from runtime.session import EpisodeOptions, HttpAsk, judge, run_episode
-from runtime.skill import Skill
-from runtime.standin import StandInServer
-from runtime.standin_policy import OFF_SET_ACTIONS
+from onboard.config import LLMConfig, RobotConfig
+from onboard.grounding.candidates import CandidateStore
+from onboard.grounding.mapping import ActionMapper
+from onboard.hri.checks import PersonVisible
+from onboard.hri.scenario import Scenario, load_scenario
+from onboard.hri.session import EpisodeOptions, HttpAsk, judge, run_episode
+from onboard.hri.world import SimRobot, SimWorld
+from onboard.llm.client import ChatClient, ChatResult, Message
+from onboard.loop.clock import VirtualClock
+from onboard.loop.engine import Outcome, SkillRunner
+from onboard.loop.recorder import MemoryRecorder, Recorder
+from onboard.loop.skill import Skill
+from onboard.testing.standin_policy import OFF_SET_ACTIONS
+from onboard.testing.standin_server import StandInServer
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "skills" / "scenarios"
@@ -313,10 +313,10 @@ def test_out_of_set_replies_become_candidates_and_the_fallback_runs(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="runtime/mapping.py: not a near tie: the stand-in's out-of-set reply 'The robot "
-    "should open the door for the person.' maps to 'approach' (0.62, 0.13 above the nearest "
-    "reject anchor, 0.04 above 'speak'), so with off_set_rate=1.0 not every plan falls back "
-    "(and that reply never becomes a candidate); an accuracy issue of the mapping",
+    reason="runtime/grounding/mapping.py: not a near tie: the stand-in's out-of-set reply "
+    "'The robot should open the door for the person.' maps to 'approach' (0.62, 0.13 above the "
+    "nearest reject anchor, 0.04 above 'speak'), so with off_set_rate=1.0 not every plan falls "
+    "back (and that reply never becomes a candidate); an accuracy issue of the mapping",
 )
 def test_every_out_of_set_plan_is_no_match(
     robot_tmp: RobotConfig, skill: Skill, mapper: ActionMapper
@@ -515,9 +515,10 @@ def test_a_plan_keeps_its_last_step(mapper: ActionMapper) -> None:
 
 
 NOT_A_TIE = (
-    "runtime/mapping.py: not a near tie (the two best actions are {} apart, well beyond the "
-    "near-tie band): this stand-in paraphrase (runtime/standin_policy.py PARAPHRASES) maps to "
-    "another action with the full fp32 model too; an accuracy issue of the mapping"
+    "runtime/grounding/mapping.py: not a near tie (the two best actions are {} apart, well "
+    "beyond the near-tie band): this stand-in paraphrase (runtime/testing/standin_policy.py "
+    "PARAPHRASES) maps to another action with the full fp32 model too; an accuracy issue of "
+    "the mapping"
 )
 
 

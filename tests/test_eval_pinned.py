@@ -36,7 +36,11 @@ def run_eval() -> dict[str, Any]:
     command = (
         [str(script)]
         if script.exists()
-        else [sys.executable, "-c", "import sys; from runtime.cli import main; sys.exit(main())"]
+        else [
+            sys.executable,
+            "-c",
+            "import sys; from onboard.cli.main import main; sys.exit(main())",
+        ]
     )
     done = subprocess.run(
         command + ARGS, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False

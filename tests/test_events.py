@@ -1,4 +1,4 @@
-"""runtime/events.py: when the event manager asks the LLM again (stimulus types 1, 2-A, 2-B).
+"""runtime/hri/events.py: when the event manager asks the LLM again (stimulus types 1, 2-A, 2-B).
 
 The manager runs on a VirtualClock with the real engage skill's actions. Its second-stage
 collaborator is a small test implementation that answers after a virtual delay, as the
@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from runtime.clock import VirtualClock
-from runtime.events import EventManager
-from runtime.observation import Observation
-from runtime.skill import Action, Skill, load_skill
+from onboard.hri.events import EventManager
+from onboard.hri.person import PersonObservation
+from onboard.loop.clock import VirtualClock
+from onboard.loop.skill import Action, Skill, load_skill
 
 ROOT = Path(__file__).resolve().parent.parent
 BUSY = "The person is talking on the phone."
@@ -32,8 +32,8 @@ def engage() -> Skill:
 
 def obs(
     activity: str | None = BUSY, toward: bool | None = False, visible: bool = True, t: float = 0.0
-) -> Observation:
-    return Observation(t=t, activity=activity, toward=toward, visible=visible)
+) -> PersonObservation:
+    return PersonObservation(t=t, activity=activity, toward=toward, visible=visible)
 
 
 class DelayedSecondStage:
@@ -223,7 +223,7 @@ def test_high_level_fires_on_completion(engage: Skill) -> None:
         pytest.param(obs(BUSY, toward=True), id="gaze"),
     ],
 )
-def test_high_level_fires_on_a_situation_change(engage: Skill, new: Observation) -> None:
+def test_high_level_fires_on_a_situation_change(engage: Skill, new: PersonObservation) -> None:
     h = harness(lose=False)
     start = obs(BUSY, toward=False)
     h.manager.arm(action(engage, "approach"), start)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_cli import ROOT, SCENARIOS, Result, onboard, one_line_error, robot_copy
 
-from runtime.exitcodes import TABLE, ExitCode
+from onboard.loop.exitcodes import TABLE, ExitCode
 
 NEVER_READY = """
 [scenario]

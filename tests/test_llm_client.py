@@ -1,4 +1,4 @@
-"""runtime/llm.py ChatClient over real loopback HTTP (the stand-in server, no mocks)."""
+"""runtime/llm/client.py ChatClient over real loopback HTTP (the stand-in server, no mocks)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from runtime.config import LLMConfig
-from runtime.errors import LLMError, LLMReplyError, LLMTimeout
-from runtime.llm import ChatClient
-from runtime.standin import StandInServer, completion_json
+from onboard.base.errors import LLMError, LLMReplyError, LLMTimeout
+from onboard.config import LLMConfig
+from onboard.llm.client import ChatClient
+from onboard.testing.standin_server import StandInServer, completion_json
 
 MESSAGES = [
     {"role": "user", "content": "Initiate a conversation at a facility."},

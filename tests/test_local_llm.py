@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from runtime.config import RobotConfig
-from runtime.engine import Outcome
-from runtime.llm import ChatClient
-from runtime.mapping import ActionMapper
-from runtime.recorder import Recorder, read_recording
-from runtime.replay import replay
-from runtime.scenario import load_scenario
-from runtime.session import EpisodeOptions, HttpAsk, run_episode
-from runtime.skill import Skill
+from onboard.config import RobotConfig
+from onboard.grounding.mapping import ActionMapper
+from onboard.hri.replay import replay
+from onboard.hri.scenario import load_scenario
+from onboard.hri.session import EpisodeOptions, HttpAsk, run_episode
+from onboard.llm.client import ChatClient
+from onboard.loop.engine import Outcome
+from onboard.loop.recorder import Recorder, read_recording
+from onboard.loop.skill import Skill
 
 ROOT = Path(__file__).resolve().parent.parent
 # minutes on a loaded 2-core machine: the server starts, then each call can take seconds
@@ -43,7 +43,7 @@ def patient(robot_tmp: RobotConfig) -> RobotConfig:
 
 @pytest.fixture(scope="module")
 def local_url() -> Iterator[str]:
-    from runtime.local_llm import local_server
+    from onboard.llm.local_server import local_server
 
     with local_server() as url:
         yield url

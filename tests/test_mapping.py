@@ -1,4 +1,5 @@
-"""runtime/mapping.py: free-text replies onto the engage action set, with the real embedder.
+"""runtime/grounding/mapping.py: free-text replies onto the engage action set, with the real
+embedder.
 
 The replies here are written for these tests; none comes from the evaluation sets. The
 evaluation sets are only mapped as a whole, to compare the shipped model with the full fp32
@@ -17,11 +18,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from runtime.catalog import make_mapper
-from runtime.config import RobotConfig
-from runtime.embedder import Embedder
-from runtime.mapping import OUT_OF_SET, ActionMapper, Refusal, normalise, split_clauses
-from runtime.skill import Skill
+from onboard.catalog import make_mapper
+from onboard.config import RobotConfig
+from onboard.grounding.embedder import Embedder
+from onboard.grounding.mapping import OUT_OF_SET, ActionMapper, Refusal, normalise, split_clauses
+from onboard.loop.skill import Skill
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "data" / "mapping-fp32.json"

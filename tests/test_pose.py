@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from drivers.camera.base import Intrinsics
-from drivers.twin import Twin
-from drivers.twin.scene import ObjectSpec, Scene
-from runtime.errors import CameraError
-from runtime.pose import (
+from onboard.base.errors import CameraError
+from onboard.drivers.camera.base import Intrinsics
+from onboard.drivers.twin import Twin
+from onboard.drivers.twin.scene import ObjectSpec, Scene
+from onboard.perception.pose import (
     Box,
     HandEye,
     HandEyeConfig,
@@ -195,7 +195,7 @@ def test_twin_object_centres_from_the_detector(twin: Twin) -> None:
     """
     if not DETECTOR.is_file():
         pytest.skip("models/detector/model.onnx is not there (train it: models/detector/train.py)")
-    from runtime.detector import Detector, box_iou
+    from onboard.perception.detector import Detector, box_iou
 
     detector = Detector(DETECTOR, DETECTOR.with_name("classes.json"))
     color, depth, seg = twin.render()

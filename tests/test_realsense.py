@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from drivers.camera.base import Camera, Frame, Intrinsics
-from drivers.camera.freshness import FrameSlot
-from drivers.camera.realsense import RealSenseCamera, RealSenseConfig, import_pyrealsense2
-from runtime.errors import CameraError, StaleFrame
-from runtime.pose import Box, locate
+from onboard.base.errors import CameraError, StaleFrame
+from onboard.drivers.camera.base import Camera, Frame, Intrinsics
+from onboard.drivers.camera.freshness import FrameSlot
+from onboard.drivers.camera.realsense import RealSenseCamera, RealSenseConfig, import_pyrealsense2
+from onboard.perception.pose import Box, locate
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDING = ROOT / "models" / "realsense" / "tabletop.db3"

@@ -1,4 +1,4 @@
-"""runtime/reply.py: reading what an LLM meant from what it wrote."""
+"""runtime/llm/replies.py: reading what an LLM meant from what it wrote."""
 
 from __future__ import annotations
 
@@ -10,8 +10,14 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from runtime.errors import LLMError, LLMReplyError
-from runtime.reply import parse_reply, reply_action, reply_answer, reply_phrase, reply_wait_time
+from onboard.base.errors import LLMError, LLMReplyError
+from onboard.llm.replies import (
+    parse_reply,
+    reply_action,
+    reply_answer,
+    reply_phrase,
+    reply_wait_time,
+)
 
 # ---------------------------------------------------------------------------- parse_reply
 

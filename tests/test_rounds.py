@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 from test_episode import QUIET, Episode, scenario
 
-from runtime.config import RobotConfig
-from runtime.engine import Verdict
-from runtime.llm import ChatClient, ChatResult, Message
-from runtime.mapping import ActionMapper
-from runtime.observation import Observation
-from runtime.recorder import MemoryRecorder
-from runtime.scenario import Scenario
-from runtime.session import EpisodeOptions, HttpAsk, run_episode
-from runtime.skill import Skill
-from runtime.standin import StandInServer
+from onboard.config import RobotConfig
+from onboard.grounding.mapping import ActionMapper
+from onboard.hri.person import PersonObservation
+from onboard.hri.scenario import Scenario
+from onboard.hri.session import EpisodeOptions, HttpAsk, run_episode
+from onboard.llm.client import ChatClient, ChatResult, Message
+from onboard.loop.engine import Verdict
+from onboard.loop.recorder import MemoryRecorder
+from onboard.loop.skill import Skill
+from onboard.testing.standin_server import StandInServer
 
 #: A person walking by who stays in place: lose_person says yes, so the robot replans at
 #: 1 s while it still approaches (the approach completes at 5 s).
@@ -43,7 +43,7 @@ class FailsOn:
     actions: Sequence[str] = ()
     name: str = "fails"
 
-    def verify(self, action: str, before: Observation, after: Observation) -> Verdict:
+    def verify(self, action: str, before: PersonObservation, after: PersonObservation) -> Verdict:
         if self.actions and action not in self.actions:
             return Verdict(True)
         return Verdict(False, f"{action} did not change what it should have")

@@ -14,13 +14,13 @@ import pytest
 from arm_harness import BOUND, Behind, interrupt
 from pydantic import ValidationError
 
-from drivers.arm.base import Arm, Pose
-from drivers.arm.gcode import GcodeArm, GcodeArmConfig
-from drivers.arm.safety import Box, SafeArm, SafetyLimits
-from drivers.arm.sim import SimArm
-from drivers.emulators.gcode_pty import GcodePtyEmulator
-from drivers.twin import SCENES, Twin
-from runtime.errors import ArmError, SafetyError
+from onboard.base.errors import ArmError, SafetyError
+from onboard.drivers.arm.base import Arm, Pose
+from onboard.drivers.arm.gcode import GcodeArm, GcodeArmConfig
+from onboard.drivers.arm.safety import Box, SafeArm, SafetyLimits
+from onboard.drivers.arm.twin_arm import SimArm
+from onboard.drivers.emulators.gcode_pty import GcodePtyEmulator
+from onboard.drivers.twin import SCENES, Twin
 
 SCENE = SCENES / "blocks.toml"
 WORKSPACE = Box(min=(0.1, -0.4, 0.0), max=(0.7, 0.4, 0.6))

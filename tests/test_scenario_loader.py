@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.errors import ScenarioError
-from runtime.scenario import load_scenario
+from onboard.base.errors import ScenarioError
+from onboard.hri.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted((ROOT / "skills" / "scenarios").glob("*.toml"))

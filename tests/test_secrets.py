@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import RobotConfig
-from runtime.llm import ChatClient
-from runtime.mapping import ActionMapper
-from runtime.recorder import Recorder
-from runtime.scenario import load_scenario
-from runtime.session import EpisodeOptions, HttpAsk, run_episode
-from runtime.skill import Skill
-from runtime.standin import StandInServer
+from onboard.config import RobotConfig
+from onboard.grounding.mapping import ActionMapper
+from onboard.hri.scenario import load_scenario
+from onboard.hri.session import EpisodeOptions, HttpAsk, run_episode
+from onboard.llm.client import ChatClient
+from onboard.loop.recorder import Recorder
+from onboard.loop.skill import Skill
+from onboard.testing.standin_server import StandInServer
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "sk-onboard-test-7f3a9c1e"

@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 from arm_harness import Behind, interrupt
 
-from drivers.arm.base import Arm, ArmState, Pose
-from drivers.arm.sim import SimArm, SimArmConfig
-from drivers.twin import DT, Snapshot, Twin
-from drivers.twin.tasks import pick_and_place
-from runtime.errors import ArmError
+from onboard.base.errors import ArmError
+from onboard.drivers.arm.base import Arm, ArmState, Pose
+from onboard.drivers.arm.twin_arm import SimArm, SimArmConfig
+from onboard.drivers.twin import DT, Snapshot, Twin
+from onboard.drivers.twin.tasks import pick_and_place
 
 DOWN = (math.pi, 0.0, 0.0)  # tool pointing down, fingers closing along the base's y axis
 

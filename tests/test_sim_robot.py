@@ -7,16 +7,16 @@ from dataclasses import replace
 import pytest
 from test_episode import QUIET, Episode, scenario
 
-from drivers.sim import SimRobot, SimWorld
-from runtime.clock import VirtualClock
-from runtime.config import RobotConfig
-from runtime.errors import DriverError
-from runtime.llm import ChatClient
-from runtime.mapping import ActionMapper
-from runtime.recorder import MemoryRecorder
-from runtime.session import EpisodeOptions, HttpAsk, run_episode
-from runtime.skill import Skill
-from runtime.standin import StandInServer
+from onboard.base.errors import DriverError
+from onboard.config import RobotConfig
+from onboard.grounding.mapping import ActionMapper
+from onboard.hri.session import EpisodeOptions, HttpAsk, run_episode
+from onboard.hri.world import SimRobot, SimWorld
+from onboard.llm.client import ChatClient
+from onboard.loop.clock import VirtualClock
+from onboard.loop.recorder import MemoryRecorder
+from onboard.loop.skill import Skill
+from onboard.testing.standin_server import StandInServer
 
 
 def test_a_stop_is_latched_until_resume(robot: RobotConfig) -> None:

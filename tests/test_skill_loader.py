@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.errors import SkillError
-from runtime.skill import Stimulus, load_skill
+from onboard.base.errors import SkillError
+from onboard.loop.skill import Stimulus, load_skill
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGAGE = (ROOT / "skills" / "engage.toml").read_text()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from drivers.speech import EspeakSpeech, RecordedSpeech
-from runtime.errors import DriverError
+from onboard.base.errors import DriverError
+from onboard.drivers.speech import EspeakSpeech, RecordedSpeech
 
 
 def test_recorded_speech_keeps_utterances() -> None:

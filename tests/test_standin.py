@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from runtime.standin import GARBAGE_CONTENT, StandInServer
-from runtime.standin_policy import ACTIONS, OFF_SET_ACTIONS, PARAPHRASES
+from onboard.testing.standin_policy import ACTIONS, OFF_SET_ACTIONS, PARAPHRASES
+from onboard.testing.standin_server import GARBAGE_CONTENT, StandInServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILL: dict[str, Any] = tomllib.loads((ROOT / "skills" / "engage.toml").read_text())
@@ -426,7 +426,7 @@ def test_unknown_fault_rejected() -> None:
 
 
 def test_cli_main_serves_until_sigterm() -> None:
-    cmd = [sys.executable, "-m", "runtime.standin", "--seed", "3", "--noise", "0"]
+    cmd = [sys.executable, "-m", "onboard.testing.standin_server", "--seed", "3", "--noise", "0"]
     with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True) as proc:
         try:
             assert proc.stdout is not None

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from runtime.tomlfile import KeyLines, format_key, split_dotted
+from onboard.base.tomlfile import KeyLines, format_key, split_dotted
 
 SOURCE = '''# comment
 name = "x"

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from arm_harness import BOUND
 
-from drivers.arm.base import Pose
-from drivers.camera.sim import SimCamera
-from drivers.twin import DT, SCENES, Snapshot, Twin, load_scene
-from runtime.errors import CameraError, ConfigError, StaleFrame
+from onboard.base.errors import CameraError, ConfigError, StaleFrame
+from onboard.drivers.arm.base import Pose
+from onboard.drivers.camera.twin_camera import SimCamera
+from onboard.drivers.twin import DT, SCENES, Snapshot, Twin, load_scene
 
 
 @pytest.fixture(scope="module")

@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from runtime.config import RobotConfig
-from runtime.engine import Outcome
-from runtime.exitcodes import ExitCode
-from runtime.llm import ChatClient
-from runtime.mapping import ActionMapper
-from runtime.recorder import MemoryRecorder
-from runtime.scenario import Scenario, load_scenario
-from runtime.session import EpisodeOptions, HttpAsk, judge, run_episode
-from runtime.skill import Skill
-from runtime.standin import StandInServer
+from onboard.config import RobotConfig
+from onboard.grounding.mapping import ActionMapper
+from onboard.hri.scenario import Scenario, load_scenario
+from onboard.hri.session import EpisodeOptions, HttpAsk, judge, run_episode
+from onboard.llm.client import ChatClient
+from onboard.loop.engine import Outcome
+from onboard.loop.exitcodes import ExitCode
+from onboard.loop.recorder import MemoryRecorder
+from onboard.loop.skill import Skill
+from onboard.testing.standin_server import StandInServer
 
 ROOT = Path(__file__).resolve().parent.parent
 ONBOARD = Path(sys.executable).parent / "onboard"

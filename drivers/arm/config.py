@@ -1,7 +1,7 @@
 """Settings of each arm driver, selected by ``kind`` under ``[drivers.arm]`` in robot.toml.
 
 Kept apart from the drivers so that validating robot.toml imports neither pyserial nor
-PyBullet. Every arm is wrapped in :class:`~drivers.arm.safety.SafeArm` with the limits of
+PyBullet. Every arm is wrapped in :class:`~onboard.drivers.arm.safety.SafeArm` with the limits of
 ``[drivers.arm.safety]``.
 """
 

@@ -2,7 +2,7 @@
 
 The link is a pyserial port opened with ``serial.serial_for_url``, so the same driver runs on
 ``/dev/ttyUSB0``, ``socket://host:port``, ``loop://`` and a pty path such as ``/dev/pts/3``
-(the emulator in :mod:`drivers.emulators.gcode_pty`). A test may hand in its own port.
+(the emulator in :mod:`onboard.drivers.emulators.gcode_pty`). A test may hand in its own port.
 
 The dialect, in millimetres and mm/min on the wire (SI in the API)::
 
@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 
 import serial
 
-from drivers.arm.base import ArmState, Pose
-from drivers.arm.config import GcodeArmConfig
-from drivers.device import Device
-from runtime.errors import ArmError, ArmTimeout, LinkLost
+from onboard.base.errors import ArmError, ArmTimeout, LinkLost
+from onboard.drivers.arm.base import ArmState, Pose
+from onboard.drivers.arm.config import GcodeArmConfig
+from onboard.drivers.device import Device
 
 __all__ = ["GcodeArm", "GcodeArmConfig", "parse_position"]
 
@@ -75,7 +75,7 @@ def parse_position(line: str) -> dict[str, float]:
 
 
 class GcodeArm(Device):
-    """An :class:`~drivers.arm.base.Arm` over a G-code serial link.
+    """An :class:`~onboard.drivers.arm.base.Arm` over a G-code serial link.
 
     ``port`` may be injected (any pyserial port, open or not; the driver sets its read
     timeout); otherwise ``connect()`` opens ``config.url`` with ``serial.serial_for_url``.

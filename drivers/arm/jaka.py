@@ -43,10 +43,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from drivers.arm.base import ArmState, Pose
-from drivers.arm.config import JakaArmConfig
-from drivers.device import Device
-from runtime.errors import ArmError, ArmTimeout, LinkLost
+from onboard.base.errors import ArmError, ArmTimeout, LinkLost
+from onboard.drivers.arm.base import ArmState, Pose
+from onboard.drivers.arm.config import JakaArmConfig
+from onboard.drivers.device import Device
 
 __all__ = ["Connector", "JakaArm", "JakaArmConfig", "JsonStream", "truthy"]
 
@@ -178,7 +178,10 @@ class _Waiter:
 
 
 class JakaArm(Device):
-    """An :class:`~drivers.arm.base.Arm` over JAKA's TCP/IP protocol; ``connector`` injectable."""
+    """An :class:`~onboard.drivers.arm.base.Arm` over JAKA's TCP/IP protocol.
+
+    ``connector`` is injectable.
+    """
 
     def __init__(self, config: JakaArmConfig, connector: Connector | None = None) -> None:
         self.config = config

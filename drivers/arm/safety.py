@@ -1,13 +1,13 @@
 """Safety limits in front of any arm: every command is checked, clamped or refused, then sent.
 
-``SafeArm(arm, limits)`` is itself an :class:`~drivers.arm.base.Arm`. It checks a command
+``SafeArm(arm, limits)`` is itself an :class:`~onboard.drivers.arm.base.Arm`. It checks a command
 against :class:`SafetyLimits` *before* it reaches the driver and keeps a record of what it
 actually sent (``sent`` and ``state().last_command``), so an audit shows the clamped command,
 not the requested one.
 
 - ``mode = "clamp"``: a target outside the workspace box is moved onto its boundary, a target
   below the floor is raised to it, a speed above the limit is lowered to it.
-- ``mode = "refuse"``: the same violations raise :class:`~runtime.errors.SafetyError`, one line
+- ``mode = "refuse"``: the same violations raise :class:`~onboard.base.errors.SafetyError`, one line
   naming the limit and the value; nothing is sent.
 
 Joint moves are checked for joint speed and joint range; their tool position is checked only
@@ -27,9 +27,9 @@ from typing import Annotated, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from drivers.arm.base import Arm, ArmState, Pose
-from drivers.device import Device
-from runtime.errors import SafetyError
+from onboard.base.errors import SafetyError
+from onboard.drivers.arm.base import Arm, ArmState, Pose
+from onboard.drivers.device import Device
 
 __all__ = ["Box", "SafeArm", "SafetyLimits", "Sent", "SupportsAcceleration"]
 

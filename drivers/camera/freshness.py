@@ -6,7 +6,7 @@ A :class:`FrameSlot` holds the newest frame a producer thread delivered. Readers
 * :meth:`FrameSlot.latest` returns the newest frame only if it is younger than ``max_age``.
 
 A frozen camera (a cable pulled, a recording that ended) therefore shows up as
-:class:`~runtime.errors.StaleFrame`, never as an old frame passed off as new.
+:class:`~onboard.base.errors.StaleFrame`, never as an old frame passed off as new.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from drivers.camera.base import Frame
-from runtime.errors import CameraError, StaleFrame
+from onboard.base.errors import CameraError, StaleFrame
+from onboard.drivers.camera.base import Frame
 
 __all__ = ["FrameSlot"]
 

@@ -1,7 +1,8 @@
 """Intel RealSense (D435i and kin) through pyrealsense2: color + depth aligned to color.
 
 A background thread waits for framesets, aligns depth to color with ``rs.align`` and keeps the
-newest :class:`~drivers.camera.base.Frame` in a :class:`~drivers.camera.freshness.FrameSlot`.
+newest :class:`~onboard.drivers.camera.base.Frame` in a
+:class:`~onboard.drivers.camera.freshness.FrameSlot`.
 The same driver plays a recording back (``playback = "file.db3"`` or ``.bag``) through the
 SDK's own playback device, so CI runs the real SDK code path without a camera.
 
@@ -18,11 +19,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from drivers.camera.base import Frame, Intrinsics
-from drivers.camera.config import RealSenseConfig
-from drivers.camera.freshness import FrameSlot
-from drivers.device import Device
-from runtime.errors import CameraError, StaleFrame
+from onboard.base.errors import CameraError, StaleFrame
+from onboard.drivers.camera.base import Frame, Intrinsics
+from onboard.drivers.camera.config import RealSenseConfig
+from onboard.drivers.camera.freshness import FrameSlot
+from onboard.drivers.device import Device
 
 __all__ = ["RealSenseCamera", "RealSenseConfig", "import_pyrealsense2"]
 
@@ -40,7 +41,8 @@ def import_pyrealsense2() -> Any:
 
 
 class RealSenseCamera(Device):
-    """The :class:`~drivers.camera.base.Camera` protocol on a RealSense or a recording of one."""
+    """The :class:`~onboard.drivers.camera.base.Camera` protocol on a RealSense or a recording
+    of one."""
 
     def __init__(self, config: RealSenseConfig) -> None:
         self.config = config

@@ -1,8 +1,9 @@
 """Protocol emulators backed by any Arm, so the real drivers can be tested over a real link.
 
-- :mod:`drivers.emulators.gcode_pty`: a Marlin/GRBL-style controller on a pty (``/dev/pts/N``).
-- :mod:`drivers.emulators.jaka_server`: a JAKA-style JSON controller on TCP (10001 + 10000).
-- :mod:`drivers.emulators.serve`: both on one physics twin, until SIGTERM.
+- :mod:`onboard.drivers.emulators.gcode_pty`: a Marlin/GRBL-style controller on a pty
+  (``/dev/pts/N``).
+- :mod:`onboard.drivers.emulators.jaka_server`: a JAKA-style JSON controller on TCP (10001 + 10000).
+- :mod:`onboard.drivers.emulators.serve`: both on one physics twin, until SIGTERM.
 
 Both run the backend arm's blocking calls in order on one thread (:class:`BackendWorker`), as a
 controller's motion planner does, so their command channels stay free for ``stop``. A stop
@@ -17,8 +18,8 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from drivers.arm.base import Arm
-from runtime.errors import OnboardError
+from onboard.base.errors import OnboardError
+from onboard.drivers.arm.base import Arm
 
 __all__ = ["BackendWorker", "Job"]
 

@@ -2,7 +2,7 @@
 
 ``GcodePtyEmulator(arm).start()`` opens a pty with ``os.openpty`` and answers on its master
 side; :attr:`path` (``/dev/pts/N``) is what a driver opens with ``serial.serial_for_url``. It
-speaks the dialect described in :mod:`drivers.arm.gcode`: moves are queued in a planner of
+speaks the dialect described in :mod:`onboard.drivers.arm.gcode`: moves are queued in a planner of
 ``planner_size`` entries and answered ``ok`` when queued (the answer is held while the planner
 is full), ``M400`` is answered when every queued motion is done, ``M112`` is acted on when it
 arrives and is not answered. A motion the backend could not do is reported as ``error:`` on
@@ -30,8 +30,8 @@ import tty
 from collections import deque
 from dataclasses import replace
 
-from drivers.arm.base import Arm, Pose
-from drivers.emulators import BackendWorker, Job
+from onboard.drivers.arm.base import Arm, Pose
+from onboard.drivers.emulators import BackendWorker, Job
 
 __all__ = ["GcodePtyEmulator"]
 

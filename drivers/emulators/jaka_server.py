@@ -2,7 +2,7 @@
 
 ``JakaServer(arm, port=0, status_port=0).start()`` listens on loopback; :attr:`address` and
 :attr:`status_address` say where. Commands are the JSON objects of JAKA's TCP/IP protocol (see
-:mod:`drivers.arm.jaka`); each is answered with its ``cmdName``, ``errorCode`` (``"0"``
+:mod:`onboard.drivers.arm.jaka`); each is answered with its ``cmdName``, ``errorCode`` (``"0"``
 success, ``"1"`` unknown or malformed command, ``"2"`` refused or failed) and ``errorMsg``.
 Motions run in order on the backend arm in a worker thread and are answered when accepted;
 ``wait_complete`` is answered when they are done (or with the error of one that failed). The
@@ -29,10 +29,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from drivers.arm.base import Arm, Pose
-from drivers.arm.jaka import JsonStream
-from drivers.emulators import BackendWorker, Job
-from runtime.errors import OnboardError
+from onboard.base.errors import OnboardError
+from onboard.drivers.arm.base import Arm, Pose
+from onboard.drivers.arm.jaka import JsonStream
+from onboard.drivers.emulators import BackendWorker, Job
 
 __all__ = ["JakaServer"]
 

@@ -15,11 +15,11 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from drivers.arm.sim import SimArm, SimArmConfig
-from drivers.emulators.gcode_pty import GcodePtyEmulator
-from drivers.emulators.jaka_server import JakaServer
-from drivers.twin import Scene, Twin
-from runtime.signals import on_stop_signals
+from onboard.base.signals import on_stop_signals
+from onboard.drivers.arm.twin_arm import SimArm, SimArmConfig
+from onboard.drivers.emulators.gcode_pty import GcodePtyEmulator
+from onboard.drivers.emulators.jaka_server import JakaServer
+from onboard.drivers.twin import Scene, Twin
 
 __all__ = ["serve"]
 

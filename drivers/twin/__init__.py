@@ -3,9 +3,9 @@
 Used by the sim arm and camera drivers, the detector's training data and the tests.
 """
 
-from drivers.twin.panda import IKSolution
-from drivers.twin.scene import SCENES, Scene, default_scene, load_scene
-from drivers.twin.world import DT, Snapshot, StepGate, Twin
+from onboard.drivers.twin.panda import IKSolution
+from onboard.drivers.twin.scene import SCENES, Scene, default_scene, load_scene
+from onboard.drivers.twin.world import DT, Snapshot, StepGate, Twin
 
 __all__ = [
     "DT",

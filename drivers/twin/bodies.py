@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from drivers.twin.scene import RGBA, ObjectSpec, TableSpec, Vec3
+from onboard.drivers.twin.scene import RGBA, ObjectSpec, TableSpec, Vec3
 
 __all__ = ["KIND_DEFAULTS", "Built", "KindDefaults", "build_object", "build_table"]
 

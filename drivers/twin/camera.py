@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from drivers.camera.base import Intrinsics
-from drivers.twin.scene import CameraSpec
+from onboard.drivers.camera.base import Intrinsics
+from onboard.drivers.twin.scene import CameraSpec
 
 __all__ = ["Images", "camera_pose", "intrinsics", "render"]
 

@@ -1,6 +1,6 @@
 """Rigid transforms for the twin: quaternions (x, y, z, w, as PyBullet) and Pose conversion.
 
-A :class:`~drivers.arm.base.Pose` holds roll/pitch/yaw, extrinsic XYZ, which is PyBullet's
+A :class:`~onboard.drivers.arm.base.Pose` holds roll/pitch/yaw, extrinsic XYZ, which is PyBullet's
 Euler convention: ``R = Rz(rz) @ Ry(ry) @ Rx(rx)``.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from drivers.arm.base import Pose
+from onboard.drivers.arm.base import Pose
 
 __all__ = [
     "Quat",

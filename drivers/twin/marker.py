@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from drivers.twin.frames import Transform, Vec3
-from drivers.twin.scene import MarkerSpec
+from onboard.drivers.twin.frames import Transform, Vec3
+from onboard.drivers.twin.scene import MarkerSpec
 
 __all__ = ["MARKER_MASS", "HandMarker"]
 

@@ -28,10 +28,10 @@ from typing import Any
 import pybullet
 from pybullet_utils.bullet_client import BulletClient
 
-from drivers.arm.base import Pose
-from drivers.twin.frames import Transform, quat_angle, quat_from_euler
-from drivers.twin.marker import HandMarker
-from drivers.twin.scene import ArmSpec
+from onboard.drivers.arm.base import Pose
+from onboard.drivers.twin.frames import Transform, quat_angle, quat_from_euler
+from onboard.drivers.twin.marker import HandMarker
+from onboard.drivers.twin.scene import ArmSpec
 
 __all__ = ["IKSolution", "Panda"]
 

@@ -11,7 +11,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from runtime.tomlfile import load_model
+from onboard.base.tomlfile import load_model
 
 __all__ = [
     "SCENES",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from drivers.arm.base import Arm, Pose
+from onboard.drivers.arm.base import Arm, Pose
 
 __all__ = ["pick_and_place"]
 

@@ -13,7 +13,7 @@ in the stepping thread after each step (outside the lock); :meth:`Twin.hold_at` 
 that holds the physics at a step until it is released (see :class:`StepGate`).
 
 Frames: objects and the camera are in the world frame (z = 0 is the table top); arm poses
-(:class:`~drivers.arm.base.Pose`) are in the arm's base frame, as every Arm driver's are.
+(:class:`~onboard.drivers.arm.base.Pose`) are in the arm's base frame, as every Arm driver's are.
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ import pybullet
 import pybullet_data
 from pybullet_utils.bullet_client import BulletClient
 
-from drivers.arm.base import Pose
-from drivers.camera.base import Intrinsics
-from drivers.twin import camera
-from drivers.twin.bodies import Built, build_object, build_table
-from drivers.twin.frames import Quat, Vec3
-from drivers.twin.marker import HandMarker
-from drivers.twin.panda import IKSolution, Panda
-from drivers.twin.scene import Scene, default_scene, load_scene
+from onboard.drivers.arm.base import Pose
+from onboard.drivers.camera.base import Intrinsics
+from onboard.drivers.twin import camera
+from onboard.drivers.twin.bodies import Built, build_object, build_table
+from onboard.drivers.twin.frames import Quat, Vec3
+from onboard.drivers.twin.marker import HandMarker
+from onboard.drivers.twin.panda import IKSolution, Panda
+from onboard.drivers.twin.scene import Scene, default_scene, load_scene
 
 __all__ = ["DT", "Snapshot", "StepGate", "StepHook", "Twin"]
 

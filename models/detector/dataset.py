@@ -1,7 +1,7 @@
 """The detector's data: random tabletop scenes rendered by the twin, labelled from its masks.
 
-Each scene is built as a :class:`drivers.twin.Scene` with random objects (kind, size, colour,
-yaw), then rendered several times, every time with the objects placed anew on the table
+Each scene is built as a :class:`onboard.drivers.twin.Scene` with random objects (kind, size,
+colour, yaw), then rendered several times, every time with the objects placed anew on the table
 (some stacked, some fruit on the plate), the arm in another pose and the camera moved
 around the scene file's viewpoint. Boxes are the tight boxes of each object's pixels in the
 segmentation image. An object whose visible part is tiny (under MIN_PIXELS, or under
@@ -10,12 +10,12 @@ is not a label but an *ignored* box: training asks nothing of the cells on it, a
 neither rewards nor punishes a detection on it (VOC's "difficult").
 
 The splits use disjoint seeds. Train and validation images are letterboxed to the network
-input with ``runtime.detector.letterbox`` (the runtime's own preprocessing); the test split
-keeps the raw renders, so its figures go through the whole runtime path. Rendering takes a
-few minutes; the result is cached under ``~/.cache/onboard/``, keyed by this file and the
+input with ``onboard.perception.detector.letterbox`` (the runtime's own preprocessing); the
+test split keeps the raw renders, so its figures go through the whole runtime path. Rendering
+takes a few minutes; the result is cached under ``~/.cache/onboard/``, keyed by this file and the
 split sizes (``train.py --no-cache`` renders again, e.g. after the twin changed).
 
-No torch here: numpy, the twin (pybullet) and runtime.detector only.
+No torch here: numpy, the twin (pybullet) and onboard.perception.detector only.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from drivers.twin import SCENES, Scene, Twin, load_scene
-from drivers.twin.scene import CameraSpec, ObjectSpec
-from runtime.detector import Box, letterbox
+from onboard.drivers.twin import SCENES, Scene, Twin, load_scene
+from onboard.drivers.twin.scene import CameraSpec, ObjectSpec
+from onboard.perception.detector import Box, letterbox
 
 CLASSES = (
     "red_block",

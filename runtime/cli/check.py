@@ -1,0 +1,60 @@
+"""``onboard check``: validate robot.toml, every skill and every scenario."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from onboard.base.errors import ConfigError, Problem
+from onboard.config import RobotConfig, load_robot
+
+if TYPE_CHECKING:
+    from onboard.loop.skill import Skill
+
+__all__ = ["check"]
+
+
+def check(robot_path: Path) -> int:
+    """Validate robot.toml, every skill and every scenario; one line per problem."""
+    from onboard.catalog import load_robot_skill
+    from onboard.hri.scenario import load_scenario
+
+    robot = load_robot(robot_path)
+    problems: list[Problem] = []
+    skills, scenarios = [], []
+    for path in sorted(robot.skills_dir.glob("*.toml")):
+        try:
+            skills.append(load_robot_skill(robot, str(path)))
+        except ConfigError as exc:
+            problems += exc.problems
+    for path in sorted((robot.skills_dir / "scenarios").glob("*.toml")):
+        try:
+            scenarios.append(load_scenario(path))
+        except ConfigError as exc:
+            problems += exc.problems
+    if not robot.embedder_dir.joinpath("model.onnx").exists():
+        problems.append(
+            Problem(robot_path, "models.embedder", None, f"no model.onnx in {robot.embedder_dir}")
+        )
+    if problems:
+        raise ConfigError(problems)
+    print(f"{robot_path}: robot {robot.name!r}, llm {robot.llm.base_url} ({robot.llm.decoding}), "
+          f"clock {robot.clock}, driver {robot.drivers.robot.kind}")  # fmt: skip
+    for skill in skills:
+        print(f"  skill {skill.name}: {len(skill.actions)} actions, start {skill.start!r}, "
+              f"end {skill.end!r}  ({skill.path})")  # fmt: skip
+    print(f"  {len(scenarios)} scenarios: {', '.join(s.name for s in scenarios)}")
+    _warn_ambiguous(robot, skills)
+    print("ok")
+    return 0
+
+
+def _warn_ambiguous(robot: RobotConfig, skills: Sequence[Skill]) -> None:
+    from onboard.catalog import make_mapper
+
+    for skill in skills:
+        for a, b, ra, rb, cos in make_mapper(robot, skill).ambiguities():
+            line = skill.line_of("actions", a, "references")
+            print(f"  warning: {skill.path}:{line}: [{skill.name}] references of {a!r} and "
+                  f"{b!r} are close (cos {cos:.2f}): {ra!r} ~ {rb!r}")  # fmt: skip

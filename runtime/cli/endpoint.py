@@ -1,0 +1,28 @@
+"""The LLM endpoint a command talks to: a URL, the embedded local model, or the stand-in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from onboard.config import RobotConfig
+
+__all__ = ["llm_endpoint"]
+
+
+@contextmanager
+def llm_endpoint(robot: RobotConfig, choice: str | None) -> Iterator[tuple[str, bool]]:
+    """The base URL to use, and whether it is the stand-in; starts local servers as needed."""
+    choice = choice or robot.llm.base_url
+    if choice == "local":
+        from onboard.llm.local_server import local_server
+
+        with local_server() as url:
+            yield url, False
+    elif choice == "standin":
+        from onboard.testing.standin_server import StandInServer
+
+        with StandInServer(seed=robot.eval.seed, noise=robot.eval.standin_noise) as server:
+            yield server.base_url, True
+    else:
+        yield choice.rstrip("/"), False

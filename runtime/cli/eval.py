@@ -1,0 +1,121 @@
+"""``onboard eval``: run scenarios N times on the virtual clock; print the seed's Tables III-VI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from onboard.cli.endpoint import llm_endpoint
+from onboard.config import RobotConfig
+from onboard.hri.evaluate import (
+    SEED_SCENARIOS,
+    Trial,
+    action_counts,
+    evaluate,
+    evaluation_exit_code,
+)
+from onboard.hri.scenario import Scenario, load_scenario
+from onboard.hri.session import EpisodeOptions, HttpAsk, load_robot_skill, make_mapper
+from onboard.llm.client import ChatClient
+from onboard.loop.exitcodes import TABLE, ExitCode
+from onboard.loop.skill import Skill
+
+__all__ = ["evaluate_command"]
+
+
+def _tables(skill: Skill, results: dict[str, list[Trial]], ablation: bool) -> tuple[Table, Table]:
+    first, second = ("V", "VI") if ablation else ("III", "IV")
+    suffix = " (without action text)" if ablation else ""
+    success = Table(title=f"Table {first}: successes over trials{suffix}")
+    success.add_column("scenario")
+    success.add_column("success rate", justify="right")
+    for name, runs in results.items():
+        success.add_row(name, f"{sum(t.success for t in runs)} / {len(runs)}")
+    counts = Table(title=f"Table {second}: average count of each action{suffix}")
+    counts.add_column("action")
+    averages = {name: action_counts(skill, runs) for name, runs in results.items()}
+    for name in results:
+        counts.add_column(name.removeprefix("person"), justify="right")
+    for action in skill.actions:
+        counts.add_row(action, *[f"{averages[n][action]:.1f}" for n in results])
+    return success, counts
+
+
+def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
+    skill = load_robot_skill(robot, args.skill)
+    files = args.scenarios or [
+        robot.skills_dir / "scenarios" / f"{name}.toml" for name in SEED_SCENARIOS
+    ]
+    scenarios = [load_scenario(Path(f)) for f in files]
+    mapper = make_mapper(robot, skill)
+    if args.seed is not None:
+        robot = robot.model_copy(update={"eval": robot.eval.model_copy(update={"seed": args.seed})})
+    began = time.monotonic()
+    with llm_endpoint(robot, args.llm or "standin") as (url, standin):
+        latency = (
+            args.latency
+            if args.latency is not None
+            else (robot.eval.standin_latency if standin else None)
+        )
+        options = EpisodeOptions(
+            clock="virtual",
+            action_text=not args.no_action_text,
+            second_stage=not args.no_second_stage,
+            constrained=robot.llm.decoding == "constrained" and not standin,
+            latency=latency,
+            keep_candidates=False,
+            handle_signals=True,
+        )
+        with ChatClient(robot.llm, base_url=url) as client:
+            results = evaluate(robot, skill, scenarios, HttpAsk(client), mapper, args.trials,
+                               options, args.record)  # fmt: skip
+    wall = time.monotonic() - began
+    code = evaluation_exit_code(results)
+    if args.json:
+        print(json.dumps(_json(skill, url, standin, options, results, scenarios, wall, code)))
+        return code
+    console = Console()
+    for table in _tables(skill, results, ablation=args.no_action_text):
+        console.print(table)
+    what = "stand-in" if standin else url
+    console.print(f"LLM: {what}; second-stage questions {'on' if options.second_stage else 'off'}; "
+                  f"{args.trials} trials per scenario; {wall:.1f} s wall time")  # fmt: skip
+    if code != ExitCode.SUCCESS:
+        console.print(f"exit {int(code)}: {TABLE[code][0]}")
+    return code
+
+
+def _json(
+    skill: Skill,
+    url: str,
+    standin: bool,
+    options: EpisodeOptions,
+    results: dict[str, list[Trial]],
+    scenarios: list[Scenario],
+    wall: float,
+    code: ExitCode,
+) -> dict[str, Any]:
+    return {
+        "skill": skill.name,
+        "exit_code": int(code),
+        "llm": "standin" if standin else url,
+        "action_text": options.action_text,
+        "second_stage": options.second_stage,
+        "wall_seconds": round(wall, 2),
+        "scenarios": [
+            {
+                "name": s.name,
+                "successes": sum(t.success for t in results[s.name]),
+                "action_counts": action_counts(skill, results[s.name]),
+                "trials": [t.to_json() for t in results[s.name]],
+            }
+            for s in scenarios
+            if s.name in results
+        ],
+    }

@@ -1,0 +1,201 @@
+"""The ``onboard`` command. Imports are lazy so ``onboard check`` starts fast."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from onboard.base.errors import ConfigError, OnboardError
+from onboard.loop.exitcodes import ExitCode, for_error
+
+if TYPE_CHECKING:
+    from onboard.config import RobotConfig
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; the return value is an :class:`ExitCode` (see the README's table)."""
+    parser = _parser()
+    args = parser.parse_args(argv)  # a bad command line exits 2 (ExitCode.INPUT_ERROR)
+    try:
+        code: int = args.func(args)
+        return code
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"onboard: error: {problem}", file=sys.stderr)
+        return ExitCode.INPUT_ERROR
+    except OnboardError as exc:
+        print(f"onboard: error: {exc}", file=sys.stderr)
+        return for_error(exc)
+    except KeyboardInterrupt:
+        print("onboard: interrupted", file=sys.stderr)
+        return ExitCode.SIGINT
+    except Exception:
+        traceback.print_exc()
+        print("onboard: internal error (a bug in onboard; the traceback above is for its "
+              "report)", file=sys.stderr)  # fmt: skip
+        return ExitCode.INTERNAL_ERROR
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="onboard", description=__doc__)
+    parser.add_argument("--robot", type=Path, default=Path("robot.toml"), help="robot.toml path")
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    p = sub.add_parser("check", help="validate robot.toml and every skill and scenario")
+    p.set_defaults(func=_check)
+
+    p = sub.add_parser("graph", help="print a skill's state machine as a Mermaid diagram")
+    p.add_argument("skill")
+    p.set_defaults(func=_graph)
+
+    p = sub.add_parser("map", help="map a free-text reply onto a skill's actions")
+    p.add_argument("skill")
+    p.add_argument("reply")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_map)
+
+    p = sub.add_parser("actions", help="bottom-up action set: list or add candidates")
+    actions = p.add_subparsers(required=True, metavar="ACTION")
+    q = actions.add_parser("list", help="unmatched replies kept as candidates")
+    q.add_argument("--skill")
+    q.set_defaults(func=_actions_list)
+    q = actions.add_parser("add", help="register a candidate as a new action of a skill")
+    q.add_argument("skill")
+    q.add_argument("candidate", help="candidate id (a prefix will do)")
+    q.add_argument("--name", required=True)
+    q.add_argument("--text", help="action text (default: 'The robot is doing NAME.')")
+    q.add_argument("--stimuli", default="2-A", choices=["1-activity", "1-gaze", "2-A", "2-B"])
+    q.add_argument("--command", default="none", help="driver command the action runs")
+    q.set_defaults(func=_actions_add)
+
+    p = sub.add_parser("run", help="run a skill headless on the simulated robot")
+    p.add_argument("skill")
+    p.add_argument("--scenario", type=Path, default=Path("skills/scenarios/person-object.toml"))
+    p.add_argument("--llm", help="URL, 'local' or 'standin' (default: robot.toml)")
+    p.add_argument("--clock", choices=["wall", "virtual"], help="default: robot.toml")
+    p.add_argument("--record", type=Path, help="recording path (default: recordings/...)")
+    p.set_defaults(func=_run)
+
+    p = sub.add_parser("eval", help="run scenarios N times; print the seed's tables")
+    p.add_argument("skill")
+    p.add_argument("--trials", type=int, default=10)
+    p.add_argument("--scenario", type=Path, action="append", dest="scenarios")
+    p.add_argument("--no-action-text", action="store_true")
+    p.add_argument("--no-second-stage", action="store_true")
+    p.add_argument("--llm", help="URL or 'local' (default: the stand-in on loopback)")
+    p.add_argument("--latency", type=float, help="virtual seconds per LLM reply")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--record", type=Path, help="write every episode under this folder")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_eval)
+
+    p = sub.add_parser("replay", help="replay a recorded episode offline")
+    p.add_argument("recording", type=Path)
+    p.set_defaults(func=_replay)
+
+    p = sub.add_parser("sim", help="the physics twin behind the real arm protocols")
+    sim = p.add_subparsers(required=True, metavar="ACTION")
+    q = sim.add_parser("serve", help="serve the JAKA TCP and G-code pty emulators on one twin")
+    q.add_argument("--scene", type=Path, help="scene file (default: the tabletop scene)")
+    q.add_argument("--jaka-host", default="127.0.0.1")
+    q.add_argument("--jaka-port", type=int, default=10001)
+    q.add_argument("--status-port", type=int, default=10000)
+    q.add_argument("--no-gcode", action="store_true", help="no G-code pty")
+    q.set_defaults(func=_sim_serve)
+
+    p = sub.add_parser("calibrate", help="hand-eye calibration from a marker held by the arm")
+    p.add_argument("--low", type=float, nargs=3, default=[0.35, -0.15, 0.15], metavar="M")
+    p.add_argument("--high", type=float, nargs=3, default=[0.55, 0.15, 0.35], metavar="M")
+    p.add_argument("--steps", type=int, default=3, help="grid points per axis")
+    p.add_argument("--color", type=int, nargs=3, default=[255, 0, 255], metavar="RGB")
+    p.add_argument("--offset", type=float, nargs=3, default=[0.0, 0.0, 0.05], metavar="M",
+                   help="marker offset from the tool point, tool frame")  # fmt: skip
+    p.add_argument("--radius", type=float, default=0.02, help="marker radius, m")
+    p.add_argument("--write", action="store_true", help="write [hand_eye] into robot.toml")
+    p.set_defaults(func=_calibrate)
+
+    p = sub.add_parser("standin", help="serve the stand-in LLM on loopback")
+    p.add_argument("--port", type=int, default=8089)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--noise", type=float, default=0.15)
+    p.set_defaults(func=_standin)
+    return parser
+
+
+def _robot(args: argparse.Namespace) -> RobotConfig:
+    from onboard.config import load_robot
+
+    return load_robot(args.robot)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from onboard.cli.check import check
+
+    return check(args.robot)
+
+
+def _graph(args: argparse.Namespace) -> int:
+    from onboard.cli.graph import graph
+
+    return graph(_robot(args), args.skill)
+
+
+def _map(args: argparse.Namespace) -> int:
+    from onboard.cli.map import map_reply
+
+    return map_reply(_robot(args), args.skill, args.reply, args.json)
+
+
+def _actions_list(args: argparse.Namespace) -> int:
+    from onboard.cli.actions import list_candidates
+
+    return list_candidates(_robot(args), args.skill)
+
+
+def _actions_add(args: argparse.Namespace) -> int:
+    from onboard.cli.actions import add_candidate
+
+    return add_candidate(_robot(args), args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from onboard.cli.run import run
+
+    return run(_robot(args), args)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from onboard.cli.eval import evaluate_command
+
+    return evaluate_command(_robot(args), args)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from onboard.cli.replay import replay_command
+
+    return replay_command(args.recording)
+
+
+def _sim_serve(args: argparse.Namespace) -> int:
+    from onboard.drivers.emulators.serve import serve
+
+    serve(args.scene, args.jaka_host, args.jaka_port, args.status_port, gcode=not args.no_gcode)
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from onboard.cli.calibrate import calibrate_command
+
+    return calibrate_command(_robot(args), args.robot, args)
+
+
+def _standin(args: argparse.Namespace) -> int:
+    from onboard.testing.standin_server import main as serve
+
+    return serve(["--port", str(args.port), "--seed", str(args.seed), "--noise", str(args.noise)])

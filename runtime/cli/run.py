@@ -1,0 +1,55 @@
+"""``onboard run``: one headless episode on the simulated robot, recorded."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from onboard.cli.endpoint import llm_endpoint
+from onboard.config import RobotConfig
+
+__all__ = ["run"]
+
+
+def run(robot: RobotConfig, args: argparse.Namespace) -> int:
+    """One headless episode on the simulated robot, recorded."""
+    from onboard.hri.scenario import load_scenario
+    from onboard.hri.session import (
+        EpisodeOptions,
+        HttpAsk,
+        episode_exit_code,
+        judge,
+        load_robot_skill,
+        make_mapper,
+        run_episode,
+    )
+    from onboard.llm.client import ChatClient
+    from onboard.loop.exitcodes import TABLE
+    from onboard.loop.recorder import Recorder
+
+    skill = load_robot_skill(robot, args.skill)
+    scenario = load_scenario(args.scenario)
+    mapper = make_mapper(robot, skill)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = args.record or robot.recordings_dir / f"{skill.name}-{scenario.name}-{stamp}.jsonl"
+    clock = args.clock or robot.clock
+    with llm_endpoint(robot, args.llm) as (url, standin):
+        constrained = robot.llm.decoding == "constrained" and not standin
+        mode = "constrained" if constrained else "free"
+        print(f"onboard: {skill.name} on {scenario.name}, LLM {url} ({mode}), {clock} clock")
+        latency = robot.eval.standin_latency if standin and clock == "virtual" else None
+        options = EpisodeOptions(
+            clock, constrained=constrained, latency=latency, handle_signals=True
+        )
+        with ChatClient(robot.llm, base_url=url) as client, Recorder(path) as recorder:
+            ask = HttpAsk(client)
+            outcome = run_episode(robot, skill, scenario, ask, mapper, recorder, options)
+    success, reason = judge(outcome, scenario)
+    sequence = " -> ".join(f"{a}@{t:.1f}s" for t, a in outcome.actions)
+    print(f"actions: {sequence}")
+    print(f"said: {outcome.phrase!r}" if outcome.phrase else "said nothing")
+    print(f"{'success' if success else 'failure'}: {reason}")
+    print(f"recorded: {path}  (onboard replay {path})")
+    code = episode_exit_code(outcome, success)
+    print(f"exit {int(code)}: {TABLE[code][0]}")
+    return code

@@ -1,0 +1,1 @@
+"""Free text onto a skill's actions: sentence embeddings, the mapper, bottom-up candidates."""

@@ -1,0 +1,166 @@
+"""The bottom-up action set (the seed's Figure 3).
+
+A reply that maps onto no action is kept as a *candidate*, with the situation it answered.
+A user who agrees it is a new action registers it: the action is written into the skill's
+TOML with the reply as its reference response, keeping the file's comments and layout.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import json
+import os
+import stat
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+
+from onboard.base.errors import CandidateError, OnboardError
+
+__all__ = ["Candidate", "CandidateStore", "add_action"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    id: str
+    skill: str
+    reply: str
+    situation: str
+    wall: float
+    registered_as: str | None = None
+
+
+class CandidateStore:
+    """An append-only JSON-lines file; each append is one write, flushed and fsynced."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def add(self, skill: str, reply: str, situation: str) -> Candidate:
+        digest = hashlib.sha1(f"{skill}\n{reply}".encode()).hexdigest()[:8]
+        candidate = Candidate(digest, skill, reply, situation, round(time.time(), 3))
+        self._append({"event": "candidate", **candidate.__dict__})
+        return candidate
+
+    def mark_registered(self, candidate: Candidate, action: str) -> None:
+        self._append({"event": "registered", "id": candidate.id, "action": action})
+
+    def list(self, skill: str | None = None) -> builtins.list[Candidate]:
+        """Candidates, one per distinct reply (the latest situation kept), oldest first."""
+        found: dict[str, Candidate] = {}
+        registered: dict[str, str] = {}
+        for record in self._records():
+            if record.get("event") == "registered":
+                registered[record["id"]] = record["action"]
+            elif record.get("event") == "candidate":
+                fields = {k: record[k] for k in ("id", "skill", "reply", "situation", "wall")}
+                found[record["id"]] = Candidate(**fields)
+        out = [
+            Candidate(**{**c.__dict__, "registered_as": registered.get(c.id)})
+            for c in found.values()
+        ]
+        return [c for c in out if skill is None or c.skill == skill]
+
+    def get(self, ident: str) -> Candidate:
+        matches = [c for c in self.list() if c.id.startswith(ident)]
+        if len(matches) != 1:
+            what = "no candidate" if not matches else f"{len(matches)} candidates"
+            raise CandidateError(
+                f"{self.path}: {what} with id {ident!r} (see `onboard actions list`)"
+            )
+        return matches[0]
+
+    def _append(self, record: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            if _ends_torn(fd):
+                line = b"\n" + line  # a crash cut the last record: start on a line of our own
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _records(self) -> builtins.list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        records = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a torn line from a crash; the others are intact
+        return records
+
+
+def _ends_torn(fd: int) -> bool:
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+
+
+def add_action(
+    skill_path: Path,
+    name: str,
+    reference: str,
+    *,
+    text: str,
+    stimuli: str,
+    command: str = "none",
+    interruptible: bool = True,
+    validate: Callable[[Path], object] | None = None,
+) -> None:
+    """Write ``[actions.NAME]`` into the skill file, keeping its comments and layout.
+
+    The new file is validated (``validate`` loads it) before it atomically replaces the
+    old one, so a bad registration never leaves a broken skill behind.
+    """
+    try:
+        document = tomlkit.parse(skill_path.read_text(encoding="utf-8"))
+    except (OSError, tomlkit.exceptions.ParseError) as exc:
+        raise CandidateError(f"{skill_path}: cannot read the skill: {exc}") from exc
+    actions = document.get("actions")
+    if actions is None:
+        raise CandidateError(f"{skill_path}: has no [actions] table")
+    if name in actions:
+        raise CandidateError(f"{skill_path}: action {name!r} exists already")
+    table = tomlkit.table()
+    table.add(tomlkit.comment("registered bottom-up from an unmatched LLM reply"))
+    table.add("text", text)
+    stimulus = tomlkit.inline_table()
+    stimulus.add("type", stimuli)
+    if stimuli == "2-B":
+        stimulus.add("horizon", 5.0)
+    table.add("stimuli", stimulus)
+    table.add("command", command)
+    table.add("interruptible", interruptible)
+    refs = tomlkit.array()
+    refs.append(reference)
+    table.add("references", refs)
+    actions.add(name, table)
+    _replace_validated(skill_path, tomlkit.dumps(document), validate)
+
+
+def _replace_validated(path: Path, content: str, validate: Callable[[Path], object] | None) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".toml", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(content)
+        os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))  # mkstemp makes it owner-only
+        if validate is not None:
+            try:
+                validate(Path(tmp))
+            except OnboardError as exc:
+                raise CandidateError(
+                    f"{path}: the new action would break the skill: {exc}"
+                ) from exc
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

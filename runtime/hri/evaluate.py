@@ -1,0 +1,81 @@
+"""Run scenarios N times on the virtual clock and count what the seed's Tables III-VI count."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from onboard.config import RobotConfig
+from onboard.grounding.mapping import ActionMapper
+from onboard.hri.scenario import Scenario
+from onboard.hri.session import EpisodeOptions, episode_exit_code, judge, run_episode
+from onboard.loop.engine import Ask
+from onboard.loop.exitcodes import ExitCode
+from onboard.loop.recorder import MemoryRecorder, Recorder
+from onboard.loop.skill import Skill
+
+__all__ = ["SEED_SCENARIOS", "Trial", "action_counts", "evaluate", "evaluation_exit_code"]
+
+SEED_SCENARIOS = ("person-robot", "person-object", "person-environment", "person-person")
+
+
+@dataclass(frozen=True)
+class Trial:
+    success: bool
+    reason: str
+    actions: list[tuple[float, str]]
+    phrase: str | None
+    code: ExitCode = ExitCode.SUCCESS
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "success": self.success,
+            "reason": self.reason,
+            "actions": [{"t": round(t, 3), "action": a} for t, a in self.actions],
+            "phrase": self.phrase,
+        }
+
+
+def evaluate(
+    robot: RobotConfig,
+    skill: Skill,
+    scenarios: list[Scenario],
+    ask: Ask,
+    mapper: ActionMapper,
+    trials: int,
+    options: EpisodeOptions,
+    record_dir: Path | None = None,
+) -> dict[str, list[Trial]]:
+    """Every scenario ``trials`` times; a stop signal ends the evaluation after its episode."""
+    results: dict[str, list[Trial]] = {}
+    for scenario in scenarios:
+        runs = results.setdefault(scenario.name, [])
+        for index in range(trials):
+            path = record_dir / f"{scenario.name}-{index:02d}.jsonl" if record_dir else None
+            with Recorder(path) if path else MemoryRecorder() as recorder:
+                outcome = run_episode(robot, skill, scenario, ask, mapper, recorder, options)
+            success, reason = judge(outcome, scenario)
+            code = episode_exit_code(outcome, success)
+            runs.append(Trial(success, reason, list(outcome.actions), outcome.phrase, code))
+            if outcome.signal is not None:
+                return results
+    return results
+
+
+def evaluation_exit_code(results: dict[str, list[Trial]]) -> ExitCode:
+    """Stopped by a signal, else LLM unreachable or incomplete if any episode was, else 0.
+
+    Failed tasks are what the tables count, so they do not fail the evaluation.
+    """
+    codes = [t.code for runs in results.values() for t in runs]
+    for worst in (ExitCode.SIGINT, ExitCode.SIGTERM, ExitCode.LLM_UNREACHABLE, ExitCode.INCOMPLETE):
+        if worst in codes:
+            return worst
+    return ExitCode.SUCCESS
+
+
+def action_counts(skill: Skill, runs: list[Trial]) -> dict[str, float]:
+    counts: Counter[str] = Counter(a for trial in runs for _, a in trial.actions)
+    return {name: counts[name] / max(1, len(runs)) for name in skill.actions}

@@ -1,0 +1,98 @@
+"""Replay a recorded episode offline: the LLM is answered from the recording.
+
+The episode is run again with the same skill, scenario and options on the virtual clock;
+each LLM request must equal the recorded one and gets the recorded reply after the
+recorded latency. The replay passes when it produces the same action sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from onboard.base.errors import LLMTimeout, RecordingError, ReplayDivergence
+from onboard.config import RobotConfig
+from onboard.hri.scenario import Scenario
+from onboard.hri.session import EpisodeOptions, load_robot_skill, make_mapper, run_episode
+from onboard.llm.client import ChatResult, Message
+from onboard.loop.recorder import MemoryRecorder, read_recording
+
+__all__ = ["ReplayAsk", "replay"]
+
+
+class ReplayAsk:
+    """Answers requests in the recorded order with the recorded replies.
+
+    A request that differs from the recorded one is a divergence: it is kept in
+    ``divergence`` (the runner only sees a failed LLM call) and reported after the run.
+    """
+
+    def __init__(self, records: Sequence[dict[str, Any]], source: Path) -> None:
+        self.source = source
+        self.divergence: str | None = None
+        answers = {r["id"]: r for r in records if r["kind"] in ("reply", "error") and "id" in r}
+        self._exchanges = [(r, answers.get(r["id"])) for r in records if r["kind"] == "request"]
+        self._next = 0
+
+    def next_latency(self) -> float:
+        if self._next >= len(self._exchanges):
+            return 0.0
+        answer = self._exchanges[self._next][1]
+        return float(answer.get("virtual_latency", 0.0)) if answer else 0.0
+
+    def __call__(
+        self, purpose: str, messages: Sequence[Message], schema: dict[str, Any] | None
+    ) -> ChatResult:
+        if self._next >= len(self._exchanges):
+            raise self._diverged(f"{self.source}: the replay asks more than was recorded")
+        request, answer = self._exchanges[self._next]
+        self._next += 1
+        if request["purpose"] != purpose or request["messages"] != [dict(m) for m in messages]:
+            raise self._diverged(
+                f"{self.source}: request {request['id']} differs from the recording "
+                f"(recorded {request['purpose']}, replayed {purpose})"
+            )
+        if answer is None or answer["kind"] == "error":
+            raise LLMTimeout(answer["message"] if answer else "no reply was recorded")
+        return ChatResult(text=answer["text"], latency=answer["latency"], attempts=1)
+
+    def _diverged(self, message: str) -> ReplayDivergence:
+        self.divergence = self.divergence or message
+        return ReplayDivergence(message)
+
+
+def replay(path: Path) -> tuple[list[str], list[str]]:
+    """(recorded action sequence, replayed action sequence); raises ReplayDivergence."""
+    try:
+        return _replay(path)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:  # pydantic errors included
+        what = f"missing {exc}" if isinstance(exc, KeyError) else type(exc).__name__
+        raise RecordingError(f"{path}: not a valid onboard recording ({what})") from exc
+
+
+def _replay(path: Path) -> tuple[list[str], list[str]]:
+    records = list(read_recording(path))
+    header = next((r for r in records if r["kind"] == "header"), None)
+    end = next((r for r in reversed(records) if r["kind"] == "end"), None)
+    if header is None or end is None:
+        raise RecordingError(f"{path}: not a complete episode (no header or no end record)")
+    robot = RobotConfig.model_validate(header["robot"]).model_copy(
+        update={"root": Path(header["robot_root"])}
+    )
+    skill = load_robot_skill(robot, header["skill"])
+    scenario = Scenario.model_validate(header["scenario"])
+    ask = ReplayAsk(records, path)
+    options = EpisodeOptions(
+        clock="virtual",
+        action_text=header["options"]["action_text"],
+        second_stage=header["options"]["second_stage"],
+        constrained=header["options"]["constrained"],
+        latency=ask.next_latency,
+        keep_candidates=False,
+    )
+    outcome = run_episode(robot, skill, scenario, ask, make_mapper(robot, skill),
+                          MemoryRecorder(), options)  # fmt: skip
+    if ask.divergence:
+        raise ReplayDivergence(ask.divergence)
+    return [a for _, a in end["actions"]], [a for _, a in outcome.actions]

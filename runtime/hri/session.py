@@ -1,0 +1,180 @@
+"""Assemble one episode from robot.toml, a skill and a scenario, and run it on a clock.
+
+``onboard run``, ``onboard eval`` and ``onboard replay`` all go through :func:`run_episode`,
+so what is evaluated and replayed is exactly what runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from onboard.base.signals import on_stop_signals
+from onboard.catalog import load_robot_skill, make_mapper
+from onboard.config import RobotConfig
+from onboard.drivers.speech import EspeakSpeech, RecordedSpeech, Speech
+from onboard.grounding.candidates import CandidateStore
+from onboard.grounding.mapping import ActionMapper
+from onboard.hri.checks import PersonVisible
+from onboard.hri.scenario import Scenario
+from onboard.hri.world import SimRobot, SimWorld
+from onboard.llm.client import ChatClient, ChatResult, Message
+from onboard.loop.clock import Clock, VirtualClock, WallClock
+from onboard.loop.engine import Ask, Check, Outcome, SkillRunner, Verify
+from onboard.loop.exitcodes import ExitCode, for_signal
+from onboard.loop.recorder import Recorder
+from onboard.loop.skill import Skill
+
+__all__ = [
+    "SCENARIO_ENDED",
+    "EpisodeOptions",
+    "HttpAsk",
+    "episode_exit_code",
+    "judge",
+    "load_robot_skill",
+    "make_mapper",
+    "run_episode",
+]
+
+#: the reason an episode ends when its scenario's time is up: a verdict, not a fault
+SCENARIO_ENDED = "scenario ended"
+
+
+class HttpAsk:
+    """The LLM over HTTP: every purpose goes to the same endpoint."""
+
+    def __init__(self, client: ChatClient) -> None:
+        self.client = client
+
+    def __call__(
+        self, purpose: str, messages: Sequence[Message], schema: dict[str, Any] | None
+    ) -> ChatResult:
+        return self.client.complete(messages, schema)
+
+
+@dataclass(frozen=True)
+class EpisodeOptions:
+    clock: str = "virtual"
+    action_text: bool = True
+    second_stage: bool = True
+    constrained: bool = False
+    latency: float | Callable[[], float] | None = None
+    handle_signals: bool = False
+    keep_candidates: bool = True
+
+
+def make_clock(kind: str) -> Clock:
+    return VirtualClock() if kind == "virtual" else WallClock()
+
+
+def make_speech(robot: RobotConfig) -> Speech:
+    config = robot.drivers.robot
+    if config.speech == "espeak-ng":
+        wav_dir = robot.resolve(config.speech_wav_dir) if config.speech_wav_dir else None
+        return EspeakSpeech(wav_dir=wav_dir)
+    return RecordedSpeech()
+
+
+def run_episode(
+    robot: RobotConfig,
+    skill: Skill,
+    scenario: Scenario,
+    ask: Ask,
+    mapper: ActionMapper,
+    recorder: Recorder,
+    options: EpisodeOptions = EpisodeOptions(),
+    checks: Sequence[Check] | None = None,
+    on_runner: Callable[[SkillRunner], None] | None = None,
+    verifiers: Sequence[Verify] = (),
+) -> Outcome:
+    """Run one episode until the skill ends or the scenario's end time passes.
+
+    ``on_runner`` sees the runner before it starts (benchmarks read its timings).
+    """
+    clock = make_clock(options.clock)
+    recorder.use_clock(clock.now)
+    recorder.write(
+        "header",
+        robot=robot.model_dump(mode="json"),
+        robot_root=str(robot.root.resolve()),
+        skill=str(skill.path.resolve()),
+        scenario=scenario.model_dump(mode="json", by_alias=True),
+        options={k: v for k, v in options.__dict__.items() if k != "latency"},
+        latency=options.latency if isinstance(options.latency, float) else None,
+    )
+    store = CandidateStore(robot.recordings_dir / "candidates.jsonl")
+    runner: SkillRunner | None = None
+
+    def publish(observation: Any) -> None:
+        if runner is not None:
+            runner.observe(observation)
+
+    world = SimWorld(scenario, robot.drivers.robot, clock, publish)
+    keep = partial(_keep_candidate, store, skill.name) if options.keep_candidates else None
+    runner = SkillRunner(
+        skill,
+        clock,
+        SimRobot(world, make_speech(robot)),
+        ask,
+        mapper,
+        recorder.write,
+        action_text=options.action_text,
+        second_stage=options.second_stage,
+        constrained=options.constrained,
+        latency=options.latency,
+        checks=[PersonVisible(skill.end)] if checks is None else checks,
+        verifiers=verifiers,
+        max_rounds=skill.max_rounds,
+        on_candidate=keep,
+        on_finish=lambda _: clock.stop(),
+    )
+    if on_runner is not None:
+        on_runner(runner)
+
+    def stop_on_signal(name: str) -> None:
+        clock.post(lambda: runner.stop(f"{name} received", signal=name))
+
+    with on_stop_signals(stop_on_signal, options.handle_signals):
+        try:
+            world.start()
+            runner.start(world.observation())
+            clock.run(until=scenario.end)
+        finally:
+            if not runner.finished:
+                runner.stop(SCENARIO_ENDED if clock.now() >= scenario.end else "interrupted")
+            world.close()
+            if isinstance(clock, WallClock):
+                clock.close()
+    return runner.outcome
+
+
+def _keep_candidate(store: CandidateStore, skill: str, reply: str, situation: str) -> None:
+    store.add(skill, reply, situation)
+
+
+def judge(outcome: Outcome, scenario: Scenario) -> tuple[bool, str]:
+    """Success and failure exactly as the seed's section IV."""
+    if outcome.spoke_at is None:
+        if outcome.reason and outcome.reason != SCENARIO_ENDED:
+            return False, f"stopped before speaking: {outcome.reason}"
+        return False, f"timeout: no speak by {scenario.end:g} s"
+    t = outcome.spoke_at
+    if outcome.spoke_visible is False:
+        return False, f"spoke at {t:.1f} s with the person out of sight"
+    label = scenario.label_at(t)
+    if label in ("ok-to-engage", "ready"):
+        return True, f"spoke at {t:.1f} s ({label})"
+    return False, f"spoke at {t:.1f} s ({label or 'unlabelled'})"
+
+
+def episode_exit_code(outcome: Outcome, success: bool) -> ExitCode:
+    """What an episode tells a supervisor: stopped, LLM unreachable, incomplete, or its verdict."""
+    if outcome.signal is not None:
+        return for_signal(outcome.signal)
+    if outcome.llm_failures and not outcome.llm_replies:
+        return ExitCode.LLM_UNREACHABLE
+    if not outcome.finished and outcome.reason != SCENARIO_ENDED:
+        return ExitCode.INCOMPLETE
+    return ExitCode.SUCCESS if success else ExitCode.TASK_FAILED

@@ -1,0 +1,1 @@
+"""The LLM over HTTP: chat client, prompts and schemas, reply parsing, the local server."""

@@ -1,0 +1,89 @@
+"""Exit codes a supervisor (systemd, a fleet manager, CI) can act on.
+
+One table, shared by every command; the README's "Exit codes" table is checked against
+:data:`TABLE` by a test, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import signal
+from enum import IntEnum
+
+from onboard.base.errors import (
+    CalibrationError,
+    CandidateError,
+    ConfigError,
+    DriverError,
+    LLMError,
+    ModelError,
+    OnboardError,
+    RecordingError,
+    ReplayDivergence,
+)
+
+__all__ = ["TABLE", "ExitCode", "for_error", "for_signal"]
+
+
+class ExitCode(IntEnum):
+    SUCCESS = 0
+    TASK_FAILED = 1
+    INPUT_ERROR = 2
+    LLM_UNREACHABLE = 3
+    INCOMPLETE = 4
+    INTERNAL_ERROR = 70
+    SIGINT = 128 + signal.SIGINT
+    SIGTERM = 128 + signal.SIGTERM
+
+
+#: code -> (name, meaning), in the order the README lists them.
+TABLE: dict[ExitCode, tuple[str, str]] = {
+    ExitCode.SUCCESS: (
+        "success",
+        "the episode's verdict is success (`run`); every episode reached a verdict (`eval`)",
+    ),
+    ExitCode.TASK_FAILED: (
+        "task failed",
+        "the episode ran to its verdict and the verdict is failure; `map`: no match; `replay`:"
+        " the replay diverged from its recording",
+    ),
+    ExitCode.INPUT_ERROR: (
+        "configuration or input error",
+        "robot.toml, a skill, scenario, recording or model file, or the command line is wrong;"
+        " nothing ran",
+    ),
+    ExitCode.LLM_UNREACHABLE: (
+        "LLM unreachable",
+        "the episode asked the LLM and not one request got a reply (refused, timed out, HTTP"
+        " errors); the fallback kept the robot safe",
+    ),
+    ExitCode.INCOMPLETE: (
+        "incomplete episode",
+        "the episode ended without a verdict: a driver fault, or the fallback timed out",
+    ),
+    ExitCode.INTERNAL_ERROR: (
+        "internal error",
+        "a bug in onboard: the traceback is printed; please report it",
+    ),
+    ExitCode.SIGINT: ("stopped by signal", "SIGINT: the robot was stopped, the recording closed"),
+    ExitCode.SIGTERM: ("stopped by signal", "SIGTERM: the robot was stopped, the recording closed"),
+}
+
+
+def for_signal(name: str) -> ExitCode:
+    """128 + the signal's number, as shells report a process a signal ended."""
+    return ExitCode(128 + signal.Signals[name].value)
+
+
+def for_error(exc: OnboardError) -> ExitCode:
+    """The exit code of an error that ended a command before it could finish."""
+    if isinstance(exc, ReplayDivergence):
+        return ExitCode.TASK_FAILED
+    if isinstance(
+        exc, ConfigError | ModelError | CandidateError | CalibrationError | RecordingError
+    ):
+        return ExitCode.INPUT_ERROR
+    if isinstance(exc, LLMError):
+        return ExitCode.LLM_UNREACHABLE
+    if isinstance(exc, DriverError):
+        return ExitCode.INCOMPLETE
+    return ExitCode.INTERNAL_ERROR

@@ -1,0 +1,95 @@
+"""Episodes as JSON lines, flushed per record, so a crash loses nothing already written."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from onboard.base.errors import RecordingError
+
+__all__ = ["MemoryRecorder", "Recorder", "read_recording"]
+
+
+class Recorder:
+    """Appends one JSON object per line: ``{"seq", "t", "kind", ...}``."""
+
+    def __init__(self, path: Path | None, clock_now: Any = None) -> None:
+        """``path=None`` keeps the records in memory only."""
+        self.path = path or Path("<memory>")
+        self._now = clock_now
+        self._seq = 0
+        self._file: TextIO | None = None
+        self.records: list[dict[str, Any]] = []
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = path.open("a", encoding="utf-8")
+        except OSError as exc:
+            raise RecordingError(f"{path}: cannot open for recording: {exc.strerror}") from exc
+
+    def write(self, kind: str, **fields: Any) -> None:
+        record = {"seq": self._seq, "t": self._t(), "wall": round(time.time(), 3), "kind": kind}
+        record.update(fields)
+        self._seq += 1
+        self.records.append(record)
+        if self._file is None:
+            return
+        self._file.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
+        self._file.flush()
+
+    def use_clock(self, now: Any) -> None:
+        """Stamp records with ``now()`` (the episode's clock) from here on."""
+        self._now = now
+
+    def _t(self) -> float | None:
+        return None if self._now is None else round(float(self._now()), 4)
+
+    def sync(self) -> None:
+        if self._file is not None:
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class MemoryRecorder(Recorder):
+    """Keeps records in memory only (benchmarks, evaluation without --record)."""
+
+    def __init__(self, clock_now: Any = None) -> None:
+        super().__init__(None, clock_now)
+
+
+def read_recording(path: Path) -> Iterator[dict[str, Any]]:
+    """The records of a recording; a torn last line (a crash mid-write) is skipped."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise RecordingError(f"{path}: cannot read recording: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise RecordingError(f"{path}: not a recording (not UTF-8 text)") from exc
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):
+                return
+            raise RecordingError(f"{path}:{number}: not a JSON record ({exc.msg})") from exc
+        if not isinstance(record, dict) or "kind" not in record:
+            raise RecordingError(f"{path}:{number}: not an onboard record (no 'kind')")
+        yield record

@@ -1,0 +1,278 @@
+"""The skill DSL: a TOML file declares the goal, prompts and action set of one skill.
+
+Everything is resolved here, when the skill loads: action names, the start, end and fallback
+actions, reachability of the end action, template fields, the perception each stimulus needs
+and the driver command each action runs. A skill that loads is a skill that can run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from string import Template
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from onboard.base.errors import Problem, SkillError
+from onboard.base.tomlfile import KeyLines, ProblemAt, format_key, load_model
+
+__all__ = [
+    "ActionSpec",
+    "Skill",
+    "Stimulus",
+    "StimulusSpec",
+    "load_skill",
+]
+
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+
+#: Fields an action text may use: what was observed when the action began.
+OBSERVED_FIELDS = {"X_a": "activity", "X_g": "gaze"}
+
+
+class Stimulus(StrEnum):
+    """When the event manager asks the LLM again (the seed's section III-C)."""
+
+    ACTIVITY = "1-activity"  # type 1: on a change of activity, bounded by wait_time
+    GAZE = "1-gaze"  # type 1: on a change of gaze, bounded by wait_time
+    LOW_LEVEL = "2-A"  # when the action completes
+    HIGH_LEVEL = "2-B"  # on completion, on a situation change, or "lose the person" = yes
+    END = "end"  # the skill's end action
+
+    @property
+    def perception(self) -> str | None:
+        return {"1-activity": "activity", "1-gaze": "gaze"}.get(self.value)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StimulusSpec(_Strict):
+    type: Stimulus
+    horizon: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="T of the lose-the-person question (2-B), seconds"
+    )
+
+
+class ActionSpec(_Strict):
+    text: Text
+    stimuli: StimulusSpec
+    command: Text = "none"
+    args: dict[str, str | float | int | bool] = {}
+    interruptible: bool = True
+    timeout: Annotated[float, Field(gt=0)] | None = None
+    references: list[Text] = Field(min_length=1)
+    next: list[Text] | None = None
+
+
+class SecondStage(_Strict):
+    wait_time: Text
+    lose_person: Text
+
+
+class PromptSpec(_Strict):
+    intro: Text
+    ack: Text
+    situation: Text = "$U $X"
+    second_stage: SecondStage
+
+
+class SkillHeader(_Strict):
+    name: Text
+    description: str = ""
+    goal: Text
+    start: Text
+    end: Text
+    fallback: Text
+    default_phrase: Text
+    params: dict[str, str] = {}
+    max_rounds: Annotated[int, Field(ge=0, le=10)] = Field(
+        default=1, description="re-asks per decision after its first proposal (engine.py)"
+    )
+
+
+class MappingSpec(_Strict):
+    reject: list[Text] = Field(default=[], description="anchors for out-of-set replies")
+
+
+class SkillFile(_Strict):
+    skill: SkillHeader
+    prompt: PromptSpec
+    mapping: MappingSpec = MappingSpec()
+    actions: dict[str, ActionSpec] = Field(min_length=2)
+
+
+@dataclass(frozen=True)
+class Action:
+    """One action of a loaded skill, with its templates compiled."""
+
+    name: str
+    spec: ActionSpec
+    text: Template
+
+    @property
+    def stimulus(self) -> Stimulus:
+        return self.spec.stimuli.type
+
+    def describe(self, observed: Mapping[str, str]) -> str:
+        """The action text, filled with what was observed when the action began."""
+        return self.text.safe_substitute(observed)
+
+
+@dataclass(frozen=True)
+class Skill:
+    """A loaded, fully resolved skill."""
+
+    name: str
+    path: Path
+    goal: str
+    start: str
+    end: str
+    fallback: str
+    default_phrase: str
+    prompt: PromptSpec
+    actions: dict[str, Action]
+    reject: list[str]
+    lines: KeyLines = field(repr=False, compare=False)
+    max_rounds: int = 1
+
+    def allowed_after(self, name: str) -> list[str]:
+        nxt = self.actions[name].spec.next
+        return list(self.actions) if nxt is None else list(nxt)
+
+    def line_of(self, *path: str | int) -> int | None:
+        return self.lines.line_of(path)
+
+
+def load_skill(
+    path: Path,
+    perception: Collection[str] = ("activity", "gaze"),
+    commands: Collection[str] | None = None,
+) -> Skill:
+    """Load and check a skill file; raises SkillError listing every problem found."""
+    spec, lines = load_model(path, SkillFile, SkillError)
+    problems = list(_check(spec, path, lines, set(perception), commands))
+    if problems:
+        raise SkillError(problems)
+    goal = Template(spec.skill.goal).safe_substitute(spec.skill.params)
+    actions = {name: Action(name, a, Template(a.text)) for name, a in spec.actions.items()}
+    return Skill(
+        name=spec.skill.name,
+        path=path,
+        goal=goal,
+        start=spec.skill.start,
+        end=spec.skill.end,
+        fallback=spec.skill.fallback,
+        default_phrase=spec.skill.default_phrase,
+        prompt=spec.prompt,
+        actions=actions,
+        reject=list(spec.mapping.reject),
+        lines=lines,
+        max_rounds=spec.skill.max_rounds,
+    )
+
+
+def _check(
+    spec: SkillFile,
+    path: Path,
+    lines: KeyLines,
+    perception: set[str],
+    commands: Collection[str] | None,
+) -> Iterable[Problem]:
+    def problem(key: tuple[str | int, ...], message: str) -> Problem:
+        return Problem(path, format_key(key), lines.line_of(key), message)
+
+    names = set(spec.actions)
+    known = ", ".join(sorted(names))
+    for role in ("start", "end", "fallback"):
+        value = getattr(spec.skill, role)
+        if value not in names:
+            yield problem(("skill", role), f"unknown action {value!r} (known: {known})")
+    yield from _check_actions(spec, perception, commands, problem)
+    yield from _check_templates(spec, perception, problem)
+    if {spec.skill.start, spec.skill.end} <= names and not _reaches(spec):
+        yield problem(("skill", "end"), f"no path of `next` leads from start to {spec.skill.end!r}")
+
+
+def _check_actions(
+    spec: SkillFile,
+    perception: set[str],
+    commands: Collection[str] | None,
+    problem: ProblemAt,
+) -> Iterable[Problem]:
+    seen_names: dict[str, str] = {}
+    seen_refs: dict[str, str] = {}
+    for name, action in spec.actions.items():
+        key = ("actions", name)
+        folded = " ".join(name.lower().split())
+        if not folded:
+            yield problem(key, "action name is empty")
+        elif folded in seen_names:
+            yield problem(key, f"duplicate of action {seen_names[folded]!r}")
+        seen_names[folded] = name
+        is_end = name == spec.skill.end
+        if (action.stimuli.type is Stimulus.END) != is_end:
+            wanted = '"end"' if is_end else 'not "end" (only the end action\'s is)'
+            yield problem((*key, "stimuli", "type"), f"must be {wanted}")
+        needs = action.stimuli.type.perception
+        if needs and needs not in perception:
+            yield problem(
+                (*key, "stimuli", "type"), f"needs {needs} perception, which the robot lacks"
+            )
+        if action.stimuli.type is Stimulus.HIGH_LEVEL and action.stimuli.horizon is None:
+            yield problem((*key, "stimuli"), "a 2-B stimulus needs `horizon` (seconds)")
+        if commands is not None and action.command not in commands:
+            yield problem(
+                (*key, "command"),
+                f"unknown command {action.command!r} (the robot has: {', '.join(sorted(commands))})",  # noqa: E501
+            )
+        for i, nxt in enumerate(action.next or []):
+            if nxt not in spec.actions:
+                yield problem((*key, "next", i), f"unknown action {nxt!r}")
+        for i, ref in enumerate(action.references):
+            folded_ref = " ".join(ref.lower().split())
+            if folded_ref in seen_refs:
+                yield problem(
+                    (*key, "references", i),
+                    f"duplicate reference (also in {seen_refs[folded_ref]!r})",
+                )
+            seen_refs[folded_ref] = name
+
+
+def _check_templates(
+    spec: SkillFile, perception: set[str], problem: ProblemAt
+) -> Iterable[Problem]:
+    observed = {f for f, needs in OBSERVED_FIELDS.items() if needs in perception}
+    second = spec.prompt.second_stage
+    templates: list[tuple[tuple[str | int, ...], str, set[str]]] = [
+        (("skill", "goal"), spec.skill.goal, set(spec.skill.params)),
+        (("prompt", "situation"), spec.prompt.situation, {"U", "X"}),
+        (("prompt", "second_stage", "wait_time"), second.wait_time, {"X_a"}),
+        (("prompt", "second_stage", "lose_person"), second.lose_person, {"X_a", "T"}),
+    ]
+    templates += [(("actions", n, "text"), a.text, observed) for n, a in spec.actions.items()]
+    for key, text, allowed in templates:
+        template = Template(text)
+        if not template.is_valid():
+            yield problem(key, "bad template: a `$` must start a field name (write `$$` for $)")
+            continue
+        for name in template.get_identifiers():
+            if name not in allowed:
+                choices = ", ".join(f"${f}" for f in sorted(allowed)) or "none"
+                yield problem(key, f"unknown template field ${name} (available: {choices})")
+
+
+def _reaches(spec: SkillFile) -> bool:
+    everything = list(spec.actions)
+    frontier, seen = [spec.skill.start], {spec.skill.start}
+    while frontier:
+        action = spec.actions[frontier.pop()]
+        for nxt in action.next if action.next is not None else everything:
+            if nxt in spec.actions and nxt not in seen:
+                seen.add(nxt)
+                frontier.append(nxt)
+    return spec.skill.end in seen

@@ -1,0 +1,1 @@
+"""Camera frames to scene state: detection, depth to pose, the scene observer, calibration."""
