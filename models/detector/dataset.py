@@ -1,6 +1,6 @@
 """The detector's data: random tabletop scenes rendered by the twin, labelled from its masks.
 
-Each scene is built as a :class:`onboard.drivers.twin.Scene` with random objects (kind, size,
+Each scene is built as an :class:`onboard.drivers.twin.Scene` with random objects (kind, size,
 colour, yaw), then rendered several times, every time with the objects placed anew on the table
 (some stacked, some fruit on the plate), the arm in another pose and the camera moved
 around the scene file's viewpoint. Boxes are the tight boxes of each object's pixels in the
