@@ -29,8 +29,9 @@ run: system $(STAMP)
 	  if [ $$code -gt 1 ]; then exit $$code; fi
 
 ## Lint, type-check and every test (the slow end-to-end test on the real model included).
+## python -P: the repository root is not on sys.path; tests import the installed onboard only.
 test: system $(STAMP) lint
-	ONBOARD_REQUIRE_LOCAL_LLM=1 ONBOARD_REQUIRE_REALSENSE=1 $(BIN)/python -m pytest
+	ONBOARD_REQUIRE_LOCAL_LLM=1 ONBOARD_REQUIRE_REALSENSE=1 $(BIN)/python -P -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check runtime drivers tests bench models tools
