@@ -70,6 +70,8 @@ def robot_copy(
         ('embedder = "models/minilm"', f'embedder = "{ROOT / "models" / "minilm"}"'),
         *replace,
     ]
+    if 'scene = "drivers/' in text:  # the arm's scene, by a path from the repository root
+        edits.append(('scene = "drivers/', f'scene = "{ROOT}/drivers/'))
     for old, new in edits:
         assert old in text, old
         text = text.replace(old, new, 1)
@@ -388,3 +390,46 @@ def test_replay_of_malformed_records_is_one_error_line(tmp_path: Path, content: 
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(content)
     one_line_error(onboard("replay", bad, cwd=tmp_path))
+
+
+# -- the command scheme and what check covers --------------------------------------------------
+
+
+def test_help_lists_every_command_once_in_its_group() -> None:
+    import argparse
+
+    from onboard.cli.main import GROUPS, _parser
+
+    commands = next(
+        a.choices for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)
+    )
+    grouped = [name for _, group in GROUPS for name, _ in group]
+    assert sorted(grouped) == sorted(commands), "every command in exactly one group"
+    result = onboard("--help")
+    assert result.code == 0
+    listing = result.out.split("commands:", 1)[1]
+    for title, group in GROUPS:
+        assert f"  {title}:" in listing
+        for name, summary in group:
+            assert re.search(rf"^    {name}\s+{re.escape(summary)}$", listing, re.MULTILINE), name
+
+
+def test_check_validates_the_scene_the_arm_is_built_from(tmp_path: Path) -> None:
+    broken = tmp_path / "scene.toml"
+    broken.write_text('[table]\nsize = "big"\n', encoding="utf-8")
+    robot = robot_copy(tmp_path)
+    text = re.sub(r'^scene = ".*"$', f'scene = "{broken}"', robot.read_text(encoding="utf-8"),
+                  count=1, flags=re.MULTILINE)  # fmt: skip
+    assert str(broken) in text
+    robot.write_text(text, encoding="utf-8")
+    result = onboard("--robot", robot, "check")
+    assert result.code == 2
+    assert "Traceback" not in result.err
+    lines = result.err.strip().splitlines()
+    assert lines and all(line.startswith(f"onboard: error: {broken}") for line in lines), lines
+
+
+def test_check_lists_the_shipped_scenes() -> None:
+    result = onboard("check")
+    assert result.code == 0, result.err
+    assert re.search(r"^  \d+ scenes: .*\bblocks\b", result.out, re.MULTILINE)

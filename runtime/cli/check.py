@@ -1,4 +1,10 @@
-"""``onboard check``: validate robot.toml, every skill and every scenario."""
+"""``onboard check``: validate every kind of file the robot uses, each with its own checks.
+
+robot.toml (its schema), the skills (the DSL's load-time checks against this robot's
+perception and commands), the scenarios, the twin's scene files (the shipped ones and the
+one ``[drivers.arm]`` names) and the embedder model. Every problem is one line naming file,
+key and line; nothing moves.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +22,9 @@ __all__ = ["check"]
 
 
 def check(robot_path: Path) -> int:
-    """Validate robot.toml, every skill and every scenario; one line per problem."""
+    """Validate robot.toml, skills, scenarios, scenes and the model; one line per problem."""
     from onboard.catalog import load_robot_skill
+    from onboard.drivers.twin.scene import load_scene
     from onboard.hri.scenario import load_scenario
 
     robot = load_robot(robot_path)
@@ -33,6 +40,13 @@ def check(robot_path: Path) -> int:
             scenarios.append(load_scenario(path))
         except ConfigError as exc:
             problems += exc.problems
+    scenes = []
+    for path in _scene_files(robot):
+        try:
+            load_scene(path)
+            scenes.append(path)
+        except ConfigError as exc:
+            problems += exc.problems
     if not robot.embedder_dir.joinpath("model.onnx").exists():
         problems.append(
             Problem(robot_path, "models.embedder", None, f"no model.onnx in {robot.embedder_dir}")
@@ -45,9 +59,21 @@ def check(robot_path: Path) -> int:
         print(f"  skill {skill.name}: {len(skill.actions)} actions, start {skill.start!r}, "
               f"end {skill.end!r}  ({skill.path})")  # fmt: skip
     print(f"  {len(scenarios)} scenarios: {', '.join(s.name for s in scenarios)}")
+    print(f"  {len(scenes)} scenes: {', '.join(p.stem for p in scenes)}")
     _warn_ambiguous(robot, skills)
     print("ok")
     return 0
+
+
+def _scene_files(robot: RobotConfig) -> list[Path]:
+    """The twin's shipped scenes, and the scene robot.toml's arm is built from."""
+    from onboard.drivers.twin.scene import SCENES
+
+    found = sorted(SCENES.glob("*.toml"))
+    named = getattr(robot.drivers.arm, "scene", None)
+    if named is not None and robot.resolve(named).resolve() not in {p.resolve() for p in found}:
+        found.append(robot.resolve(named))
+    return found
 
 
 def _warn_ambiguous(robot: RobotConfig, skills: Sequence[Skill]) -> None:

@@ -1,4 +1,13 @@
-"""The ``onboard`` command. Imports are lazy so ``onboard check`` starts fast."""
+"""The ``onboard`` command. Imports are lazy so ``onboard check`` starts fast.
+
+The command scheme: a verb means one thing whatever it acts on. ``check`` validates and
+moves nothing; ``run`` runs one episode; ``eval`` runs many and prints tables; ``replay``
+re-runs a recording offline. Skills (HRI and manipulation alike) take the verbs directly
+(``onboard run engage``); other kinds of work are nouns that take the same verbs
+(``onboard code check FILE`` for generated code, ``onboard task run TASK`` for multi-robot
+tasks, as those parts land). :data:`GROUPS` is the grouped listing ``onboard --help`` prints
+and the README repeats.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +24,46 @@ from onboard.loop.exitcodes import ExitCode, for_error
 if TYPE_CHECKING:
     from onboard.config import RobotConfig
 
-__all__ = ["main"]
+__all__ = ["GROUPS", "main"]
+
+#: ``onboard --help``, grouped: (group, [(command, what it does)]); every command is in one.
+GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
+    (
+        "skills (HRI and manipulation)",
+        [
+            ("run", "run one episode of a skill headless, recorded"),
+            ("eval", "run a skill's scenarios N times on the virtual clock; print the tables"),
+            ("graph", "print a skill's state machine as a Mermaid diagram"),
+            ("map", "map a free-text reply onto a skill's actions"),
+            ("actions", "the bottom-up action set: list candidates, add one as an action"),
+        ],
+    ),
+    ("any recording", [("replay", "re-run a recorded episode offline and compare")]),
+    (
+        "this robot",
+        [
+            ("check", "validate robot.toml and every skill, scenario and scene it uses"),
+            ("calibrate", "hand-eye calibration from a marker held by the arm"),
+        ],
+    ),
+    (
+        "simulation and test doubles",
+        [
+            ("sim", "sim serve: the physics twin behind the JAKA TCP and G-code protocols"),
+            ("standin", "serve the stand-in LLM (a documented rule policy) on loopback"),
+        ],
+    ),
+]
+
+
+def _grouped_help() -> str:
+    width = max(len(name) for _, commands in GROUPS for name, _ in commands)
+    lines = ["commands:"]
+    for title, commands in GROUPS:
+        lines.append(f"  {title}:")
+        lines += [f"    {name:<{width}}  {summary}" for name, summary in commands]
+    lines.append("\n`onboard COMMAND --help` for a command's options; exit codes: see the README.")
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,24 +91,34 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="onboard", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="onboard",
+        description="A lean runtime that makes LLM-planned robot skills safe, fast and testable.",
+        epilog=_grouped_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--robot", type=Path, default=Path("robot.toml"), help="robot.toml path")
+    # commands are listed by the grouped epilog; `add` gives each its own --help description
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
+    summaries = {name: summary for _, commands in GROUPS for name, summary in commands}
 
-    p = sub.add_parser("check", help="validate robot.toml and every skill and scenario")
+    def add(name: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, description=summaries[name])
+
+    p = add("check")
     p.set_defaults(func=_check)
 
-    p = sub.add_parser("graph", help="print a skill's state machine as a Mermaid diagram")
+    p = add("graph")
     p.add_argument("skill")
     p.set_defaults(func=_graph)
 
-    p = sub.add_parser("map", help="map a free-text reply onto a skill's actions")
+    p = add("map")
     p.add_argument("skill")
     p.add_argument("reply")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_map)
 
-    p = sub.add_parser("actions", help="bottom-up action set: list or add candidates")
+    p = add("actions")
     actions = p.add_subparsers(required=True, metavar="ACTION")
     q = actions.add_parser("list", help="unmatched replies kept as candidates")
     q.add_argument("--skill")
@@ -74,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--command", default="none", help="driver command the action runs")
     q.set_defaults(func=_actions_add)
 
-    p = sub.add_parser("run", help="run a skill headless on the simulated robot")
+    p = add("run")
     p.add_argument("skill")
     p.add_argument("--scenario", type=Path, default=Path("skills/scenarios/person-object.toml"))
     p.add_argument("--llm", help="URL, 'local' or 'standin' (default: robot.toml)")
@@ -82,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--record", type=Path, help="recording path (default: recordings/...)")
     p.set_defaults(func=_run)
 
-    p = sub.add_parser("eval", help="run scenarios N times; print the seed's tables")
+    p = add("eval")
     p.add_argument("skill")
     p.add_argument("--trials", type=int, default=10)
     p.add_argument("--scenario", type=Path, action="append", dest="scenarios")
@@ -95,11 +153,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_eval)
 
-    p = sub.add_parser("replay", help="replay a recorded episode offline")
+    p = add("replay")
     p.add_argument("recording", type=Path)
     p.set_defaults(func=_replay)
 
-    p = sub.add_parser("sim", help="the physics twin behind the real arm protocols")
+    p = add("sim")
     sim = p.add_subparsers(required=True, metavar="ACTION")
     q = sim.add_parser("serve", help="serve the JAKA TCP and G-code pty emulators on one twin")
     q.add_argument("--scene", type=Path, help="scene file (default: the tabletop scene)")
@@ -109,7 +167,7 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--no-gcode", action="store_true", help="no G-code pty")
     q.set_defaults(func=_sim_serve)
 
-    p = sub.add_parser("calibrate", help="hand-eye calibration from a marker held by the arm")
+    p = add("calibrate")
     p.add_argument("--low", type=float, nargs=3, default=[0.35, -0.15, 0.15], metavar="M")
     p.add_argument("--high", type=float, nargs=3, default=[0.55, 0.15, 0.35], metavar="M")
     p.add_argument("--steps", type=int, default=3, help="grid points per axis")
@@ -120,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--write", action="store_true", help="write [hand_eye] into robot.toml")
     p.set_defaults(func=_calibrate)
 
-    p = sub.add_parser("standin", help="serve the stand-in LLM on loopback")
+    p = add("standin")
     p.add_argument("--port", type=int, default=8089)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--noise", type=float, default=0.15)
