@@ -1,0 +1,44 @@
+"""The files that travel inside the package: onboard.bundled finds them, installed or not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from onboard import bundled
+from onboard.base.errors import ModelError
+from onboard.config import load_robot
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_bundled_folders_hold_the_shipped_files() -> None:
+    skills = bundled.skills_dir()
+    assert (skills / "engage.toml").is_file()
+    assert sorted(p.stem for p in (skills / "scenarios").glob("*.toml")) == [
+        "person-environment", "person-object", "person-person", "person-robot",
+    ]  # fmt: skip
+    assert {p.name for p in bundled.embedder_dir().iterdir()} >= {"model.onnx", "tokenizer.json"}
+    assert {p.name for p in bundled.detector_dir().iterdir()} >= {"model.onnx", "classes.json"}
+    assert load_robot(bundled.example_robot()).name == "example"
+
+
+def test_the_editable_install_points_into_the_checkout() -> None:
+    # the editable install maps onboard.skills and onboard.models onto the repository's folders
+    assert bundled.skills_dir() == ROOT / "skills"
+    assert bundled.embedder_dir() == ROOT / "models" / "minilm"
+    assert bundled.example_robot() == ROOT / "runtime" / "example-robot.toml"
+
+
+def test_a_missing_bundled_file_is_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "minilm").mkdir()
+    (tmp_path / "minilm" / "model.onnx").write_bytes(b"")
+    monkeypatch.setattr(bundled, "package_path", lambda package: tmp_path)
+    with pytest.raises(ModelError) as caught:
+        bundled.embedder_dir()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"{tmp_path / 'minilm' / 'tokenizer.json'} is missing" in message
