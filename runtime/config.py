@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from onboard import bundled
 from onboard.base.tomlfile import load_model
 from onboard.drivers.arm.config import ArmConfig
 from onboard.drivers.arm.safety import SafetyLimits
@@ -60,7 +61,9 @@ class LLMConfig(_Strict):
 
 
 class ModelsConfig(_Strict):
-    embedder: Path = Path("models/minilm")
+    embedder: Path | None = Field(
+        default=None, description="sentence model folder; None: the one shipped with onboard"
+    )
     threads: Annotated[int, Field(ge=1, le=8)] = 1
 
 
@@ -144,6 +147,9 @@ class RobotConfig(_Strict):
 
     @property
     def embedder_dir(self) -> Path:
+        """``[models] embedder``, else the model shipped with onboard (onboard.bundled)."""
+        if self.models.embedder is None:
+            return bundled.embedder_dir()
         return self.resolve(self.models.embedder)
 
 

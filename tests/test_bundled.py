@@ -42,3 +42,28 @@ def test_a_missing_bundled_file_is_one_line_naming_it(
     message = str(caught.value)
     assert "\n" not in message
     assert f"{tmp_path / 'minilm' / 'tokenizer.json'} is missing" in message
+
+
+def test_the_embedder_defaults_to_the_bundled_model(tmp_path: Path) -> None:
+    path = tmp_path / "robot.toml"
+    path.write_text('name = "r"\n', encoding="utf-8")
+    assert load_robot(path).embedder_dir == bundled.embedder_dir()
+    path.write_text('name = "r"\n[models]\nembedder = "mine"\n', encoding="utf-8")
+    assert load_robot(path).embedder_dir == tmp_path / "mine"
+
+
+def test_check_names_a_configured_embedder_without_a_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from onboard.base.errors import ConfigError
+    from onboard.cli.check import check
+
+    path = tmp_path / "robot.toml"
+    path.write_text(
+        f'name = "r"\nskills = "{ROOT / "skills"}"\n[models]\nembedder = "mine"\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError) as caught:
+        check(path)
+    (problem,) = caught.value.problems
+    assert str(problem) == f"{path}: [models.embedder] no model.onnx in {tmp_path / 'mine'}"

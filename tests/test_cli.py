@@ -62,12 +62,11 @@ def robot_copy(
     replace: Sequence[tuple[str, str]] = (),
     name: str = "robot.toml",
 ) -> Path:
-    """robot.toml in tmp_path: skills and models by absolute path, recordings in tmp_path."""
+    """robot.toml in tmp_path: skills by absolute path, recordings in tmp_path."""
     text = (ROOT / "robot.toml").read_text(encoding="utf-8")
     edits = [
         ('skills = "skills"', f'skills = "{skills or ROOT / "skills"}"'),
         ('recordings = "recordings"', f'recordings = "{tmp_path / "recordings"}"'),
-        ('embedder = "models/minilm"', f'embedder = "{ROOT / "models" / "minilm"}"'),
         *replace,
     ]
     if 'scene = "drivers/' in text:  # the arm's scene, by a path from the repository root

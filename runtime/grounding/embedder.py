@@ -22,9 +22,11 @@ import numpy.typing as npt
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from onboard import bundled
 from onboard.base.errors import ModelError
 
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "minilm"
+#: the model shipped with onboard (``models/minilm`` in the repository, package data installed)
+DEFAULT_MODEL_DIR = bundled.package_path("onboard.models") / "minilm"
 REBUILD_CMD = "pip install -e '.[train]' && python models/minilm/build.py"
 MAX_TOKENS = 128
 DIM = 384
