@@ -40,15 +40,16 @@ def hardware(
     """Connect the configured arm (always behind ``safety``) and camera; close both.
 
     Relative paths in the settings (a scene, a playback recording) start from ``root``,
-    the folder that holds robot.toml.
+    the folder that holds robot.toml; a scene may also be a shipped scene's name.
     """
     with ExitStack() as stack:
         twin = None
         if "sim" in (getattr(arm, "kind", None), getattr(camera, "kind", None)):
+            from onboard.drivers.twin.scene import find_scene
             from onboard.drivers.twin.world import Twin
 
             scene = getattr(arm, "scene", None) if arm else None
-            twin = stack.enter_context(Twin(_resolve(root, scene) if scene else None))
+            twin = stack.enter_context(Twin(find_scene(scene, root) if scene else None))
         safe_arm = _arm(arm, safety, twin)
         cam = _camera(camera, root, twin)
         for device in (safe_arm, cam):

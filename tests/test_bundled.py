@@ -67,3 +67,21 @@ def test_check_names_a_configured_embedder_without_a_model(
         check(path)
     (problem,) = caught.value.problems
     assert str(problem) == f"{path}: [models.embedder] no model.onnx in {tmp_path / 'mine'}"
+
+
+def test_a_scene_is_a_path_or_a_shipped_scenes_name(tmp_path: Path) -> None:
+    from onboard.drivers.twin.scene import SCENES, find_scene
+
+    robot = load_robot(ROOT / "robot.toml")
+    assert robot.drivers.arm is not None and robot.drivers.arm.kind == "sim"
+    assert robot.drivers.arm.scene == Path("calibration")
+    assert find_scene("calibration", robot.root) == SCENES / "calibration.toml"
+    assert find_scene("blocks") == SCENES / "blocks.toml"
+    # a file path works as before, relative to robot.toml's folder; an existing file wins
+    mine = tmp_path / "calibration"
+    mine.write_text("", encoding="utf-8")
+    assert find_scene("calibration", tmp_path) == mine
+    assert find_scene(SCENES / "drawer.toml", tmp_path) == SCENES / "drawer.toml"
+    # neither a file nor a shipped name: the path as given, for load_scene to report
+    assert find_scene("nowhere", tmp_path) == tmp_path / "nowhere"
+    assert find_scene("scenes/blocks.toml", tmp_path) == tmp_path / "scenes" / "blocks.toml"

@@ -92,7 +92,10 @@ class SimArmConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["sim"] = "sim"
-    scene: Path | None = Field(default=None, description="scene file; None = tabletop.toml")
+    scene: Path | None = Field(
+        default=None,
+        description="scene file, or a shipped scene's name (calibration); None = tabletop",
+    )
     speed: Speed = Field(default=0.15, description="default tool speed, m/s")
     max_speed: Speed = Field(default=0.5, description="m/s; faster requests are capped")
     turn_speed: Speed = Field(default=1.5, description="tool rotation during move_to, rad/s")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from onboard.drivers.twin.scene import SCENES, Scene, default_scene, load_scene
+from onboard.drivers.twin.scene import SCENES, Scene, default_scene, find_scene, load_scene
 
 if TYPE_CHECKING:
     from onboard.drivers.twin.panda import IKSolution
@@ -25,6 +25,7 @@ __all__ = [
     "StepGate",
     "Twin",
     "default_scene",
+    "find_scene",
     "load_scene",
 ]
 

@@ -23,6 +23,7 @@ __all__ = [
     "Scene",
     "TableSpec",
     "default_scene",
+    "find_scene",
     "load_scene",
 ]
 
@@ -212,3 +213,22 @@ def load_scene(path: Path | str) -> Scene:
 def default_scene() -> Path:
     """The mixed tabletop scene used when none is named."""
     return SCENES / "tabletop.toml"
+
+
+def find_scene(scene: Path | str, root: Path | None = None) -> Path:
+    """A scene file's path, or a shipped scene's name (``"calibration"``: ``SCENES``).
+
+    A relative path starts from ``root`` (the folder of robot.toml; None: the working folder).
+    An existing file wins; else a bare name (no folder, no suffix) whose ``SCENES/NAME.toml``
+    exists names that shipped scene; else the path is returned as given, for
+    :func:`load_scene` to report.
+    """
+    path = Path(scene)
+    if root is not None and not path.is_absolute():
+        path = root / path
+    if path.exists():
+        return path
+    name = Path(scene)
+    if len(name.parts) == 1 and not name.suffix and (SCENES / f"{name}.toml").is_file():
+        return SCENES / f"{name}.toml"
+    return path

@@ -39,7 +39,7 @@ from onboard.drivers.twin.bodies import Built, build_object, build_table
 from onboard.drivers.twin.frames import Quat, Vec3
 from onboard.drivers.twin.marker import HandMarker
 from onboard.drivers.twin.panda import IKSolution, Panda
-from onboard.drivers.twin.scene import Scene, default_scene, load_scene
+from onboard.drivers.twin.scene import Scene, default_scene, find_scene, load_scene
 
 __all__ = ["DT", "Snapshot", "StepGate", "StepHook", "Twin"]
 
@@ -104,11 +104,12 @@ class StepGate:
 
 
 class Twin:
-    """A PyBullet world built from a scene file (default: ``scenes/tabletop.toml``)."""
+    """A PyBullet world built from a scene file (default: ``scenes/tabletop.toml``), or a
+    shipped scene's name (``"blocks"``: :func:`~onboard.drivers.twin.scene.find_scene`)."""
 
     def __init__(self, scene: Scene | Path | str | None = None) -> None:
         if not isinstance(scene, Scene):
-            self.path: Path | None = Path(scene) if scene is not None else default_scene()
+            self.path: Path | None = find_scene(scene) if scene is not None else default_scene()
             scene = load_scene(self.path)
         else:
             self.path = None

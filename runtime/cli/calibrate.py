@@ -7,12 +7,13 @@ maps what the camera saw onto where the arm put the marker is printed with its R
 and with ``--write`` stored as ``[hand_eye]`` in robot.toml (comments and layout kept; the new
 file is validated before it atomically replaces the old one).
 
-On the physics twin, ``drivers/twin/scenes/calibration.toml`` has the Panda carry such a
-marker (magenta, 2 cm radius, 5 cm beyond the finger tips: the defaults)::
+On the physics twin, the shipped scene ``calibration`` (``drivers/twin/scenes/calibration.toml``)
+has the Panda carry such a marker (magenta, 2 cm radius, 5 cm beyond the finger tips: the
+defaults)::
 
     [drivers.arm]
     kind = "sim"
-    scene = "drivers/twin/scenes/calibration.toml"
+    scene = "calibration"
 
     [drivers.camera]
     kind = "sim"
@@ -98,7 +99,7 @@ def calibrate_command(
                 scene = hw.twin.path or "the scene"
                 raise CalibrationError(
                     f"{scene}: the simulated arm carries no marker: add [arm.marker] to the "
-                    "scene, or use drivers/twin/scenes/calibration.toml"
+                    'scene, or use the shipped scene: scene = "calibration"'
                 )
             settle = 0.0
         else:

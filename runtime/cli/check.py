@@ -67,12 +67,14 @@ def check(robot_path: Path) -> int:
 
 def _scene_files(robot: RobotConfig) -> list[Path]:
     """The twin's shipped scenes, and the scene robot.toml's arm is built from."""
-    from onboard.drivers.twin.scene import SCENES
+    from onboard.drivers.twin.scene import SCENES, find_scene
 
     found = sorted(SCENES.glob("*.toml"))
     named = getattr(robot.drivers.arm, "scene", None)
-    if named is not None and robot.resolve(named).resolve() not in {p.resolve() for p in found}:
-        found.append(robot.resolve(named))
+    if named is not None:  # a file, or a shipped scene's name
+        path = find_scene(named, robot.root)
+        if path.resolve() not in {p.resolve() for p in found}:
+            found.append(path)
     return found
 
 
