@@ -85,3 +85,28 @@ def test_a_scene_is_a_path_or_a_shipped_scenes_name(tmp_path: Path) -> None:
     # neither a file nor a shipped name: the path as given, for load_scene to report
     assert find_scene("nowhere", tmp_path) == tmp_path / "nowhere"
     assert find_scene("scenes/blocks.toml", tmp_path) == tmp_path / "scenes" / "blocks.toml"
+
+
+def test_a_scenario_is_a_path_or_a_name_in_the_robots_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from onboard.base.errors import ScenarioError
+    from onboard.hri.scenario import find_scenario
+
+    folder = ROOT / "skills" / "scenarios"
+    assert find_scenario("person-object", folder) == folder / "person-object.toml"
+    # a path works exactly as before: relative to the working folder, checked by load_scenario
+    monkeypatch.chdir(ROOT)
+    relative = Path("skills/scenarios/person-robot.toml")
+    assert find_scenario(relative, tmp_path) == relative
+    assert find_scenario(Path("nope.toml"), folder) == Path("nope.toml")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "person-object").write_text("", encoding="utf-8")
+    assert find_scenario("person-object", folder) == Path("person-object")  # a file wins
+    with pytest.raises(ScenarioError) as caught:
+        find_scenario("person-cat", folder)
+    (problem,) = caught.value.problems
+    assert str(problem) == (
+        f"{folder}: no scenario named 'person-cat' (scenarios here: person-environment, "
+        "person-object, person-person, person-robot)"
+    )

@@ -20,7 +20,7 @@ from onboard.hri.evaluate import (
     evaluate,
     evaluation_exit_code,
 )
-from onboard.hri.scenario import Scenario, load_scenario
+from onboard.hri.scenario import Scenario, find_scenario, load_scenario
 from onboard.hri.session import EpisodeOptions, HttpAsk, load_robot_skill, make_mapper
 from onboard.llm.client import ChatClient
 from onboard.loop.exitcodes import TABLE, ExitCode
@@ -49,8 +49,9 @@ def _tables(skill: Skill, results: dict[str, list[Trial]], ablation: bool) -> tu
 
 def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     skill = load_robot_skill(robot, args.skill)
-    files = args.scenarios or [
-        robot.skills_dir / "scenarios" / f"{name}.toml" for name in SEED_SCENARIOS
+    folder = robot.skills_dir / "scenarios"
+    files = [find_scenario(f, folder) for f in args.scenarios or []] or [
+        folder / f"{name}.toml" for name in SEED_SCENARIOS
     ]
     scenarios = [load_scenario(Path(f)) for f in files]
     mapper = make_mapper(robot, skill)

@@ -134,7 +134,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = add("run")
     p.add_argument("skill")
-    p.add_argument("--scenario", type=Path, default=Path("skills/scenarios/person-object.toml"))
+    p.add_argument("--scenario", type=Path, default=Path("person-object"), help="file or name")
     p.add_argument("--llm", help="URL, 'local' or 'standin' (default: robot.toml)")
     p.add_argument("--clock", choices=["wall", "virtual"], help="default: robot.toml")
     p.add_argument("--record", type=Path, help="recording path (default: recordings/...)")

@@ -13,7 +13,7 @@ __all__ = ["run"]
 
 def run(robot: RobotConfig, args: argparse.Namespace) -> int:
     """One headless episode on the simulated robot, recorded."""
-    from onboard.hri.scenario import load_scenario
+    from onboard.hri.scenario import find_scenario, load_scenario
     from onboard.hri.session import (
         EpisodeOptions,
         HttpAsk,
@@ -28,7 +28,7 @@ def run(robot: RobotConfig, args: argparse.Namespace) -> int:
     from onboard.loop.recorder import Recorder
 
     skill = load_robot_skill(robot, args.skill)
-    scenario = load_scenario(args.scenario)
+    scenario = load_scenario(find_scenario(args.scenario, robot.skills_dir / "scenarios"))
     mapper = make_mapper(robot, skill)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = args.record or robot.recordings_dir / f"{skill.name}-{scenario.name}-{stamp}.jsonl"

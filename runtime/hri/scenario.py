@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from onboard.base.errors import Problem, ScenarioError
 from onboard.base.tomlfile import KeyLines, ProblemAt, format_key, load_model
 
-__all__ = ["Label", "Scenario", "load_scenario"]
+__all__ = ["Label", "Scenario", "find_scenario", "load_scenario"]
 
 Seconds = Annotated[float, Field(ge=0)]
 LabelState = Literal["not-ready", "ok-to-engage", "ready"]
@@ -72,6 +72,25 @@ class Scenario(_Strict):
 
     def to_toml_dict(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True)
+
+
+def find_scenario(scenario: Path | str, folder: Path) -> Path:
+    """A scenario file's path, or a scenario's name in ``folder`` (a robot's skills/scenarios).
+
+    An existing file wins (a relative path starts from the working folder, as always); a bare
+    name (no folder, no suffix) is ``folder/NAME.toml`` and raises ScenarioError listing the
+    names there when it does not exist; any other path is returned for :func:`load_scenario`
+    to report.
+    """
+    path = Path(scenario)
+    if path.exists() or len(path.parts) != 1 or path.suffix:
+        return path
+    named = folder / f"{path}.toml"
+    if not named.is_file():
+        there = ", ".join(sorted(p.stem for p in folder.glob("*.toml"))) or "none"
+        message = f"no scenario named {str(path)!r} (scenarios here: {there})"
+        raise ScenarioError([Problem(folder, "", None, message)])
+    return named
 
 
 def load_scenario(path: Path) -> Scenario:
