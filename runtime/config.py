@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from onboard import bundled
 from onboard.base.tomlfile import load_model
@@ -22,6 +22,7 @@ __all__ = [
     "ModelsConfig",
     "RobotConfig",
     "SimDriverConfig",
+    "load_example_robot",
     "load_robot",
 ]
 
@@ -132,6 +133,13 @@ class RobotConfig(_Strict):
     hand_eye: HandEyeConfig | None = None
     eval: EvalConfig = EvalConfig()
     root: Path = Field(default=Path("."), exclude=True)
+    _example: bool = PrivateAttr(default=False)
+
+    @property
+    def example(self) -> bool:
+        """This is the bundled example robot (no robot.toml was found): its skills are
+        onboard's own, not to be edited."""
+        return self._example
 
     def resolve(self, path: Path) -> Path:
         """A path from robot.toml, relative to the folder that holds robot.toml."""
@@ -157,3 +165,18 @@ def load_robot(path: Path) -> RobotConfig:
     """Load and validate robot.toml; raises ConfigError naming file, key and line."""
     config, _ = load_model(path, RobotConfig)
     return config.model_copy(update={"root": path.resolve().parent})
+
+
+def load_example_robot() -> RobotConfig:
+    """The bundled example robot (the robot.toml ``onboard init`` writes), for a folder without
+    robot.toml: the shipped skills and scenarios, recordings under ./recordings."""
+    config, _ = load_model(bundled.example_robot(), RobotConfig)
+    example = config.model_copy(
+        update={
+            "skills": bundled.skills_dir(),
+            "recordings": Path("recordings"),
+            "root": Path.cwd(),
+        }
+    )
+    example._example = True
+    return example

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from onboard.base.errors import CandidateError
 from onboard.config import RobotConfig
 
 __all__ = ["add_candidate", "list_candidates"]
@@ -27,6 +28,11 @@ def add_candidate(robot: RobotConfig, args: argparse.Namespace) -> int:
     from onboard.catalog import load_robot_skill
     from onboard.grounding.candidates import CandidateStore, add_action
 
+    if robot.example:
+        raise CandidateError(
+            "the bundled example robot's skills are onboard's own: "
+            "onboard init DIR writes a robot with skills to edit"
+        )
     skill = load_robot_skill(robot, args.skill)
     store = CandidateStore(robot.recordings_dir / "candidates.jsonl")
     candidate = store.get(args.candidate)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onboard.base.errors import ConfigError, Problem
-from onboard.config import RobotConfig, load_robot
+from onboard.config import RobotConfig, load_example_robot, load_robot
 
 if TYPE_CHECKING:
     from onboard.loop.skill import Skill
@@ -21,13 +21,18 @@ if TYPE_CHECKING:
 __all__ = ["check"]
 
 
-def check(robot_path: Path) -> int:
-    """Validate robot.toml, skills, scenarios, scenes and the model; one line per problem."""
+def check(robot_path: Path | None) -> int:
+    """Validate robot.toml, skills, scenarios, scenes and the model; one line per problem.
+
+    ``None``: the bundled example robot (no robot.toml was found) and the shipped skills.
+    """
+    from onboard.bundled import example_robot
     from onboard.catalog import load_robot_skill
     from onboard.drivers.twin.scene import load_scene
     from onboard.hri.scenario import load_scenario
 
-    robot = load_robot(robot_path)
+    robot = load_robot(robot_path) if robot_path is not None else load_example_robot()
+    robot_path = robot_path if robot_path is not None else example_robot()
     problems: list[Problem] = []
     skills, scenarios = [], []
     for path in sorted(robot.skills_dir.glob("*.toml")):

@@ -44,6 +44,7 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
         [
             ("check", "validate robot.toml and every skill, scenario and scene it uses"),
             ("calibrate", "hand-eye calibration from a marker held by the arm"),
+            ("init", "write a new robot to edit: DIR/robot.toml and the shipped skills"),
         ],
     ),
     (
@@ -97,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_grouped_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--robot", type=Path, default=Path("robot.toml"), help="robot.toml path")
+    parser.add_argument("--robot", type=Path, help="robot.toml path (default: ./robot.toml)")
     # commands are listed by the grouped epilog; `add` gives each its own --help description
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
     summaries = {name: summary for _, commands in GROUPS for name, summary in commands}
@@ -183,19 +184,42 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--noise", type=float, default=0.15)
     p.set_defaults(func=_standin)
+
+    p = add("init")
+    p.add_argument("folder", type=Path)
+    p.add_argument("--name", help="the robot's name (default: the folder's name)")
+    p.add_argument("--force", action="store_true", help="overwrite files that exist")
+    p.set_defaults(func=_init)
     return parser
 
 
-def _robot(args: argparse.Namespace) -> RobotConfig:
-    from onboard.config import load_robot
+NO_ROBOT = (
+    "onboard: no robot.toml here; using the bundled example robot "
+    "(onboard init DIR writes one to edit)"
+)
 
-    return load_robot(args.robot)
+
+def _robot_path(args: argparse.Namespace) -> Path | None:
+    """``--robot``, else ./robot.toml, else None: the bundled example robot (noted once)."""
+    if args.robot is not None or Path("robot.toml").exists():
+        return args.robot or Path("robot.toml")
+    if not getattr(args, "noted", False):
+        print(NO_ROBOT, file=sys.stderr)
+        args.noted = True
+    return None
+
+
+def _robot(args: argparse.Namespace) -> RobotConfig:
+    from onboard.config import load_example_robot, load_robot
+
+    path = _robot_path(args)
+    return load_robot(path) if path is not None else load_example_robot()
 
 
 def _check(args: argparse.Namespace) -> int:
     from onboard.cli.check import check
 
-    return check(args.robot)
+    return check(_robot_path(args))
 
 
 def _graph(args: argparse.Namespace) -> int:
@@ -248,12 +272,19 @@ def _sim_serve(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    from onboard.bundled import example_robot
     from onboard.cli.calibrate import calibrate_command
 
-    return calibrate_command(_robot(args), args.robot, args)
+    return calibrate_command(_robot(args), _robot_path(args) or example_robot(), args)
 
 
 def _standin(args: argparse.Namespace) -> int:
     from onboard.testing.standin_server import main as serve
 
     return serve(["--port", str(args.port), "--seed", str(args.seed), "--noise", str(args.noise)])
+
+
+def _init(args: argparse.Namespace) -> int:
+    from onboard.cli.init import init
+
+    return init(args.folder, args.name, args.force)
