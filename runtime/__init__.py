@@ -11,7 +11,9 @@ One importable name, one sub-package per concern; imports only go down the list:
     onboard.llm         chat client, prompts, reply parsing, local model server
     onboard.loop        the closed loop (SkillRunner), clock, skill DSL, recorder, exit codes
     onboard.catalog     a robot's skills and their mappers
-    onboard.config      robot.toml
+    onboard.config      robot.toml (or the bundled example robot when there is none)
+    onboard.bundled     where the shipped skills, scenarios and models are (package data:
+                        onboard.skills, onboard.models, from the repository's skills/, models/)
     onboard.drivers     hardware behind small interfaces (from the repository's drivers/)
     onboard.base        the error tree, TOML reading with file and line, stop signals
 
