@@ -125,6 +125,14 @@ class RobotConfig(_Strict):
     clock: Literal["wall", "virtual"] = "wall"
     skills: Path = Path("skills")
     recordings: Path = Path("recordings")
+    recordings_max_mb: Annotated[
+        float,
+        Field(
+            gt=0,
+            description="quota of the recordings folder: the oldest episodes are deleted when "
+            "a new recording starts and the folder holds more",
+        ),
+    ] = 1000.0
     llm: LLMConfig = LLMConfig()
     models: ModelsConfig = ModelsConfig()
     mapping: MappingConfig = MappingConfig()

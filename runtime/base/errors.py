@@ -22,9 +22,11 @@ translated at the boundary that meets them, with ``raise ... from exc``.
     │   └── CameraError        the camera failed
     │       └── StaleFrame     ... no frame fresh enough             (also a TimeoutError)
     ├── RecordingError         a recording cannot be read or written
+    │   ├── RecordingWriteError  ... a write failed mid-episode (disk full): the robot stopped
     │   └── ReplayDivergence   a replay did not follow its recording
     ├── CandidateError         a bottom-up candidate cannot be found or added
-    └── CalibrationError       `onboard calibrate` cannot run as asked or store its result
+    ├── CalibrationError       `onboard calibrate` cannot run as asked or store its result
+    └── UsageError             the command line asks for something impossible (a port, a URL)
 """
 
 from __future__ import annotations
@@ -48,11 +50,13 @@ __all__ = [
     "OnboardError",
     "Problem",
     "RecordingError",
+    "RecordingWriteError",
     "ReplayDivergence",
     "SafetyError",
     "ScenarioError",
     "SkillError",
     "StaleFrame",
+    "UsageError",
 ]
 
 
@@ -67,7 +71,7 @@ class Problem:
 
     def __init__(self, file: Path | str, key: str, line: int | None, message: str) -> None:
         self.file = str(file)
-        self.key = key
+        self.key = "".join(c if c.isprintable() else " " for c in key)  # one line, always
         self.line = line
         self.message = " ".join(message.split())
 
@@ -144,6 +148,10 @@ class RecordingError(OnboardError):
     """A recording cannot be read or written."""
 
 
+class RecordingWriteError(RecordingError):
+    """A recording could not be written to the end (a full disk): the episode was stopped."""
+
+
 class ReplayDivergence(RecordingError):
     """A replay asked something its recording does not hold."""
 
@@ -154,3 +162,8 @@ class CandidateError(OnboardError):
 
 class CalibrationError(OnboardError):
     """``onboard calibrate`` cannot run as asked, or cannot store its result."""
+
+
+class UsageError(OnboardError):
+    """The command line asks for something impossible: a port out of range or in use, a host
+    that does not resolve, a non-HTTP URL, no trials."""

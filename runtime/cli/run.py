@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 from onboard.cli.endpoint import llm_endpoint
 from onboard.config import RobotConfig
+from onboard.loop.paths import inside, safe_name
 
 __all__ = ["run"]
 
@@ -31,7 +34,10 @@ def run(robot: RobotConfig, args: argparse.Namespace) -> int:
     scenario = load_scenario(find_scenario(args.scenario, robot.skills_dir / "scenarios"))
     mapper = make_mapper(robot, skill)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = args.record or robot.recordings_dir / f"{skill.name}-{scenario.name}-{stamp}.jsonl"
+    folder = robot.recordings_dir
+    name = f"{safe_name(skill.name)}-{safe_name(scenario.name)}-{stamp}.jsonl"
+    path = args.record or inside(folder, folder / name)
+    _keep_quota(robot, path)
     clock = args.clock or robot.clock
     with llm_endpoint(robot, args.llm) as (url, standin):
         constrained = robot.llm.decoding == "constrained" and not standin
@@ -53,3 +59,18 @@ def run(robot: RobotConfig, args: argparse.Namespace) -> int:
     code = episode_exit_code(outcome, success)
     print(f"exit {int(code)}: {TABLE[code][0]}")
     return code
+
+
+def _keep_quota(robot: RobotConfig, path: Path) -> None:
+    """``recordings_max_mb``: a recording about to start in the recordings folder first makes
+    room by deleting the oldest episodes; one stderr line says which."""
+    from onboard.loop.recorder import enforce_quota
+
+    folder = robot.recordings_dir
+    if path.resolve().parent != folder.resolve():
+        return
+    dropped = enforce_quota(folder, int(robot.recordings_max_mb * 1e6), keep=path)
+    if dropped:
+        names = ", ".join(p.name for p in dropped)
+        print(f"onboard: recordings over {robot.recordings_max_mb:g} MB: deleted the "
+              f"{len(dropped)} oldest: {names}", file=sys.stderr)  # fmt: skip

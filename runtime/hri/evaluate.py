@@ -13,6 +13,7 @@ from onboard.hri.scenario import Scenario
 from onboard.hri.session import EpisodeOptions, episode_exit_code, judge, run_episode
 from onboard.loop.engine import Ask
 from onboard.loop.exitcodes import ExitCode
+from onboard.loop.paths import inside, safe_name
 from onboard.loop.recorder import MemoryRecorder, Recorder
 from onboard.loop.skill import Skill
 
@@ -53,7 +54,8 @@ def evaluate(
     for scenario in scenarios:
         runs = results.setdefault(scenario.name, [])
         for index in range(trials):
-            path = record_dir / f"{scenario.name}-{index:02d}.jsonl" if record_dir else None
+            name = f"{safe_name(scenario.name)}-{index:02d}.jsonl"
+            path = inside(record_dir, record_dir / name) if record_dir else None
             with Recorder(path) if path else MemoryRecorder() as recorder:
                 outcome = run_episode(robot, skill, scenario, ask, mapper, recorder, options)
             success, reason = judge(outcome, scenario)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from onboard.base.errors import RecordingWriteError
 from onboard.base.signals import on_stop_signals
 from onboard.catalog import load_robot_skill, make_mapper
 from onboard.config import RobotConfig
@@ -104,6 +105,8 @@ def run_episode(
         options={k: v for k, v in options.__dict__.items() if k != "latency"},
         latency=options.latency if isinstance(options.latency, float) else None,
     )
+    if recorder.fault is not None:  # not even the header could be written: nothing moved
+        raise recorder.fault
     store = CandidateStore(robot.recordings_dir / "candidates.jsonl")
     runner: SkillRunner | None = None
 
@@ -133,6 +136,11 @@ def run_episode(
     if on_runner is not None:
         on_runner(runner)
 
+    def stop_on_fault(fault: RecordingWriteError) -> None:  # a full disk: stop the robot
+        clock.post(lambda: runner.stop(f"recording failed: {fault}"))
+
+    recorder.on_fault = stop_on_fault
+
     def stop_on_signal(name: str) -> None:
         clock.post(lambda: runner.stop(f"{name} received", signal=name))
 
@@ -147,6 +155,8 @@ def run_episode(
             world.close()
             if isinstance(clock, WallClock):
                 clock.close()
+    if recorder.fault is not None:  # the robot is stopped; what was written is kept
+        raise recorder.fault
     return runner.outcome
 
 

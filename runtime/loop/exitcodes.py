@@ -18,7 +18,9 @@ from onboard.base.errors import (
     ModelError,
     OnboardError,
     RecordingError,
+    RecordingWriteError,
     ReplayDivergence,
+    UsageError,
 )
 
 __all__ = ["TABLE", "ExitCode", "for_error", "for_signal"]
@@ -48,7 +50,8 @@ TABLE: dict[ExitCode, tuple[str, str]] = {
     ),
     ExitCode.INPUT_ERROR: (
         "configuration or input error",
-        "robot.toml, a skill, scenario, recording or model file, or the command line is wrong;"
+        "robot.toml, a skill, scenario, recording or model file, or the command line is wrong"
+        " (a port out of range or in use, a host that does not resolve, a non-HTTP URL);"
         " nothing ran",
     ),
     ExitCode.LLM_UNREACHABLE: (
@@ -58,7 +61,8 @@ TABLE: dict[ExitCode, tuple[str, str]] = {
     ),
     ExitCode.INCOMPLETE: (
         "incomplete episode",
-        "the episode ended without a verdict: a driver fault, or the fallback timed out",
+        "the episode ended without a verdict: a driver fault, the fallback timed out, or its"
+        " recording could not be written (a full disk; the robot was stopped)",
     ),
     ExitCode.INTERNAL_ERROR: (
         "internal error",
@@ -78,8 +82,11 @@ def for_error(exc: OnboardError) -> ExitCode:
     """The exit code of an error that ended a command before it could finish."""
     if isinstance(exc, ReplayDivergence):
         return ExitCode.TASK_FAILED
+    if isinstance(exc, RecordingWriteError):
+        return ExitCode.INCOMPLETE
     if isinstance(
-        exc, ConfigError | ModelError | CandidateError | CalibrationError | RecordingError
+        exc,
+        ConfigError | ModelError | CandidateError | CalibrationError | RecordingError | UsageError,
     ):
         return ExitCode.INPUT_ERROR
     if isinstance(exc, LLMError):

@@ -1,0 +1,219 @@
+"""Faults and hostile input, each class from a real ``onboard`` process: one error line, the
+README's exit code, no traceback; names from files never leave their folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_cli import (
+    ERROR_LINE,
+    ONBOARD,
+    SCENARIOS,
+    Result,
+    onboard,
+    one_line_error,
+    robot_copy,
+    skills_copy,
+)
+
+from onboard.base.errors import RecordingError
+from onboard.loop.exitcodes import ExitCode
+from onboard.loop.paths import inside, safe_name
+from onboard.loop.recorder import read_recording
+
+HOSTILE_NAMES = ["../../evil", "/etc/cron.d/x", "..", "a/../../b", "..\\..\\x", "\u0007\n.bashrc"]
+
+
+def hostile_scenario(tmp_path: Path, name: str) -> Path:
+    text = (SCENARIOS / "person-object.toml").read_text(encoding="utf-8")
+    head, rest = text.split("\nname = ", 1)
+    path = tmp_path / "hostile.toml"
+    path.write_text(
+        f"{head}\nname = {json.dumps(name)}\n{rest.split(chr(10), 1)[1]}", encoding="utf-8"
+    )
+    return path
+
+
+def files_under(folder: Path) -> set[Path]:
+    return {p for p in folder.rglob("*") if p.is_file()}
+
+
+# -- 4. paths from data stay inside their folder ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("person-object", "person-object"),
+        ("../../evil", "evil"),
+        ("/etc/passwd", "etc-passwd"),
+        ("..", "unnamed"),
+        ("", "unnamed"),
+        ("a/../../b", "a-b"),
+        ("\x00\n\t", "unnamed"),
+        ("wait for cue", "wait-for-cue"),
+        ('a"b]\n[x', "a-b-x"),
+        ("é" * 3 + "x", "x"),
+        ("x" * 300, "x" * 80),
+    ],
+)
+def test_safe_name_is_one_plain_file_name(name: str, expected: str) -> None:
+    safe = safe_name(name)
+    assert safe == expected
+    assert "/" not in safe and not safe.startswith(".") and safe.isprintable()
+
+
+def test_inside_refuses_a_path_that_resolves_elsewhere(tmp_path: Path) -> None:
+    folder = tmp_path / "recordings"
+    assert inside(folder, folder / "a.jsonl") == folder / "a.jsonl"
+    for escape in (folder / ".." / "a.jsonl", Path("/etc/passwd"), folder / "x" / ".." / ".."):
+        with pytest.raises(RecordingError, match="outside its folder"):
+            inside(folder, escape)
+    (folder).mkdir()
+    (folder / "link").symlink_to(tmp_path)
+    with pytest.raises(RecordingError):
+        inside(folder, folder / "link" / "a.jsonl")
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_run_records_a_hostile_scenario_name_inside_recordings(tmp_path: Path, name: str) -> None:
+    work = tmp_path / "a" / "b"
+    work.mkdir(parents=True)
+    robot = robot_copy(work)
+    scenario = hostile_scenario(work, name)
+    before = files_under(tmp_path)
+    result = onboard("--robot", robot, "run", "engage", "--llm", "standin", "--clock", "virtual",
+                     "--scenario", scenario, cwd=work)  # fmt: skip
+    assert result.code == ExitCode.SUCCESS, result.err
+    new = files_under(tmp_path) - before
+    recordings = (work / "recordings").resolve()
+    episodes = [p for p in new if p.suffix == ".jsonl" and p.name != "candidates.jsonl"]
+    assert len(episodes) == 1, new
+    assert all(recordings in p.resolve().parents for p in new), new
+    assert episodes[0].name.startswith("engage-") and episodes[0].name.isprintable()
+
+
+def test_a_hostile_skill_name_is_recorded_inside_recordings(tmp_path: Path) -> None:
+    skills = skills_copy(tmp_path)
+    engage = skills / "engage.toml"
+    text = engage.read_text(encoding="utf-8")
+    engage.write_text(text.replace('name = "engage"', 'name = "../../../owned"', 1), "utf-8")
+    robot = robot_copy(tmp_path, skills=skills)
+    result = onboard("--robot", robot, "run", "engage", "--llm", "standin", "--clock", "virtual",
+                     "--scenario", SCENARIOS / "person-object.toml", cwd=tmp_path)  # fmt: skip
+    assert result.code == ExitCode.SUCCESS, result.err
+    [episode] = (tmp_path / "recordings").glob("owned-person-object-*.jsonl")
+    assert not list(tmp_path.parent.glob("owned*")) and not list(tmp_path.glob("owned*"))
+    assert episode.stat().st_size > 0
+
+
+def test_eval_records_hostile_scenario_names_inside_its_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "deep" / "rec"
+    scenarios = []
+    for i, name in enumerate(["../../escaped", "../x/../../y"]):
+        sub = tmp_path / f"s{i}"
+        sub.mkdir()
+        scenarios += ["--scenario", str(hostile_scenario(sub, name))]
+    result = onboard("--robot", robot_copy(tmp_path), "eval", "engage", "--trials", "1",
+                     *scenarios, "--record", folder, "--json", cwd=tmp_path)  # fmt: skip
+    assert result.code == ExitCode.SUCCESS, result.err
+    written = sorted(p.name for p in folder.iterdir())
+    assert written == ["escaped-00.jsonl", "x-y-00.jsonl"]
+    outside = [p for p in tmp_path.rglob("*.jsonl") if folder not in p.parents]
+    assert outside == [], outside
+
+
+def test_the_recordings_quota_drops_the_oldest_episodes(tmp_path: Path) -> None:
+    robot = robot_copy(tmp_path)
+    text = robot.read_text(encoding="utf-8")
+    robot.write_text(
+        text.replace("\nrecordings = ", "\nrecordings_max_mb = 0.01\nrecordings = ", 1)
+    )
+    folder = tmp_path / "recordings"
+    folder.mkdir()
+    old = []
+    for i in range(3):  # 6 KB each, oldest first; 10 KB hold one of them
+        path = folder / f"engage-old-{i}.jsonl"
+        path.write_text('{"kind": "header"}\n' * 300, encoding="utf-8")
+        os.utime(path, (1_000_000 + i, 1_000_000 + i))
+        old.append(path)
+    candidates = folder / "candidates.jsonl"
+    candidates.write_text('{"event": "x"}\n' * 2000, encoding="utf-8")  # not an episode
+    result = onboard("--robot", robot, "run", "engage", "--llm", "standin", "--clock", "virtual",
+                     "--scenario", SCENARIOS / "person-object.toml", cwd=tmp_path)  # fmt: skip
+    assert result.code == ExitCode.SUCCESS, result.err
+    lines = result.err.strip().splitlines()
+    assert lines == [
+        "onboard: recordings over 0.01 MB: deleted the 2 oldest: "
+        "engage-old-0.jsonl, engage-old-1.jsonl"
+    ]
+    assert not old[0].exists() and not old[1].exists() and old[2].exists()
+    assert candidates.exists()
+    assert len(list(folder.glob("engage-person-object-*.jsonl"))) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "-5", '"lots"'])
+def test_robot_toml_refuses_a_bad_quota(tmp_path: Path, value: str) -> None:
+    robot = robot_copy(tmp_path)
+    text = robot.read_text(encoding="utf-8")
+    quota = f"\nrecordings_max_mb = {value}\nrecordings = "
+    robot.write_text(text.replace("\nrecordings = ", quota, 1), encoding="utf-8")
+    line = one_line_error(onboard("--robot", robot, "check"))
+    assert ERROR_LINE.match(line) and "[recordings_max_mb]" in line
+
+
+# -- 5. no traceback: full disks, hostile recordings, ports, hosts, numbers, URLs --------------
+
+
+def run_limited(args: list[str | Path], cwd: Path, fsize: int) -> Result:
+    """``onboard`` with a file-size limit: writes past ``fsize`` bytes fail with EFBIG."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    done = subprocess.run([str(ONBOARD), *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, check=False, preexec_fn=limit)  # fmt: skip
+    return Result(done.returncode, done.stdout, done.stderr, 0.0)
+
+
+def test_recording_to_a_full_disk_is_one_line_and_incomplete(tmp_path: Path) -> None:
+    result = onboard("--robot", robot_copy(tmp_path), "run", "engage", "--llm", "standin",
+                     "--clock", "virtual", "--record", "/dev/full", cwd=tmp_path)  # fmt: skip
+    assert result.code == ExitCode.INCOMPLETE
+    line = one_line_error(result)
+    assert line.startswith("onboard: error: /dev/full: cannot write the recording: No space")
+
+
+def test_a_recording_that_fills_up_mid_episode_keeps_what_was_written(tmp_path: Path) -> None:
+    path = tmp_path / "episode.jsonl"
+    args: list[str | Path] = ["--robot", robot_copy(tmp_path), "run", "engage", "--llm",
+                              "standin", "--clock", "virtual", "--record", path]  # fmt: skip
+    result = run_limited(args, tmp_path, fsize=12_000)
+    assert result.code == ExitCode.INCOMPLETE, result.err
+    line = one_line_error(result)
+    assert f"{path}: cannot write the recording: File too large; the robot was stopped" in line
+    records = list(read_recording(path))  # every complete record is intact; a torn one is not
+    assert records[0]["kind"] == "header" and len(records) > 5
+    assert [r["seq"] for r in records] == list(range(len(records)))
+    assert not any(r["kind"] == "end" for r in records)
+
+
+def test_eval_recording_to_a_full_disk_is_one_line(tmp_path: Path) -> None:
+    args: list[str | Path] = ["--robot", robot_copy(tmp_path), "eval", "engage", "--trials", "2",
+                              "--record", tmp_path / "rec"]  # fmt: skip
+    result = run_limited(args, tmp_path, fsize=12_000)
+    assert result.code == ExitCode.INCOMPLETE, result.err
+    assert "cannot write the recording: File too large" in one_line_error(result)
+
+
+def test_a_recording_that_cannot_be_opened_is_an_input_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("", encoding="utf-8")
+    result = onboard("--robot", robot_copy(tmp_path), "run", "engage", "--llm", "standin",
+                     "--clock", "virtual", "--record", tmp_path / "file" / "x.jsonl")  # fmt: skip
+    assert result.code == ExitCode.INPUT_ERROR
+    assert "cannot open for recording" in one_line_error(result)
