@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import resource
+import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -217,3 +219,134 @@ def test_a_recording_that_cannot_be_opened_is_an_input_error(tmp_path: Path) -> 
                      "--clock", "virtual", "--record", tmp_path / "file" / "x.jsonl")  # fmt: skip
     assert result.code == ExitCode.INPUT_ERROR
     assert "cannot open for recording" in one_line_error(result)
+
+
+@pytest.fixture(scope="module")
+def episode(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, object]]:
+    tmp_path = tmp_path_factory.mktemp("hostile")
+    path = tmp_path / "episode.jsonl"
+    result = onboard("--robot", robot_copy(tmp_path), "run", "engage", "--llm", "standin",
+                     "--clock", "virtual", "--record", path)  # fmt: skip
+    assert result.code == 0, result.err
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("kind", "key", "value"),
+    [
+        ("reply", "text", 42),
+        ("reply", "text", None),
+        ("reply", "text", ["a"]),
+        ("reply", "latency", "fast"),
+        ("reply", "virtual_latency", {"s": 1}),
+        ("request", "messages", "hello"),
+        ("request", "purpose", 7),
+        ("header", "robot", 42),
+        ("header", "skill", 42),
+        ("header", "robot_root", ["x"]),
+        ("header", "scenario", "x"),
+        ("header", "options", []),
+        ("end", "actions", 5),
+    ],
+)
+def test_replay_of_a_recording_with_wrong_types_is_one_line(
+    episode: list[dict[str, object]], tmp_path: Path, kind: str, key: str, value: object
+) -> None:
+    records = [dict(r) for r in episode]
+    record = next(r for r in records if r["kind"] == kind)
+    record[key] = value
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    result = onboard("replay", bad, cwd=tmp_path)
+    assert result.code == ExitCode.INPUT_ERROR, result.err
+    assert str(bad) in one_line_error(result)
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield server.getsockname()[1]
+
+
+def serve(*args: str, cwd: Path) -> Result:
+    """A server command that must refuse at once (a timeout here means it started)."""
+    return onboard(*args, cwd=cwd, timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["standin", "--port", "99999"], "--port 99999: not a port"),
+        (["standin", "--port", "-1"], "--port -1: not a port"),
+        (["standin", "--port", "65536"], "--port 65536: not a port"),
+        (["standin", "--host", "no-such-host.invalid", "--port", "0"], "does not resolve"),
+        (["standin", "--host", "x" * 300, "--port", "0"], "does not resolve"),
+        (["sim", "serve", "--jaka-port", "99999", "--no-gcode"], "--jaka-port 99999: not a"),
+        (["sim", "serve", "--status-port", "-1", "--no-gcode"], "--status-port -1: not a"),
+        (["sim", "serve", "--jaka-host", "no-such-host.invalid"], "does not resolve"),
+    ],
+)
+def test_a_server_that_cannot_listen_is_one_line(
+    tmp_path: Path, args: list[str], words: str
+) -> None:
+    result = serve(*args, cwd=tmp_path)
+    assert result.code == ExitCode.INPUT_ERROR
+    assert words in one_line_error(result)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["standin", "--port", "{port}"],
+        ["sim", "serve", "--jaka-port", "{port}", "--no-gcode"],
+        ["sim", "serve", "--jaka-port", "0", "--status-port", "{port}", "--no-gcode"],
+    ],
+)
+def test_a_port_in_use_is_one_line(tmp_path: Path, busy_port: int, args: list[str]) -> None:
+    result = serve(*[a.format(port=busy_port) for a in args], cwd=tmp_path)
+    assert result.code == ExitCode.INPUT_ERROR
+    assert f"cannot listen on 127.0.0.1:{busy_port}: the port is in use" in one_line_error(result)
+
+
+def test_check_of_a_skills_folder_that_does_not_exist_fails(tmp_path: Path) -> None:
+    for skills in (tmp_path / "nope", tmp_path / "a-file"):
+        (tmp_path / "a-file").write_text("", encoding="utf-8")
+        robot = robot_copy(tmp_path, skills=skills)
+        result = onboard("--robot", robot, "check", cwd=tmp_path)
+        assert result.code == ExitCode.INPUT_ERROR and "ok" not in result.out.split()
+        line = one_line_error(result)
+        assert ERROR_LINE.match(line) and f"[skills] {skills} " in line, line
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--trials", "0"], "--trials 0: must be 1 or more"),
+        (["--trials", "-3"], "--trials -3: must be 1 or more"),
+        (["--latency", "inf"], "--latency inf: must be a finite"),
+        (["--latency=-inf"], "--latency -inf: must be a finite"),
+        (["--latency", "nan"], "--latency nan: must be a finite"),
+        (["--latency", "-1"], "--latency -1.0: must be a finite"),
+        (["--llm", "ftp://example.com/v1"], 'must be "local", "standin" or an http(s) URL'),
+        (["--llm", "http://localhost:99999/v1"], "not a URL"),
+    ],
+)
+def test_eval_refuses_numbers_and_urls_robot_toml_refuses(
+    tmp_path: Path, args: list[str], words: str
+) -> None:
+    result = onboard("--robot", robot_copy(tmp_path), "eval", "engage", *args, cwd=tmp_path)
+    assert result.code == ExitCode.INPUT_ERROR
+    assert words in one_line_error(result)
+
+
+@pytest.mark.parametrize(
+    "url", ["file:///etc/passwd", "localhost:8080", "http://", "gopher://x", "http://a\nb/"]
+)
+def test_run_refuses_a_non_http_llm(tmp_path: Path, url: str) -> None:
+    result = onboard("--robot", robot_copy(tmp_path), "run", "engage", "--llm", url,
+                     "--clock", "virtual", cwd=tmp_path)  # fmt: skip
+    assert result.code == ExitCode.INPUT_ERROR
+    assert "--llm " in one_line_error(result)
+    assert not (tmp_path / "recordings").exists() or not list(
+        (tmp_path / "recordings").glob("engage-*")
+    )

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from onboard.base.listen import check_port, listen_error
 from onboard.base.signals import on_stop_signals
 from onboard.drivers.arm.twin_arm import SimArm, SimArmConfig
 from onboard.drivers.emulators.gcode_pty import GcodePtyEmulator
@@ -42,9 +43,15 @@ def serve(
         arm = SimArm(twin, SimArmConfig())
         arm.connect()
         stack.callback(arm.close)
-        jaka = stack.enter_context(
-            JakaServer(arm, host=jaka_host, port=jaka_port, status_port=status_port)
-        )
+        check_port("--jaka-port", jaka_port)
+        check_port("--status-port", status_port)
+        try:
+            jaka = stack.enter_context(
+                JakaServer(arm, host=jaka_host, port=jaka_port, status_port=status_port)
+            )
+        except OSError as exc:
+            ports = f"{jaka_port} (status {status_port})"
+            raise listen_error("sim serve", jaka_host, ports, exc) from exc
         host, port = jaka.address
         say(f"jaka: {host}:{port} (status stream {host}:{jaka.status_address[1]})")
         if gcode:

@@ -34,6 +34,10 @@ def check(robot_path: Path | None) -> int:
     robot = load_robot(robot_path) if robot_path is not None else load_example_robot()
     robot_path = robot_path if robot_path is not None else example_robot()
     problems: list[Problem] = []
+    if not robot.skills_dir.is_dir():  # nothing to check is not "ok"
+        line = _line_of(robot_path, "skills")
+        what = "does not exist" if not robot.skills_dir.exists() else "is not a folder"
+        problems.append(Problem(robot_path, "skills", line, f"{robot.skills_dir} {what}"))
     skills, scenarios = [], []
     for path in sorted(robot.skills_dir.glob("*.toml")):
         try:
@@ -68,6 +72,15 @@ def check(robot_path: Path | None) -> int:
     _warn_ambiguous(robot, skills)
     print("ok")
     return 0
+
+
+def _line_of(path: Path, key: str) -> int | None:
+    from onboard.base.tomlfile import KeyLines
+
+    try:
+        return KeyLines(path.read_text(encoding="utf-8")).line_of([key])
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _scene_files(robot: RobotConfig) -> list[Path]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from onboard.base.errors import UsageError
 from onboard.cli.endpoint import llm_endpoint
 from onboard.config import RobotConfig
 from onboard.hri.evaluate import (
@@ -48,6 +50,10 @@ def _tables(skill: Skill, results: dict[str, list[Trial]], ablation: bool) -> tu
 
 
 def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
+    if args.trials < 1:
+        raise UsageError(f"--trials {args.trials}: must be 1 or more")
+    if args.latency is not None and not (math.isfinite(args.latency) and args.latency >= 0):
+        raise UsageError(f"--latency {args.latency}: must be a finite number of seconds >= 0")
     skill = load_robot_skill(robot, args.skill)
     folder = robot.skills_dir / "scenarios"
     files = [find_scenario(f, folder) for f in args.scenarios or []] or [

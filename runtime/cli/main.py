@@ -180,6 +180,7 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_calibrate)
 
     p = add("standin")
+    p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8089)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--noise", type=float, default=0.15)
@@ -265,6 +266,10 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _sim_serve(args: argparse.Namespace) -> int:
+    from onboard.base.listen import check_listen
+
+    ports = {"--jaka-port": args.jaka_port, "--status-port": args.status_port}
+    check_listen("sim serve", args.jaka_host, ports)  # before the twin loads pybullet
     from onboard.drivers.emulators.serve import serve
 
     serve(args.scene, args.jaka_host, args.jaka_port, args.status_port, gcode=not args.no_gcode)
@@ -279,9 +284,12 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _standin(args: argparse.Namespace) -> int:
+    from onboard.base.listen import check_listen
     from onboard.testing.standin_server import main as serve
 
-    return serve(["--port", str(args.port), "--seed", str(args.seed), "--noise", str(args.noise)])
+    check_listen("standin", args.host, {"--port": args.port})
+    return serve(["--host", args.host, "--port", str(args.port), "--seed", str(args.seed),
+                  "--noise", str(args.noise)])  # fmt: skip
 
 
 def _init(args: argparse.Namespace) -> int:

@@ -34,6 +34,8 @@ class ReplayAsk:
         answers = {r["id"]: r for r in records if r["kind"] in ("reply", "error") and "id" in r}
         self._exchanges = [(r, answers.get(r["id"])) for r in records if r["kind"] == "request"]
         self._next = 0
+        for request, answer in self._exchanges:
+            _check_exchange(source, request, answer)
 
     def next_latency(self) -> float:
         if self._next >= len(self._exchanges):
@@ -60,6 +62,33 @@ class ReplayAsk:
     def _diverged(self, message: str) -> ReplayDivergence:
         self.divergence = self.divergence or message
         return ReplayDivergence(message)
+
+
+def _check_exchange(source: Path, request: dict[str, Any], answer: dict[str, Any] | None) -> None:
+    """Every field the replay reads has its recorded type, or the recording is refused."""
+    fields: list[tuple[dict[str, Any], str, type | tuple[type, ...]]] = [
+        (request, "purpose", str),
+        (request, "messages", list),
+    ]
+    if answer is not None and answer["kind"] == "reply":
+        fields += [(answer, "text", str), (answer, "latency", (int, float))]
+        if "virtual_latency" in answer:
+            fields.append((answer, "virtual_latency", (int, float)))
+    elif answer is not None:
+        fields.append((answer, "message", str))
+    for record, key, kind in fields:
+        value = record.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise RecordingError(
+                f"{source}: record {record.get('seq', '?')} ({record['kind']}): {key!r} is "
+                f"{type(value).__name__}, not {_kind_name(kind)}; not a valid onboard recording"
+            )
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    return (
+        "a number" if isinstance(kind, tuple) else {"str": "text", "list": "a list"}[kind.__name__]
+    )
 
 
 def replay(path: Path) -> tuple[list[str], list[str]]:

@@ -44,6 +44,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType, TracebackType
 from typing import Any, cast
 
+from onboard.base.listen import check_port, listen_error
 from onboard.testing.standin_policy import StandInPolicy
 
 MODEL_NAME = "standin"
@@ -321,6 +322,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve in the foreground until SIGINT/SIGTERM; prints the base_url."""
     args = _parser().parse_args(argv)
+    check_port("--port", args.port)
     faults = [f.strip() for f in args.faults.split(",") if f.strip()]
     server = StandInServer(
         seed=args.seed,
@@ -340,10 +342,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with server:
+        try:
+            server.start()
+        except OSError as exc:
+            raise listen_error("standin", args.host, str(args.port), exc) from exc
+        try:
             print(server.base_url, flush=True)
             while not stop.wait(0.5):
                 pass
+        finally:
+            server.stop()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
