@@ -24,7 +24,9 @@ from test_cli import (
 )
 
 from onboard.base.errors import RecordingError
+from onboard.grounding.candidates import CandidateStore
 from onboard.loop.exitcodes import ExitCode
+from onboard.loop.graph import _ids, _label
 from onboard.loop.paths import inside, safe_name
 from onboard.loop.recorder import read_recording
 
@@ -350,3 +352,65 @@ def test_run_refuses_a_non_http_llm(tmp_path: Path, url: str) -> None:
     assert not (tmp_path / "recordings").exists() or not list(
         (tmp_path / "recordings").glob("engage-*")
     )
+
+
+# -- 10. candidate names -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def candidate_robot(tmp_path: Path) -> tuple[Path, Path, str]:
+    skills = skills_copy(tmp_path)
+    robot = robot_copy(tmp_path, skills=skills)
+    store = CandidateStore(tmp_path / "recordings" / "candidates.jsonl")
+    candidate = store.add("engage", "The robot should wave at the person.", "Walking by.")
+    return robot, skills / "engage.toml", candidate.id
+
+
+@pytest.mark.parametrize(
+    "name",
+    ['a"b]\n[x', "x]", "[x", 'say "hi"', "a\tb", "a\\b", "'", " lead", "trail ", "a  b",
+     "a\x07b", "\x1b[31mred", "=", "a.b = 1", "x" * 65],
+)  # fmt: skip
+def test_actions_add_refuses_a_name_that_is_not_a_name(
+    candidate_robot: tuple[Path, Path, str], name: str
+) -> None:
+    robot, engage, ident = candidate_robot
+    before = engage.read_bytes()
+    result = onboard("--robot", robot, "actions", "add", "engage", ident, "--name", name)
+    assert result.code == ExitCode.INPUT_ERROR
+    line = one_line_error(result)
+    assert line.startswith(f"onboard: error: {engage}: action name ") and "is not a name" in line
+    assert engage.read_bytes() == before
+    assert not list(engage.parent.glob(".engage-*"))
+
+
+def test_actions_add_errors_name_the_skill_file_not_a_temporary_one(
+    candidate_robot: tuple[Path, Path, str],
+) -> None:
+    robot, engage, ident = candidate_robot
+    before = engage.read_bytes()
+    result = onboard("--robot", robot, "actions", "add", "engage", ident, "--name", "fly",
+                     "--command", "base.fly")  # fmt: skip
+    assert result.code == ExitCode.INPUT_ERROR
+    line = one_line_error(result)
+    assert f"{engage}: the new action would break the skill: {engage}:" in line
+    assert "[actions.fly.command]" in line and "/.engage-" not in line
+    assert engage.read_bytes() == before
+
+
+def test_a_skill_file_with_a_hostile_action_name_is_refused(tmp_path: Path) -> None:
+    skills = skills_copy(tmp_path)
+    engage = skills / "engage.toml"
+    text = engage.read_text(encoding="utf-8")
+    engage.write_text(text.replace("[actions.pause]", '[actions."pa\\"use]\\n[x"]', 1), "utf-8")
+    result = onboard("--robot", robot_copy(tmp_path, skills=skills), "check", cwd=tmp_path)
+    assert result.code == ExitCode.INPUT_ERROR
+    assert "Traceback" not in result.err
+    assert any("is not a name" in line and str(engage) in line for line in result.err.splitlines())
+
+
+def test_mermaid_labels_and_ids_are_escaped() -> None:
+    assert _label('a"b]\n[x') == "a#quot;b] [x"
+    assert _label("<b>#1") == "#lt;b#gt;#35;1"
+    ids = _ids(["wait for cue", "wait-for-cue", "wait_for_cue", "é"])
+    assert list(ids.values()) == ["wait_for_cue", "wait_for_cue_2", "wait_for_cue_3", "_"]

@@ -41,9 +41,15 @@ def format_key(path: Sequence[str | int]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
             continue
-        name = part if re.fullmatch(r"[A-Za-z0-9_-]+", part) else f'"{part}"'
+        name = part if re.fullmatch(r"[A-Za-z0-9_-]+", part) else _quoted(part)
         out += f".{name}" if out else name
     return out
+
+
+def _quoted(key: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped, one line."""
+    escaped = key.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + "".join(c if c.isprintable() else f"\\u{ord(c):04X}" for c in escaped) + '"'
 
 
 class KeyLines:

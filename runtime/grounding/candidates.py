@@ -21,7 +21,8 @@ from typing import Any
 
 import tomlkit
 
-from onboard.base.errors import CandidateError, OnboardError
+from onboard.base.errors import CandidateError, ConfigError, OnboardError, Problem
+from onboard.loop.skill import action_name_problem
 
 __all__ = ["Candidate", "CandidateStore", "add_action"]
 
@@ -121,6 +122,9 @@ def add_action(
     The new file is validated (``validate`` loads it) before it atomically replaces the
     old one, so a bad registration never leaves a broken skill behind.
     """
+    wrong = action_name_problem(name)
+    if wrong is not None:
+        raise CandidateError(f"{skill_path}: {wrong}; nothing was written")
     try:
         document = tomlkit.parse(skill_path.read_text(encoding="utf-8"))
     except (OSError, tomlkit.exceptions.ParseError) as exc:
@@ -156,11 +160,22 @@ def _replace_validated(path: Path, content: str, validate: Callable[[Path], obje
         if validate is not None:
             try:
                 validate(Path(tmp))
-            except OnboardError as exc:
+            except OnboardError as exc:  # named as the skill file, not the temporary one
                 raise CandidateError(
-                    f"{path}: the new action would break the skill: {exc}"
+                    f"{path}: the new action would break the skill: {_renamed(exc, tmp, path)}"
                 ) from exc
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _renamed(exc: OnboardError, tmp: str, path: Path) -> str:
+    """``exc`` as one line, its problems naming ``path`` where they name the file ``tmp``."""
+    if isinstance(exc, ConfigError):
+        problems = [
+            Problem(path if p.file == tmp else p.file, p.key, p.line, p.message)
+            for p in exc.problems
+        ]
+        return "; ".join(str(p) for p in problems)
+    return str(exc).replace(tmp, str(path))

@@ -7,6 +7,7 @@ and the driver command each action runs. A skill that loads is a skill that can 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -24,6 +25,7 @@ __all__ = [
     "Skill",
     "Stimulus",
     "StimulusSpec",
+    "action_name_problem",
     "load_skill",
 ]
 
@@ -198,6 +200,22 @@ def _check(
         yield problem(("skill", "end"), f"no path of `next` leads from start to {spec.skill.end!r}")
 
 
+_ACTION_NAME = re.compile(r"\w(?:[\w .-]{0,62}[\w.-])?")
+
+
+def action_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name an action, or None: an action name is letters, digits, ``_``,
+    ``-``, ``.`` and single inner spaces (``wait for cue``), at most 64 characters; never a
+    quote, bracket, control character or newline (it reaches prompts, the JSON schema,
+    Mermaid diagrams and the TOML file)."""
+    if _ACTION_NAME.fullmatch(name) and "  " not in name:
+        return None
+    return (
+        f"action name {name!r} is not a name: use letters, digits, '_', '-', '.' and single "
+        "inner spaces (at most 64 characters)"
+    )
+
+
 def _check_actions(
     spec: SkillFile,
     perception: set[str],
@@ -211,6 +229,8 @@ def _check_actions(
         folded = " ".join(name.lower().split())
         if not folded:
             yield problem(key, "action name is empty")
+        elif (wrong := action_name_problem(name)) is not None:
+            yield problem(key, wrong)
         elif folded in seen_names:
             yield problem(key, f"duplicate of action {seen_names[folded]!r}")
         seen_names[folded] = name
