@@ -23,7 +23,7 @@ from test_cli import (
     skills_copy,
 )
 
-from onboard.base.errors import RecordingError
+from onboard.base.errors import CandidateError, RecordingError
 from onboard.grounding.candidates import CandidateStore
 from onboard.loop.exitcodes import ExitCode
 from onboard.loop.graph import _ids, _label
@@ -414,3 +414,24 @@ def test_mermaid_labels_and_ids_are_escaped() -> None:
     assert _label("<b>#1") == "#lt;b#gt;#35;1"
     ids = _ids(["wait for cue", "wait-for-cue", "wait_for_cue", "é"])
     assert list(ids.values()) == ["wait_for_cue", "wait_for_cue_2", "wait_for_cue_3", "_"]
+
+
+def test_a_candidate_store_on_a_full_disk_is_one_line() -> None:
+    with pytest.raises(CandidateError, match=r"^/dev/full: cannot write: No space left"):
+        CandidateStore(Path("/dev/full")).add("engage", "The robot should sing.", "Sitting.")
+
+
+def test_malformed_candidate_records_are_skipped(tmp_path: Path) -> None:
+    robot = robot_copy(tmp_path)
+    store = CandidateStore(tmp_path / "recordings" / "candidates.jsonl")
+    good = store.add("engage", "The robot should wave at the person.", "Walking by.")
+    with store.path.open("a", encoding="utf-8") as out:
+        out.write('{"event": "candidate", "id": 5}\n[1, 2]\n"text"\n{"event": "registered"}\n')
+        out.write('{"event": "candidate", "id": "ab", "skill": "engage", "reply": 7, '
+                  '"situation": null, "wall": "x"}\n\xff\n')  # fmt: skip
+    listed = onboard("--robot", robot, "actions", "list", cwd=tmp_path)
+    assert listed.code == 0 and listed.err == "", listed.err
+    assert listed.out.startswith(good.id) and listed.out.count("[engage]") == 1
+    missing = onboard("--robot", robot, "actions", "add", "engage", "ab", "--name", "x")
+    assert missing.code == ExitCode.INPUT_ERROR
+    assert "no candidate with id 'ab'" in one_line_error(missing)

@@ -57,10 +57,10 @@ class CandidateStore:
         found: dict[str, Candidate] = {}
         registered: dict[str, str] = {}
         for record in self._records():
-            if record.get("event") == "registered":
+            if record.get("event") == "registered" and _typed(record, _REGISTERED):
                 registered[record["id"]] = record["action"]
-            elif record.get("event") == "candidate":
-                fields = {k: record[k] for k in ("id", "skill", "reply", "situation", "wall")}
+            elif record.get("event") == "candidate" and _typed(record, _CANDIDATE):
+                fields = {k: record[k] for k in _CANDIDATE}
                 found[record["id"]] = Candidate(**fields)
         out = [
             Candidate(**{**c.__dict__, "registered_as": registered.get(c.id)})
@@ -78,27 +78,51 @@ class CandidateStore:
         return matches[0]
 
     def _append(self, record: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            if _ends_torn(fd):
-                line = b"\n" + line  # a crash cut the last record: start on a line of our own
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                if _ends_torn(fd):
+                    line = b"\n" + line  # a crash cut the last record: start on a new line
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:  # a full disk: one line, never a traceback
+            raise CandidateError(f"{self.path}: cannot write: {exc.strerror or exc}") from exc
 
     def _records(self) -> builtins.list[dict[str, Any]]:
         if not self.path.exists():
             return []
+        try:
+            text = self.path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise CandidateError(f"{self.path}: cannot read candidates: {exc.strerror}") from exc
         records = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for line in text.splitlines():
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a torn line from a crash; the others are intact
+            if isinstance(record, dict):
+                records.append(record)
         return records
+
+
+#: the fields a record of each kind needs, and their types; other records are skipped
+_CANDIDATE: dict[str, type | tuple[type, ...]] = {
+    "id": str,
+    "skill": str,
+    "reply": str,
+    "situation": str,
+    "wall": (int, float),
+}
+_REGISTERED: dict[str, type | tuple[type, ...]] = {"id": str, "action": str}
+
+
+def _typed(record: dict[str, Any], fields: dict[str, type | tuple[type, ...]]) -> bool:
+    return all(isinstance(record.get(k), t) for k, t in fields.items())
 
 
 def _ends_torn(fd: int) -> bool:

@@ -6,12 +6,13 @@ so what is evaluated and replayed is exactly what runs.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from onboard.base.errors import RecordingWriteError
+from onboard.base.errors import CandidateError, RecordingWriteError
 from onboard.base.signals import on_stop_signals
 from onboard.catalog import load_robot_skill, make_mapper
 from onboard.config import RobotConfig
@@ -161,7 +162,11 @@ def run_episode(
 
 
 def _keep_candidate(store: CandidateStore, skill: str, reply: str, situation: str) -> None:
-    store.add(skill, reply, situation)
+    """A candidate that cannot be kept (a full disk) is lost, not the episode: one line."""
+    try:
+        store.add(skill, reply, situation)
+    except CandidateError as exc:
+        print(f"onboard: warning: candidate not kept: {exc}", file=sys.stderr)
 
 
 def judge(outcome: Outcome, scenario: Scenario) -> tuple[bool, str]:
