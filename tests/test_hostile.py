@@ -283,6 +283,8 @@ def serve(*args: str, cwd: Path) -> Result:
         (["standin", "--port", "65536"], "--port 65536: not a port"),
         (["standin", "--host", "no-such-host.invalid", "--port", "0"], "does not resolve"),
         (["standin", "--host", "x" * 300, "--port", "0"], "does not resolve"),
+        (["standin", "--port", "0", "--noise", "nan"], "--noise nan: must be within 0 to 1"),
+        (["standin", "--port", "0", "--noise", "-1"], "--noise -1.0: must be within 0 to 1"),
         (["sim", "serve", "--jaka-port", "99999", "--no-gcode"], "--jaka-port 99999: not a"),
         (["sim", "serve", "--status-port", "-1", "--no-gcode"], "--status-port -1: not a"),
         (["sim", "serve", "--jaka-host", "no-such-host.invalid"], "does not resolve"),

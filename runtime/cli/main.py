@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from onboard.base.errors import ConfigError, OnboardError
+from onboard.base.errors import ConfigError, OnboardError, UsageError
 from onboard.loop.exitcodes import ExitCode, for_error
 
 if TYPE_CHECKING:
@@ -287,6 +287,8 @@ def _standin(args: argparse.Namespace) -> int:
     from onboard.base.listen import check_listen
     from onboard.testing.standin_server import main as serve
 
+    if not 0 <= args.noise <= 1:  # nan too
+        raise UsageError(f"--noise {args.noise}: must be within 0 to 1")
     check_listen("standin", args.host, {"--port": args.port})
     return serve(["--host", args.host, "--port", str(args.port), "--seed", str(args.seed),
                   "--noise", str(args.noise)])  # fmt: skip
