@@ -9,6 +9,12 @@ arrives and is not answered. A motion the backend could not do is reported as ``
 the next ``M400``. Errors are GRBL-style (``error:<msg>`` instead of ``ok``), or Marlin-style
 with ``error_then_ok`` (``Error:<msg>`` and then ``ok``).
 
+Hostile input is answered ``error:``, as GRBL does: a word whose number is not a plain finite
+decimal (``X1e9``, ``X nan``) or is out of :data:`~onboard.drivers.arm.gcode.WORD_LIMITS`
+(``M204 S-1``), a line longer than :data:`MAX_LINE` bytes, a dwell past :data:`MAX_DWELL`.
+A ``G4`` dwell waits in the planner and ends at once on ``M112``, ``M410`` or ctrl-x
+(0x18), which are acted on when read, however busy the planner is.
+
 Faults for tests: :meth:`inject_garbage`, :meth:`fail_next`, :meth:`mute`, :meth:`close_link`.
 To inject one while a motion runs, wait until the controller has begun it:
 ``emulator.worker.wait_started(started + 1, timeout)``. ``M112`` latches the backend arm's stop;
@@ -25,20 +31,30 @@ import queue
 import re
 import select
 import threading
-import time
 import tty
 from collections import deque
 from dataclasses import replace
 
 from onboard.drivers.arm.base import Arm, Pose
+from onboard.drivers.arm.gcode import word_range
 from onboard.drivers.emulators import BackendWorker, Job
 
 __all__ = ["GcodePtyEmulator"]
 
 log = logging.getLogger(__name__)
 
-_WORD = re.compile(r"([A-Z])\s*([-+]?\d*\.?\d+)")
+_WORD = re.compile(r"([A-Z])\s*([^A-Z\s]*)")
+_DECIMAL = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)")
+_EXPONENT = re.compile(r"\d\.?E[-+]?\d")
 _POLL = 0.05
+MAX_LINE = 256  # bytes: a longer line is answered error: and skipped to its end
+MAX_DWELL = 600.0  # seconds: a longer G4 is refused
+_REALTIME_RESET = 0x18  # GRBL's ctrl-x: stop at once, on any byte boundary
+_TOO_LONG = "\x00too long"
+
+
+class _BadWord(ValueError):
+    """A word whose number is not a plain, finite decimal in range."""
 
 
 class GcodePtyEmulator:
@@ -174,7 +190,7 @@ class GcodePtyEmulator:
         self._write("".join(line + "\n" for line in lines).encode())
 
     def _read_loop(self) -> None:
-        buffer = b""
+        buffer, discarding = b"", False
         while self._running.is_set():
             try:
                 ready, _, _ = select.select([self._master, self._wake[0]], [], [], _POLL)
@@ -183,10 +199,23 @@ class GcodePtyEmulator:
                 chunk = os.read(self._master, 4096) if ready else b""
             except (OSError, ValueError):
                 return
+            if _REALTIME_RESET in chunk:  # acted on where it is read, never queued
+                chunk = chunk.replace(bytes([_REALTIME_RESET]), b"")
+                self._halt()
             buffer += chunk
             *lines, buffer = buffer.replace(b"\r", b"\n").split(b"\n")
             for raw in lines:
-                self._on_line(raw.decode("ascii", errors="replace"))
+                if discarding:  # the end of a line already answered as too long
+                    discarding = False
+                elif len(raw) > MAX_LINE:
+                    self._enqueue(_TOO_LONG)
+                else:
+                    self._on_line(raw.decode("ascii", errors="replace"))
+            if len(buffer) > MAX_LINE and not discarding:  # bounded: answer it now, skip the rest
+                self._enqueue(_TOO_LONG)
+                discarding = True
+            if discarding:
+                buffer = b""
 
     def _on_line(self, raw: str) -> None:
         line = _normal(raw)
@@ -196,10 +225,19 @@ class GcodePtyEmulator:
             self.dropped += 1
             return
         self.received.append(line)
-        if line == self.estop or line.split()[0] == self.estop:
-            self._estops += 1  # lines received before it are cancelled, not run
-            self.worker.stop()  # the emergency parser: acted on at once, never queued
-            return
+        head = line.split()[0]
+        if head in (self.estop, "M410"):  # the emergency parser: acted on at once
+            self._halt()
+            if head == self.estop:  # never queued nor answered; M410 is answered in turn
+                return
+        self._enqueue(line)
+
+    def _halt(self) -> None:
+        """Stop now: lines received before are cancelled, not run; a dwell ends."""
+        self._estops += 1
+        self.worker.stop()
+
+    def _enqueue(self, line: str) -> None:
         self.lines_received += 1
         self.max_unanswered = max(self.max_unanswered, self.lines_received - self.lines_answered)
         self._lines.put((self._estops, line))
@@ -228,8 +266,13 @@ class GcodePtyEmulator:
     # -- the dialect ----------------------------------------------------------------------
 
     def _execute(self, line: str) -> list[str]:
+        if line == _TOO_LONG:
+            return [f"error:line longer than {MAX_LINE} bytes"]
         head = line.split()[0]
-        words = {k: float(v) for k, v in _WORD.findall(line[len(head) :])}
+        try:
+            words = _words(line[len(head) :])
+        except _BadWord as exc:
+            return [f"error:{exc}"]
         if line in (self.grip_on, self.grip_off):
             return self._queue(_grip(line == self.grip_on))
         if head in ("G0", "G00", "G1", "G01"):
@@ -238,8 +281,10 @@ class GcodePtyEmulator:
             return self._queue(_home)
         if head == "G4":
             seconds = words.get("S", words.get("P", 0.0) / 1000.0)
-            return self._queue(lambda arm: time.sleep(seconds))
-        if head in ("G21", "G90", "M999", "M17", "M84"):
+            if seconds > MAX_DWELL:
+                return [f"error:G4 dwell {seconds:g} s is longer than {MAX_DWELL:g} s"]
+            return self._queue(lambda arm: self._dwell(seconds))
+        if head in ("G21", "G90", "M999", "M17", "M84", "M410"):
             return ["ok"]
         if head == "M204":
             self._acceleration = words.get("S", words.get("P", self._acceleration))
@@ -251,6 +296,9 @@ class GcodePtyEmulator:
         if head in ("G20", "G91"):
             return [f"error:{head} is not supported: send G21 and G90 (mm, absolute)"]
         return [f"error:Unknown command: {line}"]
+
+    def _dwell(self, seconds: float) -> None:
+        self.worker.dwell(seconds)  # ended early by M112, M410 or ctrl-x
 
     def _queue(self, job: Job) -> list[str]:
         self.worker.submit(job)
@@ -282,6 +330,25 @@ class GcodePtyEmulator:
         for axis, q in zip(self.joint_axes, state.joints, strict=False):
             text += f" {axis}:{math.degrees(q):.3f}"
         return text + " Count X:0 Y:0 Z:0"
+
+
+def _words(text: str) -> dict[str, float]:
+    """``" X10 Y-2.5 F600"`` -> ``{"X": 10.0, ...}``; a word whose number is not a plain
+    finite decimal (an exponent, nan, inf, nothing) or is out of range raises _BadWord."""
+    if _EXPONENT.search(text):
+        raise _BadWord("a number in exponent form: write plain decimals")
+    if _WORD.sub("", text).strip():
+        raise _BadWord(f"not a G-code word: {text.strip()[:40]!r}")
+    words: dict[str, float] = {}
+    for letter, raw in _WORD.findall(text):
+        if not _DECIMAL.fullmatch(raw):
+            raise _BadWord(f"{letter} needs a plain decimal number, got {raw[:20]!r}")
+        value = float(raw)
+        low, high = word_range(letter)
+        if not (math.isfinite(value) and low <= value <= high):
+            raise _BadWord(f"{letter}{raw[:20]} is out of range [{low:g}, {high:g}]")
+        words[letter] = value
+    return words
 
 
 def _is_motion(line: str, emulator: GcodePtyEmulator) -> bool:
