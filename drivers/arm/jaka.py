@@ -106,6 +106,11 @@ class JsonStream:
         self._noise = False  # a run of non-space bytes at the top level
         self._closed = False  # skipping: a "}" was the last non-space byte
 
+    @property
+    def pending(self) -> int:
+        """Bytes held for the frame under way (at most ``max_frame`` between feeds)."""
+        return len(self._frame)
+
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         """The whole objects in ``data`` (and what came before it); the rest is skipped."""
         return [f for f in self.frames(data) if isinstance(f, dict)]

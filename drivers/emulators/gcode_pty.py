@@ -334,7 +334,8 @@ class GcodePtyEmulator:
 
 def _words(text: str) -> dict[str, float]:
     """``" X10 Y-2.5 F600"`` -> ``{"X": 10.0, ...}``; a word whose number is not a plain
-    finite decimal (an exponent, nan, inf, nothing) or is out of range raises _BadWord."""
+    finite decimal (an exponent, nan, inf, nothing), is out of range or repeated raises
+    _BadWord."""
     if _EXPONENT.search(text):
         raise _BadWord("a number in exponent form: write plain decimals")
     if _WORD.sub("", text).strip():
@@ -347,6 +348,8 @@ def _words(text: str) -> dict[str, float]:
         low, high = word_range(letter)
         if not (math.isfinite(value) and low <= value <= high):
             raise _BadWord(f"{letter}{raw[:20]} is out of range [{low:g}, {high:g}]")
+        if letter in words:  # as GRBL: X0X10 is not X10
+            raise _BadWord(f"{letter} is given twice")
         words[letter] = value
     return words
 
