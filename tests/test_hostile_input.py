@@ -27,7 +27,13 @@ from onboard.base.errors import SafetyError
 from onboard.drivers.arm.gcode import WORD_LIMITS, GcodeArm, GcodeArmConfig, fixed
 from onboard.drivers.arm.jaka import MAX_DEPTH, MAX_FRAME, BadFrame, JsonStream
 from onboard.drivers.arm.twin_arm import SimArm
-from onboard.drivers.emulators.gcode_pty import MAX_DWELL, MAX_LINE, GcodePtyEmulator
+from onboard.drivers.emulators.gcode_pty import (
+    MAX_DWELL,
+    MAX_LINE,
+    TOO_LONG,
+    GcodePtyEmulator,
+    LineReader,
+)
 from onboard.drivers.emulators.jaka_server import JakaServer
 from onboard.drivers.twin import SCENES, Twin
 
@@ -310,6 +316,27 @@ def test_gcode_dwell_is_interrupted_by_every_stop(
     if stop.startswith(b"M410"):
         assert answer(port) == "ok"  # M410 is answered in turn, M112 and ctrl-x are not
     assert probe(port) == []
+
+
+@PROPERTY
+@given(data=st.binary(max_size=2000), cut=st.integers(min_value=1, max_value=300))
+def test_line_reader_is_chunk_independent_and_bounded(data: bytes, cut: int) -> None:
+    whole = LineReader(max_line=64).feed(data)
+    reader, lines = LineReader(max_line=64), []
+    for i in range(0, len(data), cut):
+        lines += reader.feed(data[i : i + cut])
+        assert reader.pending <= 64
+    # a long line is cut where a chunk ends; it is reported once either way
+    assert [x for x in lines if x != TOO_LONG] == [x for x in whole if x != TOO_LONG]
+    assert all(len(x) <= 64 and "\x18" not in x for x in lines)
+
+
+def test_line_reader_reports_a_long_line_once() -> None:
+    reader = LineReader(max_line=8)
+    assert reader.feed(b"G1 X1\rG1 X") == ["G1 X1"]
+    assert reader.feed(b"1234567890") == [TOO_LONG]
+    assert reader.feed(b"1234567890" * 10) == []
+    assert reader.feed(b"0\nM\x18114\n") == ["M114"]
 
 
 @PROPERTY

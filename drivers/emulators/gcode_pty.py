@@ -39,7 +39,15 @@ from onboard.drivers.arm.base import Arm, Pose
 from onboard.drivers.arm.gcode import word_range
 from onboard.drivers.emulators import BackendWorker, Job
 
-__all__ = ["GcodePtyEmulator"]
+__all__ = [
+    "MAX_DWELL",
+    "MAX_LINE",
+    "TOO_LONG",
+    "GcodePtyEmulator",
+    "LineReader",
+    "normalize",
+    "parse_line",
+]
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +58,7 @@ _POLL = 0.05
 MAX_LINE = 256  # bytes: a longer line is answered error: and skipped to its end
 MAX_DWELL = 600.0  # seconds: a longer G4 is refused
 _REALTIME_RESET = 0x18  # GRBL's ctrl-x: stop at once, on any byte boundary
-_TOO_LONG = "\x00too long"
+TOO_LONG = "\x00too long"  # what LineReader hands on for a line past MAX_LINE
 
 
 class _BadWord(ValueError):
@@ -73,10 +81,10 @@ class GcodePtyEmulator:
         error_then_ok: bool = False,
     ) -> None:
         self.arm = arm
-        self.grip_on = _normal(grip_on)
-        self.grip_off = _normal(grip_off)
+        self.grip_on = normalize(grip_on)
+        self.grip_off = normalize(grip_off)
         self.joint_axes = joint_axes
-        self.estop = _normal(estop)
+        self.estop = normalize(estop)
         self.orientation = orientation
         self.error_then_ok = error_then_ok
         self.worker = BackendWorker(arm, capacity=planner_size)
@@ -190,7 +198,7 @@ class GcodePtyEmulator:
         self._write("".join(line + "\n" for line in lines).encode())
 
     def _read_loop(self) -> None:
-        buffer, discarding = b"", False
+        reader = LineReader()
         while self._running.is_set():
             try:
                 ready, _, _ = select.select([self._master, self._wake[0]], [], [], _POLL)
@@ -200,25 +208,15 @@ class GcodePtyEmulator:
             except (OSError, ValueError):
                 return
             if _REALTIME_RESET in chunk:  # acted on where it is read, never queued
-                chunk = chunk.replace(bytes([_REALTIME_RESET]), b"")
                 self._halt()
-            buffer += chunk
-            *lines, buffer = buffer.replace(b"\r", b"\n").split(b"\n")
-            for raw in lines:
-                if discarding:  # the end of a line already answered as too long
-                    discarding = False
-                elif len(raw) > MAX_LINE:
-                    self._enqueue(_TOO_LONG)
+            for line in reader.feed(chunk):
+                if line == TOO_LONG:
+                    self._enqueue(TOO_LONG)
                 else:
-                    self._on_line(raw.decode("ascii", errors="replace"))
-            if len(buffer) > MAX_LINE and not discarding:  # bounded: answer it now, skip the rest
-                self._enqueue(_TOO_LONG)
-                discarding = True
-            if discarding:
-                buffer = b""
+                    self._on_line(line)
 
     def _on_line(self, raw: str) -> None:
-        line = _normal(raw)
+        line = normalize(raw)
         if not line:
             return
         if self._muted:
@@ -266,11 +264,10 @@ class GcodePtyEmulator:
     # -- the dialect ----------------------------------------------------------------------
 
     def _execute(self, line: str) -> list[str]:
-        if line == _TOO_LONG:
+        if line == TOO_LONG:
             return [f"error:line longer than {MAX_LINE} bytes"]
-        head = line.split()[0]
         try:
-            words = _words(line[len(head) :])
+            head, words = parse_line(line)
         except _BadWord as exc:
             return [f"error:{exc}"]
         if line in (self.grip_on, self.grip_off):
@@ -332,6 +329,47 @@ class GcodePtyEmulator:
         return text + " Count X:0 Y:0 Z:0"
 
 
+class LineReader:
+    """Splits the bytes read from the link into lines in one pass, holding at most
+    :data:`MAX_LINE` bytes: a longer line comes out once as :data:`TOO_LONG` and the rest of
+    it is skipped. ``\\r`` ends a line as ``\\n`` does; ctrl-x bytes are dropped (the reader
+    acts on them first)."""
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
+        self.max_line = max_line
+        self._buffer = b""
+        self._discarding = False
+
+    @property
+    def pending(self) -> int:
+        """Bytes held for the line under way (at most ``max_line`` between feeds)."""
+        return len(self._buffer)
+
+    def feed(self, chunk: bytes) -> list[str]:
+        chunk = chunk.replace(bytes([_REALTIME_RESET]), b"").replace(b"\r", b"\n")
+        *raws, self._buffer = (self._buffer + chunk).split(b"\n")
+        lines = []
+        for raw in raws:
+            if self._discarding:  # the end of a line already answered as too long
+                self._discarding = False
+            elif len(raw) > self.max_line:
+                lines.append(TOO_LONG)
+            else:
+                lines.append(raw.decode("ascii", errors="replace"))
+        if len(self._buffer) > self.max_line and not self._discarding:
+            lines.append(TOO_LONG)  # answered now; the rest of the line is skipped
+            self._discarding = True
+        if self._discarding:
+            self._buffer = b""
+        return lines
+
+
+def parse_line(line: str) -> tuple[str, dict[str, float]]:
+    """A normalised line -> its head (``G1``) and words; raises ValueError for a bad word."""
+    head = line.split()[0]
+    return head, _words(line[len(head) :])
+
+
 def _words(text: str) -> dict[str, float]:
     """``" X10 Y-2.5 F600"`` -> ``{"X": 10.0, ...}``; a word whose number is not a plain
     finite decimal (an exponent, nan, inf, nothing), is out of range or repeated raises
@@ -360,7 +398,7 @@ def _is_motion(line: str, emulator: GcodePtyEmulator) -> bool:
     return head in ("G0", "G00", "G1", "G01", "G28", "G4") or line in grips
 
 
-def _normal(line: str) -> str:
+def normalize(line: str) -> str:
     """Upper case, comments (``;`` and ``( )``) and line numbers/checksums removed."""
     line = line.split(";", 1)[0]
     line = re.sub(r"\(.*?\)", "", line)
