@@ -23,9 +23,22 @@ from arm_harness import BOUND, require
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onboard.base.errors import SafetyError
-from onboard.drivers.arm.gcode import WORD_LIMITS, GcodeArm, GcodeArmConfig, fixed
-from onboard.drivers.arm.jaka import MAX_DEPTH, MAX_FRAME, BadFrame, JsonStream
+from onboard.base.errors import ArmError, SafetyError
+from onboard.drivers.arm.gcode import (
+    WORD_LIMITS,
+    GcodeArm,
+    GcodeArmConfig,
+    fixed,
+    parse_position,
+)
+from onboard.drivers.arm.jaka import (
+    MAX_DEPTH,
+    MAX_FRAME,
+    BadFrame,
+    JakaArm,
+    JakaArmConfig,
+    JsonStream,
+)
 from onboard.drivers.arm.twin_arm import SimArm
 from onboard.drivers.emulators.gcode_pty import (
     MAX_DWELL,
@@ -394,3 +407,22 @@ def test_gcode_driver_writes_nothing_for_a_value_it_refuses(backend: SimArm) -> 
             assert emulator.lines_received == sent  # not a byte written
             arm.set_acceleration(2.0, 1.0)
             assert emulator.received[-1] == "M204 S2000"
+
+
+@pytest.mark.parametrize(
+    "report", ["X:1e9 Y:0 Z:0", "X:nan Y:0 Z:0", "X:1.0 Y:INF Z:0", "X:" + "9" * 400 + " Y:0 Z:0"]
+)
+def test_gcode_driver_refuses_a_position_report_it_would_misread(report: str) -> None:
+    with pytest.raises(ArmError, match="position report"):
+        parse_position(report)
+
+
+def test_jaka_driver_refuses_to_send_non_finite_numbers(server: JakaServer) -> None:
+    host, port = server.address
+    config = JakaArmConfig(host=host, port=port, status_port=None, timeout=BOUND, power_on=False)
+    with JakaArm(config) as arm:
+        server.received.clear()
+        with pytest.raises(SafetyError, match="non-finite"):
+            arm.call("set_digital_output", type=0, index=math.nan, value=1)
+        assert arm.robot_state() == (False, False)  # the link is in step
+        assert [c["cmdName"] for c in server.received] == ["get_robot_state"]

@@ -56,7 +56,8 @@ _MAX_LINE = 4096  # bytes: a longer "line" is noise
 _OK = re.compile(r"^ok(\s|$)", re.IGNORECASE)
 _ERROR = re.compile(r"^error\s*:?\s*(.*)$", re.IGNORECASE)
 _POSITION = re.compile(r"^X:\s*-?\d")
-_AXIS_VALUE = re.compile(r"([A-Z]):\s*(-?\d+(?:\.\d*)?)")
+_AXIS_VALUE = re.compile(r"([A-Z]):\s*(\S*)")
+_PLAIN = re.compile(r"-?(?:\d+\.?\d*|\.\d+)")
 _INFO = ("echo:", "//", "busy:", "start", "wait", "grbl", "marlin", "[")
 
 
@@ -102,9 +103,15 @@ class _Pending:
 
 
 def parse_position(line: str) -> dict[str, float]:
-    """``"X:1.00 Y:2.00 Z:3.00 E:0.00 Count X:..."`` -> ``{"X": 1.0, "Y": 2.0, ...}``."""
+    """``"X:1.00 Y:2.00 Z:3.00 E:0.00 Count X:..."`` -> ``{"X": 1.0, "Y": 2.0, ...}``; a value
+    that is not a plain decimal (an exponent, nan) raises ArmError."""
     head = line.split("Count", 1)[0]
-    return {axis: float(value) for axis, value in _AXIS_VALUE.findall(head)}
+    position = {}
+    for axis, value in _AXIS_VALUE.findall(head):
+        if not (_PLAIN.fullmatch(value) and math.isfinite(float(value))):  # 1e9 is not 1
+            raise ArmError(f"GcodeArm: the position report has {axis}:{value[:20]!r}: {line!r}")
+        position[axis] = float(value)
+    return position
 
 
 class GcodeArm(Device):

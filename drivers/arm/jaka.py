@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from onboard.base.errors import ArmError, ArmTimeout, LinkLost
+from onboard.base.errors import ArmError, ArmTimeout, LinkLost, SafetyError
 from onboard.drivers.arm.base import ArmState, Pose
 from onboard.drivers.arm.config import JakaArmConfig
 from onboard.drivers.device import Device
@@ -520,7 +520,10 @@ class JakaArm(Device):
         name = str(message["cmdName"])
         waiter = _Waiter(name)
         self._check_link()
-        data = json.dumps(message, separators=(",", ":")).encode()
+        try:  # NaN and Infinity are not JSON: a controller would misread or refuse them
+            data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+        except ValueError as exc:
+            raise SafetyError(f"JakaArm: refusing to send {name} with a non-finite number") from exc
         try:
             with self._write_lock:
                 if motion:

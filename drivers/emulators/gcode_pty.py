@@ -224,9 +224,10 @@ class GcodePtyEmulator:
             return
         self.received.append(line)
         head = line.split()[0]
-        if head in (self.estop, "M410"):  # the emergency parser: acted on at once
+        estop = line == self.estop or head == self.estop
+        if estop or head == "M410":  # the emergency parser: acted on at once
             self._halt()
-            if head == self.estop:  # never queued nor answered; M410 is answered in turn
+            if estop:  # never queued nor answered; M410 is answered in turn
                 return
         self._enqueue(line)
 
