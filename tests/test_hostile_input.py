@@ -350,6 +350,9 @@ def test_line_reader_reports_a_long_line_once() -> None:
     assert reader.feed(b"1234567890") == [TOO_LONG]
     assert reader.feed(b"1234567890" * 10) == []
     assert reader.feed(b"0\nM\x18114\n") == ["M114"]
+    reader.feed(b"G1 X1")
+    reader.clear()  # a reset drops the line it cut
+    assert reader.feed(b"0\n") == ["0"]
 
 
 @PROPERTY

@@ -57,6 +57,7 @@ Connector = Callable[[tuple[str, int], float], socket.socket]
 
 MAX_FRAME = 64 * 1024  # bytes: a longer frame is refused (error) and skipped to a resync point
 MAX_DEPTH = 32  # nesting: deeper is refused before json.loads can recurse
+_MAX_STATUS = 1 << 20  # bytes: the status push is one large object; still bounded
 
 _TOP, _FRAME, _STRING, _SKIP = range(4)
 _OPEN_OBJECT, _OPEN_ARRAY, _SEPARATOR, _VALUE = range(4)  # the last token seen in a frame
@@ -652,7 +653,7 @@ class JakaArm(Device):
                     self.stray_replies += 1
 
     def _status_loop(self, sock: socket.socket) -> None:
-        stream = JsonStream()
+        stream = JsonStream(max_frame=_MAX_STATUS)
         while self._running.is_set():
             try:
                 data = sock.recv(65536)

@@ -207,13 +207,17 @@ class GcodePtyEmulator:
                 chunk = os.read(self._master, 4096) if ready else b""
             except (OSError, ValueError):
                 return
-            if _REALTIME_RESET in chunk:  # acted on where it is read, never queued
-                self._halt()
-            for line in reader.feed(chunk):
-                if line == TOO_LONG:
-                    self._enqueue(TOO_LONG)
-                else:
-                    self._on_line(line)
+            # ctrl-x is acted on where it is read, never queued: the lines before it are
+            # cancelled, a line it cuts is dropped (as GRBL's soft reset clears its buffer)
+            for n, part in enumerate(chunk.split(bytes([_REALTIME_RESET]))):
+                if n:
+                    reader.clear()
+                    self._halt()
+                for line in reader.feed(part):
+                    if line == TOO_LONG:
+                        self._enqueue(TOO_LONG)
+                    else:
+                        self._on_line(line)
 
     def _on_line(self, raw: str) -> None:
         line = normalize(raw)
@@ -345,6 +349,10 @@ class LineReader:
     def pending(self) -> int:
         """Bytes held for the line under way (at most ``max_line`` between feeds)."""
         return len(self._buffer)
+
+    def clear(self) -> None:
+        """Drop the line under way (a reset)."""
+        self._buffer, self._discarding = b"", False
 
     def feed(self, chunk: bytes) -> list[str]:
         chunk = chunk.replace(bytes([_REALTIME_RESET]), b"").replace(b"\r", b"\n")
