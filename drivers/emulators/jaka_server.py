@@ -12,7 +12,8 @@ Hostile input is answered, never fatal: malformed JSON, a top-level value that i
 object (an array's inner commands are not run), numbers that overflow a float, frames nested
 past 32 or longer than 64 KB, a ``{`` left unfinished before the next command, a line break
 inside a frame: each gets ``errorCode "1"`` (see :class:`~onboard.drivers.arm.jaka.JsonStream`,
-one linear pass) and the connection reads on.
+one linear pass) and the connection reads on. More than :data:`MAX_WAITS` ``wait_complete``
+outstanding on one connection are refused (``"2"``): each would hold a thread.
 
 A command connection that drops stops the arm, as a lost link must.
 
@@ -40,12 +41,13 @@ from onboard.drivers.arm.base import Arm, Pose
 from onboard.drivers.arm.jaka import BadFrame, Frame, JsonStream
 from onboard.drivers.emulators import BackendWorker, Job
 
-__all__ = ["JakaServer"]
+__all__ = ["MAX_WAITS", "JakaServer"]
 
 log = logging.getLogger(__name__)
 
 Reply = dict[str, Any]
 _MOTIONS = ("joint_move", "end_move", "moveL")
+MAX_WAITS = 8  # wait_complete answers outstanding per connection; more are refused
 
 
 class _BadCommand(Exception):
@@ -182,6 +184,7 @@ class JakaServer:
 
     def _serve_commands(self, sock: socket.socket) -> None:
         stream, lock = JsonStream(lines=True), threading.Lock()
+        waits = threading.BoundedSemaphore(MAX_WAITS)
         while True:
             try:
                 data = sock.recv(65536)
@@ -191,7 +194,7 @@ class JakaServer:
                 break
             for frame in stream.frames(data):
                 try:
-                    self._dispatch(sock, lock, frame)
+                    self._dispatch(sock, lock, frame, waits)
                 except Exception:  # a bad command must never kill the connection
                     log.exception("jaka emulator: %.200r failed", frame)
                     self._send(sock, lock, _reply("", "2", "the controller failed"))
@@ -222,7 +225,13 @@ class JakaServer:
         with lock, contextlib.suppress(OSError):
             sock.sendall(json.dumps(reply).encode())
 
-    def _dispatch(self, sock: socket.socket, lock: threading.Lock, frame: Frame) -> None:
+    def _dispatch(
+        self,
+        sock: socket.socket,
+        lock: threading.Lock,
+        frame: Frame,
+        waits: threading.BoundedSemaphore,
+    ) -> None:
         if self._muted:
             return
         if isinstance(frame, BadFrame):  # malformed, not an object, too big or too deep
@@ -236,7 +245,17 @@ class JakaServer:
             self._send(sock, lock, reply)
 
         if name == "wait_complete":  # answered later, so this link stays free for stop
-            self._spawn(lambda: send(self._wait_complete()))
+            if not waits.acquire(blocking=False):  # a flood must not spawn a thread each
+                send(_reply(name, "2", f"more than {MAX_WAITS} wait_complete outstanding"))
+                return
+
+            def answer_when_done() -> None:
+                try:
+                    send(self._wait_complete())
+                finally:
+                    waits.release()
+
+            self._spawn(answer_when_done)
         else:
             send(self._answer(name, command))
 
