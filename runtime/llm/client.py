@@ -73,6 +73,7 @@ class ChatClient:
             headers["Authorization"] = f"Bearer {key}"
         self._secrets = [key] if key else []
         self._until = threading.local()
+        self._generation = 0
         limits = httpx.Limits(max_keepalive_connections=4, max_connections=8)
         if transport is None:
             transport = _deadline_transport(limits, self._deadline)
@@ -88,8 +89,17 @@ class ChatClient:
         self._budget = _Budget(config.requests_per_minute, config.tokens_per_hour)
 
     def _deadline(self) -> float | None:
-        """The monotonic deadline of this thread's exchange (None outside one)."""
-        return getattr(self._until, "value", None)
+        """The monotonic deadline of this thread's exchange (None outside one); ``-inf`` once
+        the exchange is cancelled."""
+        until: float | None = getattr(self._until, "value", None)
+        if until is not None and self._until.generation != self._generation:
+            return float("-inf")
+        return until
+
+    def cancel(self) -> None:
+        """End the exchanges in flight (within ``SLICE`` seconds), as if their deadline had
+        passed; later exchanges are not affected. Safe in a signal handler."""
+        self._generation += 1
 
     def close(self) -> None:
         self._http.close()
@@ -174,7 +184,7 @@ class ChatClient:
     def _exchange(self, body: dict[str, Any], until: float, left: float) -> _Reply:
         """One request, streamed, read up to the byte cap and the deadline."""
         cap = self.config.max_reply_bytes
-        self._until.value = until
+        self._until.value, self._until.generation = until, self._generation
         try:
             with self._http.stream(
                 "POST",
@@ -297,6 +307,10 @@ def _deadline_transport(
     return transport
 
 
+#: the longest one socket read waits before the deadline and a cancel are looked at again
+SLICE = 0.2
+
+
 def _clamp(timeout: float | None, deadline: Callable[[], float | None], what: str) -> float | None:
     until = deadline()
     if until is None:
@@ -304,7 +318,7 @@ def _clamp(timeout: float | None, deadline: Callable[[], float | None], what: st
     left = until - time.monotonic()
     if left <= 0:
         raise (httpcore.ConnectTimeout if what == "connect" else httpcore.ReadTimeout)(
-            "the decision deadline passed"
+            "the decision deadline passed" if left > float("-inf") else "cancelled"
         )
     return left if timeout is None else min(timeout, left)
 
@@ -315,7 +329,19 @@ class _DeadlineStream(httpcore.NetworkStream):
         self._deadline = deadline
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._stream.read(max_bytes, _clamp(timeout, self._deadline, "read"))
+        if self._deadline() is None:
+            return self._stream.read(max_bytes, timeout)
+        # in slices, so a cancel is seen within SLICE s; a timed-out read consumed nothing
+        ends = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if ends is None else ends - time.monotonic()
+            if left is not None and left <= 0:
+                raise httpcore.ReadTimeout("timed out")
+            step = _clamp(left, self._deadline, "read")
+            try:
+                return self._stream.read(max_bytes, SLICE if step is None else min(step, SLICE))
+            except httpcore.ReadTimeout:
+                continue
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._stream.write(buffer, _clamp(timeout, self._deadline, "write"))

@@ -7,7 +7,9 @@ Blocking work (an LLM call over HTTP) goes through :meth:`Clock.submit`:
   so a slow LLM never blocks perception events, timers or a stop;
 - :class:`VirtualClock` runs it at once while virtual time stands still, then delivers the
   result after the measured (or a configured) latency of virtual time. Runs are
-  deterministic and faster than real time, yet the LLM's latency is still felt.
+  deterministic and faster than real time, yet the LLM's latency is still felt. The work
+  runs on a helper thread while the loop waits for it, so :meth:`Clock.interrupt` (a stop
+  signal) ends the wait within ``POLL`` seconds instead of after the exchange.
 """
 
 from __future__ import annotations
@@ -20,9 +22,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, TypeVar
 
-__all__ = ["Clock", "Timer", "VirtualClock", "WallClock"]
+__all__ = ["Clock", "Interrupted", "Timer", "VirtualClock", "WallClock"]
 
 T = TypeVar("T")
+#: seconds between two looks at the interrupt flag while the virtual clock waits for work
+POLL = 0.05
+
+
+class Interrupted(Exception):
+    """Delivered to ``done`` for work the loop stopped waiting for (a stop signal came)."""
 
 
 class Timer:
@@ -59,6 +67,9 @@ class Clock(Protocol):
 
     def stop(self) -> None:
         """End ``run``; sticky, so a stop that comes before ``run`` still counts."""
+
+    def interrupt(self) -> None:
+        """Stop waiting for submitted work (a stop signal came); safe in a signal handler."""
 
 
 class _Loop:
@@ -105,9 +116,13 @@ class VirtualClock(_Loop):
     def __init__(self, start: float = 0.0) -> None:
         super().__init__()
         self._now = start
+        self._interrupted = threading.Event()
 
     def now(self) -> float:
         return self._now
+
+    def interrupt(self) -> None:
+        self._interrupted.set()
 
     def submit(
         self,
@@ -116,12 +131,27 @@ class VirtualClock(_Loop):
         latency: float | None = None,
     ) -> None:
         began = time.perf_counter()
-        result: T | BaseException
-        try:
-            result = work()
-        except Exception as exc:  # delivered to `done`, which decides
-            result = exc
+        box: list[T | BaseException] = []
+        finished = threading.Event()
+
+        def run() -> None:
+            try:
+                box.append(work())
+            except Exception as exc:  # delivered to `done`, which decides
+                box.append(exc)
+            finally:
+                finished.set()
+
+        if not self._interrupted.is_set():
+            threading.Thread(target=run, name="onboard-virtual-io", daemon=True).start()
+            while not finished.wait(POLL) and not self._interrupted.is_set():
+                pass
         took = time.perf_counter() - began
+        if finished.is_set() and box:
+            result = box[0]
+        else:
+            result = Interrupted("stopped while waiting for the LLM")
+            latency = 0.0
         delay = took if latency is None else latency
         self.call_later(delay, lambda: done(result, delay))
 
@@ -197,6 +227,9 @@ class WallClock(_Loop):
         with self._wake:
             self._stopped = True
             self._wake.notify()
+
+    def interrupt(self) -> None:
+        """Nothing to do: the loop never waits for submitted work."""
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
