@@ -356,11 +356,10 @@ class SkillRunner:
     ) -> str | None:
         if isinstance(result, BaseException):
             self.outcome.llm_failures += 1
-        if isinstance(result, OnboardError):
-            self.record("error", source="llm", purpose=purpose, id=seq, message=str(result))
-            return None
         if isinstance(result, BaseException):
-            self.record("error", source="llm", purpose=purpose, id=seq, message=repr(result))
+            message = str(result) if isinstance(result, OnboardError) else repr(result)
+            self.record("error", source="llm", purpose=purpose, id=seq, message=message,
+                        virtual_latency=round(took, 4))  # fmt: skip
             return None
         self.outcome.llm_replies += 1
         self.record(
