@@ -5,6 +5,7 @@ replays, and the API key is nowhere in what was written."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -167,3 +168,19 @@ def test_a_stop_signal_ends_the_episode_within_a_second(
     assert end["t"] < 1.5  # episode time: the stop came while the first exchange waited
     assert seconds < 0.5 + 1.0
     assert_written_without_the_key(robot, path)
+
+
+def test_a_long_reply_under_the_cap_is_never_mapped(
+    secret: str, robot_tmp: RobotConfig, skill: Skill, mapper: ActionMapper, tmp_path: Path
+) -> None:
+    robot = faulty_robot(robot_tmp)
+    path = tmp_path / "episode.jsonl"
+    long = json.dumps({"action": "Wait for the person, then approach. " * 3000})  # ~110 kB
+    assert len(long) < robot.llm.max_reply_bytes
+    with FaultServer(content=long) as server:
+        outcome, records = episode(robot, skill, mapper, server, path)
+    assert outcome.llm_replies >= 1
+    assert not [r for r in records if r["kind"] == "mapping"]
+    errors = [r for r in records if r["kind"] == "error" and "over 1000" in r["message"]]
+    assert errors
+    assert next(r for r in records if r["kind"] == "fallback")["why"] == "unusable LLM reply"
