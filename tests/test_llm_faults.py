@@ -5,6 +5,7 @@ the deadline, the budget refuses, and the key never comes back out."""
 from __future__ import annotations
 
 import email.utils
+import threading
 import time
 
 import pytest
@@ -149,3 +150,19 @@ def test_an_echoed_key_never_comes_back_out(mode: str, monkeypatch: pytest.Monke
         except LLMError as exc:
             text = str(exc)
     assert "***" in text and SECRET not in text
+
+
+@pytest.mark.parametrize(("mode", "retry"), [("hang", "1"), ("drip_body", "1"), ("503", "20")])
+def test_cancel_ends_the_exchange_in_flight_and_its_waits(mode: str, retry: str) -> None:
+    config = CONFIG.model_copy(update={"deadline": 30.0, "read_timeout": 60.0})
+    with (
+        FaultServer([mode], retry_after=retry, drip=0.05) as server,
+        ChatClient(config, base_url=server.base_url) as client,
+    ):
+        timer = threading.Timer(0.3, client.cancel)
+        timer.start()
+        error, took = timed(client)
+        timer.cancel()
+        assert isinstance(error, LLMTimeout)
+        assert took < 0.3 + 0.5
+        assert client.complete(MESSAGES).text  # a later exchange is not cancelled

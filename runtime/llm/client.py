@@ -146,8 +146,12 @@ class ChatClient:
         allowed = deadline if deadline is not None else self.config.deadline
         start = time.monotonic()
         until = start + allowed
+        generation = self._generation
         attempt, last = 0, "no attempt"
         while attempt <= self.config.retries:
+            if self._generation != generation:
+                last = "cancelled"
+                break
             left = until - time.monotonic()
             if left <= 0:
                 break
@@ -155,7 +159,7 @@ class ChatClient:
             attempt += 1
             wait: float | None = None
             try:
-                reply = self._exchange(body, until, left)
+                reply = self._exchange(body, until, left, generation)
             except httpx.TimeoutException:
                 last = "timed out"
             except httpx.TransportError as exc:
@@ -172,19 +176,27 @@ class ChatClient:
                 if wait is not None and wait > until - time.monotonic():
                     last += f", Retry-After {wait:g} s is past the deadline"
                     break
-            if wait is not None:
-                time.sleep(wait)
-            else:
-                self._backoff(attempt, until)
+            if wait is None:
+                wait = min(0.05 * 2**attempt, 1.0) * (0.5 + self._jitter.random())
+            self._sleep(min(wait, until - time.monotonic()), generation)
         raise LLMTimeout(
             f"LLM at {self.base_url}: no answer within {allowed:g} s "
             f"after {attempt} attempt(s) (last: {last})"
         )
 
-    def _exchange(self, body: dict[str, Any], until: float, left: float) -> _Reply:
+    def _sleep(self, seconds: float, generation: int) -> None:
+        """Sleep in slices, so a cancel ends the wait within SLICE s."""
+        ends = time.monotonic() + seconds
+        while self._generation == generation:
+            left = ends - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, SLICE))
+
+    def _exchange(self, body: dict[str, Any], until: float, left: float, generation: int) -> _Reply:
         """One request, streamed, read up to the byte cap and the deadline."""
         cap = self.config.max_reply_bytes
-        self._until.value, self._until.generation = until, self._generation
+        self._until.value, self._until.generation = until, generation
         try:
             with self._http.stream(
                 "POST",
@@ -209,7 +221,7 @@ class ChatClient:
                             f"LLM at {self.base_url}: reply over max_reply_bytes = {cap} "
                             f"(read {size} bytes)"
                         )
-                    if time.monotonic() > until:
+                    if time.monotonic() > until or self._generation != generation:
                         raise httpx.ReadTimeout("deadline passed mid-reply")
                     data += chunk
                 return _Reply(
@@ -221,10 +233,6 @@ class ChatClient:
                 )
         finally:
             self._until.value = None
-
-    def _backoff(self, attempt: int, until: float) -> None:
-        delay = min(0.05 * 2**attempt, 1.0) * (0.5 + self._jitter.random())
-        time.sleep(max(0.0, min(delay, until - time.monotonic())))
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ Blocking work (an LLM call over HTTP) goes through :meth:`Clock.submit`:
 - :class:`VirtualClock` runs it at once while virtual time stands still, then delivers the
   result after the measured (or a configured) latency of virtual time. Runs are
   deterministic and faster than real time, yet the LLM's latency is still felt. The work
-  runs on a helper thread while the loop waits for it, so :meth:`Clock.interrupt` (a stop
-  signal) ends the wait within ``POLL`` seconds instead of after the exchange.
+  blocks the loop thread, which is also the thread Python runs signal handlers on: a stop
+  signal's handler cancels the exchange in flight (``ChatClient.cancel``, seen within
+  ``client.SLICE`` seconds) and :meth:`Clock.interrupt` keeps later work from starting.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ from typing import Protocol, TypeVar
 __all__ = ["Clock", "Interrupted", "Timer", "VirtualClock", "WallClock"]
 
 T = TypeVar("T")
-#: seconds between two looks at the interrupt flag while the virtual clock waits for work
-POLL = 0.05
 
 
 class Interrupted(Exception):
@@ -69,7 +68,7 @@ class Clock(Protocol):
         """End ``run``; sticky, so a stop that comes before ``run`` still counts."""
 
     def interrupt(self) -> None:
-        """Stop waiting for submitted work (a stop signal came); safe in a signal handler."""
+        """A stop signal came: start no more submitted work; safe in a signal handler."""
 
 
 class _Loop:
@@ -131,27 +130,15 @@ class VirtualClock(_Loop):
         latency: float | None = None,
     ) -> None:
         began = time.perf_counter()
-        box: list[T | BaseException] = []
-        finished = threading.Event()
-
-        def run() -> None:
-            try:
-                box.append(work())
-            except Exception as exc:  # delivered to `done`, which decides
-                box.append(exc)
-            finally:
-                finished.set()
-
-        if not self._interrupted.is_set():
-            threading.Thread(target=run, name="onboard-virtual-io", daemon=True).start()
-            while not finished.wait(POLL) and not self._interrupted.is_set():
-                pass
-        took = time.perf_counter() - began
-        if finished.is_set() and box:
-            result = box[0]
+        result: T | BaseException
+        if self._interrupted.is_set():
+            result, latency = Interrupted("stopped before asking"), 0.0
         else:
-            result = Interrupted("stopped while waiting for the LLM")
-            latency = 0.0
+            try:
+                result = work()
+            except Exception as exc:  # delivered to `done`, which decides
+                result = exc
+        took = time.perf_counter() - began
         delay = took if latency is None else latency
         self.call_later(delay, lambda: done(result, delay))
 
