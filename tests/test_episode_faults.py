@@ -139,7 +139,7 @@ def test_an_echoed_key_is_scrubbed_from_the_recording_and_the_candidates(
 
 
 @pytest.mark.parametrize("clock", ["virtual", "wall"])
-@pytest.mark.parametrize("mode", ["hang", "drip_body"])
+@pytest.mark.parametrize("mode", [*SLOW, "503"])
 def test_a_stop_signal_ends_the_episode_within_a_second(
     mode: str,
     clock: str,
@@ -153,7 +153,8 @@ def test_a_stop_signal_ends_the_episode_within_a_second(
     robot = faulty_robot(robot_tmp, deadline=30.0, read_timeout=60.0)
     path = tmp_path / "episode.jsonl"
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
-    with FaultServer(after=mode, drip=0.05) as server:
+    # late: answers after 20 s; 503: asks to retry after 20 s, within the 30 s deadline
+    with FaultServer(after=mode, drip=0.05, late=20.0, retry_after="20") as server:
         began = time.monotonic()
         timer.start()
         try:
@@ -184,3 +185,20 @@ def test_a_long_reply_under_the_cap_is_never_mapped(
     errors = [r for r in records if r["kind"] == "error" and "over 1000" in r["message"]]
     assert errors
     assert next(r for r in records if r["kind"] == "fallback")["why"] == "unusable LLM reply"
+
+
+def test_the_budget_refuses_a_runaway_loop_and_the_refusal_replays(
+    secret: str, robot_tmp: RobotConfig, skill: Skill, mapper: ActionMapper, tmp_path: Path
+) -> None:
+    robot = faulty_robot(robot_tmp, requests_per_minute=2, breaker_failures=0)
+    path = tmp_path / "episode.jsonl"
+    with FaultServer() as server:
+        outcome, records = episode(robot, skill, mapper, server, path)
+        asked = len(server.requests)
+    assert asked == 2
+    refused = [r for r in records if r["kind"] == "error" and "not asked" in r.get("message", "")]
+    assert refused and "requests_per_minute = 2" in refused[0]["message"]
+    assert outcome.llm_replies == 2 and outcome.llm_failures == len(refused)
+    assert any(r["kind"] == "fallback" for r in records)
+    recorded, replayed = replay(path)
+    assert recorded == replayed
