@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,6 +24,7 @@ from onboard.hri.scenario import load_scenario
 from onboard.hri.session import EpisodeOptions, HttpAsk, run_episode
 from onboard.llm.client import ChatClient
 from onboard.loop.engine import Outcome
+from onboard.loop.exitcodes import ExitCode
 from onboard.loop.recorder import Recorder, read_recording
 from onboard.loop.skill import Skill
 from onboard.testing.fault_server import FaultServer
@@ -202,3 +205,48 @@ def test_the_budget_refuses_a_runaway_loop_and_the_refusal_replays(
     assert any(r["kind"] == "fallback" for r in records)
     recorded, replayed = replay(path)
     assert recorded == replayed
+
+
+@pytest.mark.parametrize(
+    ("sig", "code"), [(signal.SIGTERM, ExitCode.SIGTERM), (signal.SIGINT, ExitCode.SIGINT)]
+)
+def test_onboard_run_on_the_virtual_clock_stops_within_a_second(
+    sig: signal.Signals, code: ExitCode, tmp_path: Path
+) -> None:
+    """The reported fault: a dripping endpoint kept `onboard run --clock virtual` deaf to
+    SIGTERM and SIGINT until SIGKILL."""
+    text = (ROOT / "robot.toml").read_text(encoding="utf-8")
+    for old, new in [
+        ('skills = "skills"', f'skills = "{ROOT / "skills"}"'),
+        ('recordings = "recordings"', f'recordings = "{tmp_path / "recordings"}"'),
+    ]:
+        assert old in text
+        text = text.replace(old, new)
+    (tmp_path / "robot.toml").write_text(text, encoding="utf-8")
+    record = tmp_path / "run.jsonl"
+    with FaultServer(after="drip_headers", drip=0.5) as server:
+        command = [
+            str(Path(sys.executable).parent / "onboard"), "--robot", str(tmp_path / "robot.toml"),
+            "run", "engage", "--llm", server.base_url, "--clock", "virtual",
+            "--scenario", str(SCENARIO), "--record", str(record),
+        ]  # fmt: skip
+        process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            waited = time.monotonic() + 20.0
+            while not server.requests:  # the first exchange is dripping now
+                assert process.poll() is None, process.communicate()
+                assert time.monotonic() < waited, "onboard run did not ask"
+                time.sleep(0.05)
+            process.send_signal(sig)
+            began = time.monotonic()
+            _, err = process.communicate(timeout=10.0)
+            seconds = time.monotonic() - began
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert process.returncode == code, err
+    assert seconds < 1.0 + 0.5  # a second, and the interpreter's exit on a loaded machine
+    end = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()][-1]
+    assert end["kind"] == "end" and sig.name in end["reason"]
