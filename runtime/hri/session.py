@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from onboard.base.secrets import scrub
 from onboard.base.signals import on_stop_signals
 from onboard.catalog import load_robot_skill, make_mapper
 from onboard.config import RobotConfig
@@ -52,6 +53,10 @@ class HttpAsk:
         self, purpose: str, messages: Sequence[Message], schema: dict[str, Any] | None
     ) -> ChatResult:
         return self.client.complete(messages, schema)
+
+    def cancel(self) -> None:
+        """End the exchange in flight (the episode is over or a stop signal came)."""
+        self.client.cancel()
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,7 @@ def run_episode(
     """
     clock = make_clock(options.clock)
     recorder.use_clock(clock.now)
+    recorder.hide(robot.llm.api_key())
     recorder.write(
         "header",
         robot=robot.model_dump(mode="json"),
@@ -112,7 +118,11 @@ def run_episode(
             runner.observe(observation)
 
     world = SimWorld(scenario, robot.drivers.robot, clock, publish)
-    keep = partial(_keep_candidate, store, skill.name) if options.keep_candidates else None
+    keep = (
+        partial(_keep_candidate, store, skill.name, robot.llm.api_key())
+        if options.keep_candidates
+        else None
+    )
     runner = SkillRunner(
         skill,
         clock,
@@ -129,12 +139,18 @@ def run_episode(
         max_rounds=skill.max_rounds,
         on_candidate=keep,
         on_finish=lambda _: clock.stop(),
+        breaker_failures=robot.llm.breaker_failures,
+        breaker_cooldown=robot.llm.breaker_cooldown,
     )
     if on_runner is not None:
         on_runner(runner)
 
     def stop_on_signal(name: str) -> None:
+        # runs in the signal handler: post the stop, and stop waiting for the LLM (the virtual
+        # clock waits for it on the loop thread) so the stop runs within a second
         clock.post(lambda: runner.stop(f"{name} received", signal=name))
+        clock.interrupt()
+        _cancel(ask)
 
     with on_stop_signals(stop_on_signal, options.handle_signals):
         try:
@@ -145,13 +161,23 @@ def run_episode(
             if not runner.finished:
                 runner.stop(SCENARIO_ENDED if clock.now() >= scenario.end else "interrupted")
             world.close()
+            _cancel(ask)
             if isinstance(clock, WallClock):
                 clock.close()
     return runner.outcome
 
 
-def _keep_candidate(store: CandidateStore, skill: str, reply: str, situation: str) -> None:
-    store.add(skill, reply, situation)
+def _cancel(ask: Ask) -> None:
+    cancel = getattr(ask, "cancel", None)
+    if callable(cancel):
+        cancel()
+
+
+def _keep_candidate(
+    store: CandidateStore, skill: str, key: str | None, reply: str, situation: str
+) -> None:
+    """Keep an unmatched reply, the API key scrubbed from it (an endpoint may echo it)."""
+    store.add(skill, scrub(reply, [key]), scrub(situation, [key]))
 
 
 def judge(outcome: Outcome, scenario: Scenario) -> tuple[bool, str]:
