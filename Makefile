@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/decision_loop.py
 	$(BIN)/python bench/mapping_accuracy.py
 	$(BIN)/python bench/arm_drivers.py
+	$(BIN)/python bench/parsers.py
 	$(BIN)/python bench/detector.py
 
 ## Re-pin constraints.txt from the current virtualenv (after a deliberate upgrade).

@@ -48,6 +48,21 @@ class LLMConfig(_Strict):
     temperature: Annotated[float, Field(ge=0, le=2)] = 0.7
     max_tokens: Annotated[int, Field(gt=0)] = 160
     decoding: Literal["free", "constrained"] = "constrained"
+    max_reply_bytes: Annotated[
+        int, Field(ge=1024, description="bytes read per reply; more is a failed exchange")
+    ] = 262_144
+    breaker_failures: Annotated[
+        int, Field(ge=0, description="failed exchanges in a row that open the breaker; 0: off")
+    ] = 3
+    breaker_cooldown: Annotated[
+        float, Field(ge=0, description="episode-clock seconds the open breaker skips asking")
+    ] = 10.0
+    requests_per_minute: Annotated[
+        int | None, Field(gt=0, description="requests sent per minute; None: no limit")
+    ] = None
+    tokens_per_hour: Annotated[
+        int | None, Field(gt=0, description="prompt + completion tokens per hour; None: no limit")
+    ] = None
 
     @field_validator("base_url")
     @classmethod

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from onboard.loop.clock import VirtualClock, WallClock
+from onboard.loop.clock import Interrupted, VirtualClock, WallClock
 
 # ---------------------------------------------------------------------------- VirtualClock
 
@@ -285,3 +285,14 @@ def test_wall_submit_delivers_exceptions_to_done(wall: WallClock) -> None:
     [error] = delivered
     assert isinstance(error, ConnectionError)
     assert str(error) == "endpoint down"
+
+
+def test_virtual_interrupt_starts_no_more_work() -> None:
+    clock = VirtualClock()
+    ran: list[str] = []
+    got: list[object] = []
+    clock.interrupt()
+    clock.submit(lambda: ran.append("work"), lambda result, took: got.append(result))
+    clock.run(until=1.0)
+    assert ran == []
+    assert len(got) == 1 and isinstance(got[0], Interrupted)

@@ -42,12 +42,12 @@ from dataclasses import dataclass, field
 
 import serial
 
-from onboard.base.errors import ArmError, ArmTimeout, LinkLost
+from onboard.base.errors import ArmError, ArmTimeout, LinkLost, SafetyError
 from onboard.drivers.arm.base import ArmState, Pose
 from onboard.drivers.arm.config import GcodeArmConfig
 from onboard.drivers.device import Device
 
-__all__ = ["GcodeArm", "GcodeArmConfig", "parse_position"]
+__all__ = ["WORD_LIMITS", "GcodeArm", "GcodeArmConfig", "fixed", "parse_position", "word_range"]
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,42 @@ _MAX_LINE = 4096  # bytes: a longer "line" is noise
 _OK = re.compile(r"^ok(\s|$)", re.IGNORECASE)
 _ERROR = re.compile(r"^error\s*:?\s*(.*)$", re.IGNORECASE)
 _POSITION = re.compile(r"^X:\s*-?\d")
-_AXIS_VALUE = re.compile(r"([A-Z]):\s*(-?\d+(?:\.\d*)?)")
+_AXIS_VALUE = re.compile(r"([A-Z]):\s*(\S*)")
+_PLAIN = re.compile(r"-?(?:\d+\.?\d*|\.\d+)")
 _INFO = ("echo:", "//", "busy:", "start", "wait", "grbl", "marlin", "[")
+
+
+#: the values a G-code word may carry, both ways (the emulator refuses the rest with error:):
+#: millimetres, degrees, mm/min and deg/min, mm/s², seconds or ms; other letters: +-1e6
+WORD_LIMITS: dict[str, tuple[float, float]] = {
+    **dict.fromkeys("XYZ", (-10_000.0, 10_000.0)),
+    **dict.fromkeys("ABCUVWIJK", (-3_600.0, 3_600.0)),
+    "F": (1.0, 1e6),  # a feed rate is positive (and written in whole mm/min)
+    "S": (0.0, 1e6),  # accelerations, dwells, servo angles: never negative
+    "P": (0.0, 1e6),
+}
+_ANY = (-1e6, 1e6)
+
+
+def word_range(letter: str) -> tuple[float, float]:
+    """The range a word's value must lie in (inclusive)."""
+    return WORD_LIMITS.get(letter.upper(), _ANY)
+
+
+def fixed(letter: str, value: float, digits: int = 3) -> str:
+    """``letter`` and ``value`` as a G-code word, always a fixed-point decimal (never an
+    exponent, which firmware reads as its mantissa: X1e9 moves to X1). A value that is not
+    finite or out of :func:`word_range` raises SafetyError before anything is written."""
+    low, high = word_range(letter)
+    if not (math.isfinite(value) and low <= value <= high):
+        raise SafetyError(
+            f"GcodeArm: refusing to write {letter}{value!r}: {letter} must be a finite number "
+            f"in [{low:g}, {high:g}]"
+        )
+    text = f"{value:.{digits}f}"
+    if text.lstrip("-").strip("0.") == "":
+        text = text.lstrip("-")  # -0.000 is 0.000
+    return letter + text
 
 
 @dataclass
@@ -69,9 +103,15 @@ class _Pending:
 
 
 def parse_position(line: str) -> dict[str, float]:
-    """``"X:1.00 Y:2.00 Z:3.00 E:0.00 Count X:..."`` -> ``{"X": 1.0, "Y": 2.0, ...}``."""
+    """``"X:1.00 Y:2.00 Z:3.00 E:0.00 Count X:..."`` -> ``{"X": 1.0, "Y": 2.0, ...}``; a value
+    that is not a plain decimal (an exponent, nan) raises ArmError."""
     head = line.split("Count", 1)[0]
-    return {axis: float(value) for axis, value in _AXIS_VALUE.findall(head)}
+    position = {}
+    for axis, value in _AXIS_VALUE.findall(head):
+        if not (_PLAIN.fullmatch(value) and math.isfinite(float(value))):  # 1e9 is not 1
+            raise ArmError(f"GcodeArm: the position report has {axis}:{value[:20]!r}: {line!r}")
+        position[axis] = float(value)
+    return position
 
 
 class GcodeArm(Device):
@@ -174,7 +214,8 @@ class GcodeArm(Device):
     def move_to(self, pose: Pose, speed: float | None = None) -> None:
         feed = self._feed(speed)
         x, y, z = (round(v * 1000.0, 3) for v in pose.position())
-        line = f"G1 X{x:.3f} Y{y:.3f} Z{z:.3f} F{feed:.0f}"
+        words = [fixed(a, v) for a, v in zip("XYZ", (x, y, z), strict=True)]
+        line = f"G1 {' '.join(words)} {fixed('F', feed, 0)}"
         if not {"X", "Y", "Z"} <= self._position.keys() and self._motions == 0:
             self.state()  # where from, for the time the move may take
         distance = self._distance_mm((x, y, z))
@@ -191,7 +232,7 @@ class GcodeArm(Device):
             )
         degrees = [math.degrees(q) for q in joints]
         feed = self._joint_feed(speed)
-        words = " ".join(f"{a}{d:.3f}" for a, d in zip(axes, degrees, strict=False))
+        words = " ".join(fixed(a, d) for a, d in zip(axes, degrees, strict=False))
         used = axes[: len(joints)]
         if not set(used) <= self._position.keys() and self._motions == 0:
             self.state()  # where from, for the time the move may take
@@ -200,7 +241,8 @@ class GcodeArm(Device):
         )
         self._before_motion()
         timeout = self._motion_timeout(travel / feed)
-        self._run([f"G1 {words} F{feed:.0f}", "M400"], self.config.timeout, motion=timeout)
+        line = f"G1 {words} {fixed('F', feed, 0)}"
+        self._run([line, "M400"], self.config.timeout, motion=timeout)
 
     def grip(self, close: bool) -> None:
         code = self.config.grip_on if close else self.config.grip_off
@@ -272,7 +314,14 @@ class GcodeArm(Device):
         """Cap the acceleration (``linear`` in m/s²); ``joint`` is not in the dialect."""
         del joint
         if self.config.acceleration is not None:
-            self.command(self.config.acceleration.format(mm_s2=linear * 1000.0))
+            mm_s2 = linear * 1000.0
+            fixed("S", mm_s2)  # refuses a negative or non-finite one before it is written
+            if not mm_s2 > 0:
+                raise SafetyError(f"GcodeArm: acceleration {linear!r} m/s² must be positive")
+            line = self.config.acceleration.format(mm_s2=mm_s2)
+            if re.search(r"\d[eE][-+]?\d|nan|inf", line, re.IGNORECASE):
+                raise SafetyError(f"GcodeArm: {line!r} has a number in exponent form")
+            self.command(line)
 
     # -- lines and answers ----------------------------------------------------------------
 

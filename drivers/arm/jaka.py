@@ -43,124 +43,245 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from onboard.base.errors import ArmError, ArmTimeout, LinkLost
+from onboard.base.errors import ArmError, ArmTimeout, LinkLost, SafetyError
 from onboard.drivers.arm.base import ArmState, Pose
 from onboard.drivers.arm.config import JakaArmConfig
 from onboard.drivers.device import Device
 
-__all__ = ["Connector", "JakaArm", "JakaArmConfig", "JsonStream", "truthy"]
+__all__ = ["BadFrame", "Connector", "Frame", "JakaArm", "JakaArmConfig", "JsonStream", "truthy"]
 
 log = logging.getLogger(__name__)
 
 #: opens a TCP connection: ``(host, port), timeout -> socket``; tests may hand in their own
 Connector = Callable[[tuple[str, int], float], socket.socket]
 
-_MAX_OBJECT = 1 << 20  # bytes: a buffer this long without a whole object is noise
+MAX_FRAME = 64 * 1024  # bytes: a longer frame is refused (error) and skipped to a resync point
+MAX_DEPTH = 32  # nesting: deeper is refused before json.loads can recurse
+_MAX_STATUS = 1 << 20  # bytes: the status push is one large object; still bounded
+
+_TOP, _FRAME, _STRING, _SKIP = range(4)
+_OPEN_OBJECT, _OPEN_ARRAY, _SEPARATOR, _VALUE = range(4)  # the last token seen in a frame
+_TOP_STOP = re.compile(rb"[{\[\n]")
+_FRAME_STOP = re.compile(rb'[{}\[\]":,\n]')
+_STRING_STOP = re.compile(rb'["\\\n]')
+_SKIP_STOP = re.compile(rb"[{}\n]")
+_SPACE = b" \t\r\n"
+
+
+@dataclass(frozen=True)
+class BadFrame:
+    """A frame that is not a JSON object, or not one the splitter accepts: what was wrong."""
+
+    reason: str
+
+
+Frame = dict[str, Any] | BadFrame
 
 
 class JsonStream:
     """Splits a byte stream into JSON objects, with or without separators between them.
 
-    Noise is skipped and counted in :attr:`skipped`: bytes outside an object, an object that
-    does not parse, and a stray ``{`` that would swallow the objects after it (an unfinished
-    object is taken as noise once a whole object follows it at the top level).
+    One pass over each byte (linear time), tracking strings, nesting and the last token; no
+    frame is held past :data:`MAX_FRAME` bytes or nested past :data:`MAX_DEPTH`. What is not a
+    JSON object comes out of :meth:`frames` as a :class:`BadFrame` (and is counted in
+    :attr:`skipped`): bytes outside an object, an object that does not parse, a top-level
+    array or scalar, a number that overflows a float, an oversized or over-deep frame. After a
+    bad frame the stream resyncs at a line break or where a new object visibly begins (``{``
+    right after a value or a ``}``): a stray ``{`` cannot swallow the objects after it. With
+    ``lines=True`` (the emulator) a line break also ends an unfinished frame: commands are
+    one-line JSON. A raw line break inside a string is never JSON, so it always ends the frame.
     """
 
-    def __init__(self) -> None:
-        self._buffer = bytearray()
+    def __init__(
+        self, *, lines: bool = False, max_frame: int = MAX_FRAME, max_depth: int = MAX_DEPTH
+    ) -> None:
+        self.lines = lines
+        self.max_frame = max_frame
+        self.max_depth = max_depth
         self.skipped = 0
+        self._frame = bytearray()  # the current frame's bytes so far (or a noise run's)
+        self._mode = _TOP
+        self._stack = bytearray()  # open brackets of the current frame
+        self._last = _OPEN_OBJECT
+        self._escaped = False
+        self._noise = False  # a run of non-space bytes at the top level
+        self._closed = False  # skipping: a "}" was the last non-space byte
+
+    @property
+    def pending(self) -> int:
+        """Bytes held for the frame under way (at most ``max_frame`` between feeds)."""
+        return len(self._frame)
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
-        self._buffer += data
-        objects: list[dict[str, Any]] = []
-        while self._skip_to_object():
-            end = _object_end(self._buffer)
-            if end < 0 and not self._drop_unfinished():
-                break
-            if end < 0:
-                continue
-            value = _parse(bytes(self._buffer[:end]))
-            if value is None:  # not JSON: drop the "{" and look again from the next one
-                self.skipped += 1
-                del self._buffer[:1]
-                continue
-            objects.append(value)
-            del self._buffer[:end]
-        return objects
+        """The whole objects in ``data`` (and what came before it); the rest is skipped."""
+        return [f for f in self.frames(data) if isinstance(f, dict)]
 
-    def _skip_to_object(self) -> bool:
-        start = self._buffer.find(b"{")
-        noise = self._buffer if start < 0 else self._buffer[:start]
-        if noise.strip():
+    def frames(self, data: bytes) -> list[Frame]:
+        """Every frame that ``data`` completes, in order: objects and bad frames."""
+        out: list[Frame] = []
+        i, n = 0, len(data)
+        while i < n:
+            if self._mode == _TOP:
+                i = self._top(data, i, out)
+            elif self._mode == _STRING:
+                i = self._string(data, i, out)
+            elif self._mode == _FRAME:
+                i = self._in_frame(data, i, out)
+            else:
+                i = self._skip(data, i, out)
+        if self._mode == _TOP and self._noise:
+            self._bad(out, "not JSON: bytes outside an object")
+        elif self._mode in (_FRAME, _STRING) and len(self._frame) > self.max_frame:
+            self._bad(out, f"a frame longer than {self.max_frame} bytes")
+            self._mode, self._closed = _SKIP, False
+        return out
+
+    # -- states: each takes the position and returns where it stopped ---------------------
+
+    def _top(self, data: bytes, i: int, out: list[Frame]) -> int:
+        m = _TOP_STOP.search(data, i)
+        end = m.start() if m else len(data)
+        if data[i:end].strip():
+            self._noise = True
+        if m is None:
+            return end
+        if self._noise:
+            self._bad(out, "not JSON: bytes outside an object")
+        if data[end] != 0x0A:
+            self._begin()
+        return end + (data[end] == 0x0A)
+
+    def _begin(self) -> None:
+        self._mode, self._frame, self._stack = _FRAME, bytearray(), bytearray()
+        self._last = _SEPARATOR  # the opening bracket is a value where one may begin
+
+    def _in_frame(self, data: bytes, i: int, out: list[Frame]) -> int:
+        m = _FRAME_STOP.search(data, i)
+        end = m.start() if m else len(data)
+        if data[i:end].strip(_SPACE):
+            self._last = _VALUE  # a number, true, false, null (or junk json.loads refuses)
+        self._frame += data[i:end]
+        if m is None:
+            return end
+        byte = data[end]
+        if byte == 0x22:  # quote
+            self._frame.append(byte)
+            self._mode, self._escaped = _STRING, False
+            return end + 1
+        if byte == 0x0A:
+            if self.lines:
+                self._bad(out, "an unfinished frame at a line break")
+                self._mode = _TOP
+            return end + 1
+        if byte in b"{[":
+            if self._last == _VALUE:  # a new object after a value: the frame was unfinished
+                self._bad(out, "an unfinished frame before a new one")
+                self._begin()
+            elif self._last == _OPEN_OBJECT:  # "{{": not JSON; skip it
+                return self._abandon(out, "not JSON: a bracket where a key belongs", end)
+            if len(self._stack) >= self.max_depth:
+                return self._abandon(out, f"nested deeper than {self.max_depth}", end)
+            self._stack.append(byte)
+            self._last = _OPEN_OBJECT if byte == 0x7B else _OPEN_ARRAY
+        elif byte in b"}]":
+            if not self._stack or self._stack[-1] != byte - 2:  # "{" + 2 == "}", "[" + 2 == "]"
+                return self._abandon(out, "not JSON: mismatched brackets", end)
+            self._stack.pop()
+            self._last = _VALUE
+        else:  # ":" or ","
+            self._last = _SEPARATOR
+        self._frame.append(byte)
+        if not self._stack:
+            self._mode = _TOP
+            out.append(self._parse())
+        return end + 1
+
+    def _string(self, data: bytes, i: int, out: list[Frame]) -> int:
+        if self._escaped:
+            self._escaped = False
+            if data[i] == 0x0A:
+                return self._abandon(out, "not JSON: a line break in a string", i, skip=False)
+            self._frame.append(data[i])
+            return i + 1
+        m = _STRING_STOP.search(data, i)
+        end = m.start() if m else len(data)
+        self._frame += data[i:end]
+        if m is None:
+            return end
+        byte = data[end]
+        if byte == 0x0A:
+            return self._abandon(out, "not JSON: a line break in a string", end, skip=False)
+        self._frame.append(byte)
+        if byte == 0x5C:  # backslash
+            self._escaped = True
+        else:
+            self._mode, self._last = _FRAME, _VALUE
+        return end + 1
+
+    def _skip(self, data: bytes, i: int, out: list[Frame]) -> int:
+        m = _SKIP_STOP.search(data, i)
+        end = m.start() if m else len(data)
+        if data[i:end].strip(_SPACE):
+            self._closed = False
+        if m is None:
+            return end
+        byte = data[end]
+        if byte == 0x0A:
+            self._mode = _TOP
+        elif byte == 0x7B and self._closed:  # "}" then "{": the next object begins here
+            self._begin()
+            return end
+        else:
+            self._closed = byte == 0x7D
+        return end + 1
+
+    def _abandon(self, out: list[Frame], reason: str, at: int, *, skip: bool = True) -> int:
+        """The frame is bad: report it and skip to a resync point (or to the top level at a
+        line break, which is itself the resync point)."""
+        self._bad(out, reason)
+        self._frame, self._stack = bytearray(), bytearray()
+        self._mode, self._closed = (_SKIP, False) if skip else (_TOP, False)
+        return at + 1
+
+    def _bad(self, out: list[Frame], reason: str) -> None:
+        self.skipped += 1
+        self._noise = False
+        out.append(BadFrame(reason))
+
+    def _parse(self) -> Frame:
+        raw, self._frame = bytes(self._frame), bytearray()
+        if len(raw) > self.max_frame:
             self.skipped += 1
-        del self._buffer[: len(self._buffer) if start < 0 else start]
-        return start >= 0
-
-    def _drop_unfinished(self) -> bool:
-        """Drop the unfinished object at the start if it cannot be one; True if dropped."""
-        buffer = self._buffer
-        if len(buffer) > _MAX_OBJECT:
+            return BadFrame(f"a frame longer than {self.max_frame} bytes")
+        try:
+            value = json.loads(raw, parse_constant=_no_constant, parse_float=_float, parse_int=_int)
+        except ValueError as exc:  # UnicodeDecodeError included
             self.skipped += 1
-            del buffer[:1]
-            return True
-        later = buffer.find(b"{", 1)
-        while later > 0:
-            end = _object_end(buffer[later:])
-            rest = bytes(buffer[later + end :]).lstrip() if end > 0 else b""
-            # a whole object followed by another is at the top level; one at the end of the
-            # data may be nested in the unfinished one, unless that one is not JSON text
-            top_level = end > 0 and (
-                rest.startswith(b"{") or (not rest and not _is_text(bytes(buffer[:later])))
-            )
-            if top_level and _parse(bytes(buffer[later : later + end])) is not None:
-                self.skipped += 1
-                del buffer[:later]
-                return True
-            later = buffer.find(b"{", later + 1)
-        return False
+            return BadFrame(f"not JSON: {exc}")
+        if not isinstance(value, dict):
+            self.skipped += 1
+            return BadFrame(f"a command must be a JSON object, not {type(value).__name__}")
+        return value
 
 
-_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number")
 
 
-def _is_text(raw: bytes) -> bool:
-    """Could be (part of) JSON text: UTF-8 without control characters."""
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} does not fit in a float")
+    return value
+
+
+def _int(text: str) -> int:
+    value = int(text)  # Python refuses more than 4300 digits (ValueError)
     try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return _CONTROL.search(raw) is None
-
-
-def _parse(raw: bytes) -> dict[str, Any] | None:
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _object_end(buffer: bytearray) -> int:
-    """The end of the JSON object at the start of ``buffer``, or -1 if it is not whole yet."""
-    depth = 0
-    in_string = escaped = False
-    for i, byte in enumerate(buffer):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:  # quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte == 0x7B:  # {
-            depth += 1
-        elif byte == 0x7D:  # }
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return -1
+        float(value)
+    except OverflowError:
+        raise ValueError(f"{text[:40]}... does not fit in a float") from None
+    return value
 
 
 def truthy(value: object) -> bool:
@@ -400,7 +521,10 @@ class JakaArm(Device):
         name = str(message["cmdName"])
         waiter = _Waiter(name)
         self._check_link()
-        data = json.dumps(message, separators=(",", ":")).encode()
+        try:  # NaN and Infinity are not JSON: a controller would misread or refuse them
+            data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+        except ValueError as exc:
+            raise SafetyError(f"JakaArm: refusing to send {name} with a non-finite number") from exc
         try:
             with self._write_lock:
                 if motion:
@@ -529,7 +653,7 @@ class JakaArm(Device):
                     self.stray_replies += 1
 
     def _status_loop(self, sock: socket.socket) -> None:
-        stream = JsonStream()
+        stream = JsonStream(max_frame=_MAX_STATUS)
         while self._running.is_set():
             try:
                 data = sock.recv(65536)

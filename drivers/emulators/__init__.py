@@ -49,6 +49,7 @@ class BackendWorker:
         self._busy = False
         self._resumed = 0  # the generation the arm was last resumed for
         self._started = 0  # jobs begun, for wait_started()
+        self._current = 0  # the generation of the job under way
         self._closed = False
         self._errors: list[str] = []
         self._thread = threading.Thread(target=self._loop, name="backend-worker", daemon=True)
@@ -79,6 +80,15 @@ class BackendWorker:
         timeout. A test takes ``started`` before it sends a motion and waits for one more."""
         with self._cond:
             return self._cond.wait_for(lambda: self._started >= count, timeout)
+
+    def dwell(self, seconds: float) -> bool:
+        """Wait ``seconds`` inside a job, as a controller's G4 does, unless ``stop()`` (or
+        ``close()``) comes first; True if the whole dwell ran."""
+        with self._cond:
+            generation = self._current
+            return not self._cond.wait_for(
+                lambda: self._closed or self._generation != generation, max(0.0, seconds)
+            )
 
     @property
     def started(self) -> int:
@@ -125,6 +135,7 @@ class BackendWorker:
                     self.arm.resume()
                     self._resumed = generation
                 self._busy = True
+                self._current = generation
                 self._started += 1
                 self._cond.notify_all()
             try:

@@ -9,6 +9,12 @@ arrives and is not answered. A motion the backend could not do is reported as ``
 the next ``M400``. Errors are GRBL-style (``error:<msg>`` instead of ``ok``), or Marlin-style
 with ``error_then_ok`` (``Error:<msg>`` and then ``ok``).
 
+Hostile input is answered ``error:``, as GRBL does: a word whose number is not a plain finite
+decimal (``X1e9``, ``X nan``) or is out of :data:`~onboard.drivers.arm.gcode.WORD_LIMITS`
+(``M204 S-1``), a line longer than :data:`MAX_LINE` bytes, a dwell past :data:`MAX_DWELL`.
+A ``G4`` dwell waits in the planner and ends at once on ``M112``, ``M410`` or ctrl-x
+(0x18), which are acted on when read, however busy the planner is.
+
 Faults for tests: :meth:`inject_garbage`, :meth:`fail_next`, :meth:`mute`, :meth:`close_link`.
 To inject one while a motion runs, wait until the controller has begun it:
 ``emulator.worker.wait_started(started + 1, timeout)``. ``M112`` latches the backend arm's stop;
@@ -25,20 +31,38 @@ import queue
 import re
 import select
 import threading
-import time
 import tty
 from collections import deque
 from dataclasses import replace
 
 from onboard.drivers.arm.base import Arm, Pose
+from onboard.drivers.arm.gcode import word_range
 from onboard.drivers.emulators import BackendWorker, Job
 
-__all__ = ["GcodePtyEmulator"]
+__all__ = [
+    "MAX_DWELL",
+    "MAX_LINE",
+    "TOO_LONG",
+    "GcodePtyEmulator",
+    "LineReader",
+    "normalize",
+    "parse_line",
+]
 
 log = logging.getLogger(__name__)
 
-_WORD = re.compile(r"([A-Z])\s*([-+]?\d*\.?\d+)")
+_WORD = re.compile(r"([A-Z])\s*([^A-Z\s]*)")
+_DECIMAL = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)")
+_EXPONENT = re.compile(r"\d\.?E[-+]?\d")
 _POLL = 0.05
+MAX_LINE = 256  # bytes: a longer line is answered error: and skipped to its end
+MAX_DWELL = 600.0  # seconds: a longer G4 is refused
+_REALTIME_RESET = 0x18  # GRBL's ctrl-x: stop at once, on any byte boundary
+TOO_LONG = "\x00too long"  # what LineReader hands on for a line past MAX_LINE
+
+
+class _BadWord(ValueError):
+    """A word whose number is not a plain, finite decimal in range."""
 
 
 class GcodePtyEmulator:
@@ -57,10 +81,10 @@ class GcodePtyEmulator:
         error_then_ok: bool = False,
     ) -> None:
         self.arm = arm
-        self.grip_on = _normal(grip_on)
-        self.grip_off = _normal(grip_off)
+        self.grip_on = normalize(grip_on)
+        self.grip_off = normalize(grip_off)
         self.joint_axes = joint_axes
-        self.estop = _normal(estop)
+        self.estop = normalize(estop)
         self.orientation = orientation
         self.error_then_ok = error_then_ok
         self.worker = BackendWorker(arm, capacity=planner_size)
@@ -174,7 +198,7 @@ class GcodePtyEmulator:
         self._write("".join(line + "\n" for line in lines).encode())
 
     def _read_loop(self) -> None:
-        buffer = b""
+        reader = LineReader()
         while self._running.is_set():
             try:
                 ready, _, _ = select.select([self._master, self._wake[0]], [], [], _POLL)
@@ -183,23 +207,40 @@ class GcodePtyEmulator:
                 chunk = os.read(self._master, 4096) if ready else b""
             except (OSError, ValueError):
                 return
-            buffer += chunk
-            *lines, buffer = buffer.replace(b"\r", b"\n").split(b"\n")
-            for raw in lines:
-                self._on_line(raw.decode("ascii", errors="replace"))
+            # ctrl-x is acted on where it is read, never queued: the lines before it are
+            # cancelled, a line it cuts is dropped (as GRBL's soft reset clears its buffer)
+            for n, part in enumerate(chunk.split(bytes([_REALTIME_RESET]))):
+                if n:
+                    reader.clear()
+                    self._halt()
+                for line in reader.feed(part):
+                    if line == TOO_LONG:
+                        self._enqueue(TOO_LONG)
+                    else:
+                        self._on_line(line)
 
     def _on_line(self, raw: str) -> None:
-        line = _normal(raw)
+        line = normalize(raw)
         if not line:
             return
         if self._muted:
             self.dropped += 1
             return
         self.received.append(line)
-        if line == self.estop or line.split()[0] == self.estop:
-            self._estops += 1  # lines received before it are cancelled, not run
-            self.worker.stop()  # the emergency parser: acted on at once, never queued
-            return
+        head = line.split()[0]
+        estop = line == self.estop or head == self.estop
+        if estop or head == "M410":  # the emergency parser: acted on at once
+            self._halt()
+            if estop:  # never queued nor answered; M410 is answered in turn
+                return
+        self._enqueue(line)
+
+    def _halt(self) -> None:
+        """Stop now: lines received before are cancelled, not run; a dwell ends."""
+        self._estops += 1
+        self.worker.stop()
+
+    def _enqueue(self, line: str) -> None:
         self.lines_received += 1
         self.max_unanswered = max(self.max_unanswered, self.lines_received - self.lines_answered)
         self._lines.put((self._estops, line))
@@ -228,8 +269,12 @@ class GcodePtyEmulator:
     # -- the dialect ----------------------------------------------------------------------
 
     def _execute(self, line: str) -> list[str]:
-        head = line.split()[0]
-        words = {k: float(v) for k, v in _WORD.findall(line[len(head) :])}
+        if line == TOO_LONG:
+            return [f"error:line longer than {MAX_LINE} bytes"]
+        try:
+            head, words = parse_line(line)
+        except _BadWord as exc:
+            return [f"error:{exc}"]
         if line in (self.grip_on, self.grip_off):
             return self._queue(_grip(line == self.grip_on))
         if head in ("G0", "G00", "G1", "G01"):
@@ -238,8 +283,10 @@ class GcodePtyEmulator:
             return self._queue(_home)
         if head == "G4":
             seconds = words.get("S", words.get("P", 0.0) / 1000.0)
-            return self._queue(lambda arm: time.sleep(seconds))
-        if head in ("G21", "G90", "M999", "M17", "M84"):
+            if seconds > MAX_DWELL:
+                return [f"error:G4 dwell {seconds:g} s is longer than {MAX_DWELL:g} s"]
+            return self._queue(lambda arm: self._dwell(seconds))
+        if head in ("G21", "G90", "M999", "M17", "M84", "M410"):
             return ["ok"]
         if head == "M204":
             self._acceleration = words.get("S", words.get("P", self._acceleration))
@@ -251,6 +298,9 @@ class GcodePtyEmulator:
         if head in ("G20", "G91"):
             return [f"error:{head} is not supported: send G21 and G90 (mm, absolute)"]
         return [f"error:Unknown command: {line}"]
+
+    def _dwell(self, seconds: float) -> None:
+        self.worker.dwell(seconds)  # ended early by M112, M410 or ctrl-x
 
     def _queue(self, job: Job) -> list[str]:
         self.worker.submit(job)
@@ -284,13 +334,80 @@ class GcodePtyEmulator:
         return text + " Count X:0 Y:0 Z:0"
 
 
+class LineReader:
+    """Splits the bytes read from the link into lines in one pass, holding at most
+    :data:`MAX_LINE` bytes: a longer line comes out once as :data:`TOO_LONG` and the rest of
+    it is skipped. ``\\r`` ends a line as ``\\n`` does; ctrl-x bytes are dropped (the reader
+    acts on them first)."""
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
+        self.max_line = max_line
+        self._buffer = b""
+        self._discarding = False
+
+    @property
+    def pending(self) -> int:
+        """Bytes held for the line under way (at most ``max_line`` between feeds)."""
+        return len(self._buffer)
+
+    def clear(self) -> None:
+        """Drop the line under way (a reset)."""
+        self._buffer, self._discarding = b"", False
+
+    def feed(self, chunk: bytes) -> list[str]:
+        chunk = chunk.replace(bytes([_REALTIME_RESET]), b"").replace(b"\r", b"\n")
+        *raws, self._buffer = (self._buffer + chunk).split(b"\n")
+        lines = []
+        for raw in raws:
+            if self._discarding:  # the end of a line already answered as too long
+                self._discarding = False
+            elif len(raw) > self.max_line:
+                lines.append(TOO_LONG)
+            else:
+                lines.append(raw.decode("ascii", errors="replace"))
+        if len(self._buffer) > self.max_line and not self._discarding:
+            lines.append(TOO_LONG)  # answered now; the rest of the line is skipped
+            self._discarding = True
+        if self._discarding:
+            self._buffer = b""
+        return lines
+
+
+def parse_line(line: str) -> tuple[str, dict[str, float]]:
+    """A normalised line -> its head (``G1``) and words; raises ValueError for a bad word."""
+    head = line.split()[0]
+    return head, _words(line[len(head) :])
+
+
+def _words(text: str) -> dict[str, float]:
+    """``" X10 Y-2.5 F600"`` -> ``{"X": 10.0, ...}``; a word whose number is not a plain
+    finite decimal (an exponent, nan, inf, nothing), is out of range or repeated raises
+    _BadWord."""
+    if _EXPONENT.search(text):
+        raise _BadWord("a number in exponent form: write plain decimals")
+    if _WORD.sub("", text).strip():
+        raise _BadWord(f"not a G-code word: {text.strip()[:40]!r}")
+    words: dict[str, float] = {}
+    for letter, raw in _WORD.findall(text):
+        if not _DECIMAL.fullmatch(raw):
+            raise _BadWord(f"{letter} needs a plain decimal number, got {raw[:20]!r}")
+        value = float(raw)
+        low, high = word_range(letter)
+        if not (math.isfinite(value) and low <= value <= high):
+            raise _BadWord(f"{letter}{raw[:20]} is out of range [{low:g}, {high:g}]")
+        if letter in words:  # as GRBL: X0X10 is not X10
+            raise _BadWord(f"{letter} is given twice")
+        words[letter] = value
+    return words
+
+
 def _is_motion(line: str, emulator: GcodePtyEmulator) -> bool:
     head = line.split()[0]
     grips = (emulator.grip_on, emulator.grip_off)
     return head in ("G0", "G00", "G1", "G01", "G28", "G4") or line in grips
 
 
-def _normal(line: str) -> str:
+def normalize(line: str) -> str:
     """Upper case, comments (``;`` and ``( )``) and line numbers/checksums removed."""
     line = line.split(";", 1)[0]
     line = re.sub(r"\(.*?\)", "", line)

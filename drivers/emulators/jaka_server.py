@@ -8,6 +8,13 @@ Motions run in order on the backend arm in a worker thread and are answered when
 ``wait_complete`` is answered when they are done (or with the error of one that failed). The
 status port pushes the state as JSON at ``status_hz``.
 
+Hostile input is answered, never fatal: malformed JSON, a top-level value that is not an
+object (an array's inner commands are not run), numbers that overflow a float, frames nested
+past 32 or longer than 64 KB, a ``{`` left unfinished before the next command, a line break
+inside a frame: each gets ``errorCode "1"`` (see :class:`~onboard.drivers.arm.jaka.JsonStream`,
+one linear pass) and the connection reads on. More than :data:`MAX_WAITS` ``wait_complete``
+outstanding on one connection are refused (``"2"``): each would hold a thread.
+
 A command connection that drops stops the arm, as a lost link must.
 
 Faults for tests: :meth:`fail_next`, :meth:`mute`, :meth:`inject_garbage`, :meth:`drop_clients`.
@@ -31,15 +38,16 @@ from typing import Any
 
 from onboard.base.errors import OnboardError
 from onboard.drivers.arm.base import Arm, Pose
-from onboard.drivers.arm.jaka import JsonStream
+from onboard.drivers.arm.jaka import BadFrame, Frame, JsonStream
 from onboard.drivers.emulators import BackendWorker, Job
 
-__all__ = ["JakaServer"]
+__all__ = ["MAX_WAITS", "JakaServer"]
 
 log = logging.getLogger(__name__)
 
 Reply = dict[str, Any]
 _MOTIONS = ("joint_move", "end_move", "moveL")
+MAX_WAITS = 8  # wait_complete answers outstanding per connection; more are refused
 
 
 class _BadCommand(Exception):
@@ -175,7 +183,8 @@ class JakaServer:
             self._spawn(serve, sock)
 
     def _serve_commands(self, sock: socket.socket) -> None:
-        stream, lock = JsonStream(), threading.Lock()
+        stream, lock = JsonStream(lines=True), threading.Lock()
+        waits = threading.BoundedSemaphore(MAX_WAITS)
         while True:
             try:
                 data = sock.recv(65536)
@@ -183,8 +192,12 @@ class JakaServer:
                 data = b""
             if not data:
                 break
-            for command in stream.feed(data):
-                self._dispatch(sock, lock, command)
+            for frame in stream.frames(data):
+                try:
+                    self._dispatch(sock, lock, frame, waits)
+                except Exception:  # a bad command must never kill the connection
+                    log.exception("jaka emulator: %.200r failed", frame)
+                    self._send(sock, lock, _reply("", "2", "the controller failed"))
         self._forget(sock)
         if self._running.is_set():
             self.worker.stop()  # a lost command link stops the arm
@@ -208,18 +221,41 @@ class JakaServer:
         with contextlib.suppress(OSError):
             sock.close()
 
-    def _dispatch(self, sock: socket.socket, lock: threading.Lock, command: Reply) -> None:
+    def _send(self, sock: socket.socket, lock: threading.Lock, reply: Reply) -> None:
+        with lock, contextlib.suppress(OSError):
+            sock.sendall(json.dumps(reply).encode())
+
+    def _dispatch(
+        self,
+        sock: socket.socket,
+        lock: threading.Lock,
+        frame: Frame,
+        waits: threading.BoundedSemaphore,
+    ) -> None:
         if self._muted:
             return
+        if isinstance(frame, BadFrame):  # malformed, not an object, too big or too deep
+            self._send(sock, lock, _reply("", "1", frame.reason))
+            return
+        command = frame
         self.received.append(command)
         name = str(command.get("cmdName", ""))
 
         def send(reply: Reply) -> None:
-            with lock, contextlib.suppress(OSError):
-                sock.sendall(json.dumps(reply).encode())
+            self._send(sock, lock, reply)
 
         if name == "wait_complete":  # answered later, so this link stays free for stop
-            self._spawn(lambda: send(self._wait_complete()))
+            if not waits.acquire(blocking=False):  # a flood must not spawn a thread each
+                send(_reply(name, "2", f"more than {MAX_WAITS} wait_complete outstanding"))
+                return
+
+            def answer_when_done() -> None:
+                try:
+                    send(self._wait_complete())
+                finally:
+                    waits.release()
+
+            self._spawn(answer_when_done)
         else:
             send(self._answer(name, command))
 
@@ -366,9 +402,13 @@ def _tcp(pose: Pose) -> list[float]:
 
 def _number(command: Reply, key: str, default: float | None = None) -> float:
     value = command.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _BadCommand(f"{key} must be a number, got {value!r}")
-    return float(value)
+    try:
+        number = float(value) if isinstance(value, int | float) else math.nan
+    except OverflowError:  # an int too large for a float
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number):
+        raise _BadCommand(f"{key} must be a number, got {str(value)[:40]!r}")
+    return number
 
 
 def _numbers(command: Reply, key: str, length: int | None = None) -> list[float]:

@@ -13,7 +13,8 @@ translated at the boundary that meets them, with ``raise ... from exc``.
     ├── ModelError             a model file is missing or unreadable
     ├── LLMError               the LLM endpoint failed
     │   ├── LLMTimeout         ... past the decision deadline      (also a TimeoutError)
-    │   └── LLMReplyError      ... answered something unusable
+    │   ├── LLMReplyError      ... answered something unusable (or too much)
+    │   └── LLMRefused         ... not asked: the endpoint's budget is spent
     ├── DriverError            a driver refused or failed a command
     │   ├── ArmError           the arm refused or failed (controller error, bad reply)
     │   │   ├── ArmTimeout     ... did not answer in time          (also a TimeoutError)
@@ -43,6 +44,7 @@ __all__ = [
     "ConfigError",
     "DriverError",
     "LLMError",
+    "LLMRefused",
     "LLMReplyError",
     "LLMTimeout",
     "LinkLost",
@@ -114,6 +116,10 @@ class LLMTimeout(LLMError, TimeoutError):
 
 class LLMReplyError(LLMError):
     """The LLM answered, but nothing usable could be read from the answer."""
+
+
+class LLMRefused(LLMError):
+    """Not asked: the endpoint's request or token budget ([llm]) is spent."""
 
 
 class DriverError(OnboardError):

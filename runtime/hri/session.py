@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from onboard.base.errors import CandidateError, RecordingWriteError
+from onboard.base.secrets import scrub
 from onboard.base.signals import on_stop_signals
 from onboard.catalog import load_robot_skill, make_mapper
 from onboard.config import RobotConfig
@@ -54,6 +55,10 @@ class HttpAsk:
         self, purpose: str, messages: Sequence[Message], schema: dict[str, Any] | None
     ) -> ChatResult:
         return self.client.complete(messages, schema)
+
+    def cancel(self) -> None:
+        """End the exchange in flight (the episode is over or a stop signal came)."""
+        self.client.cancel()
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,7 @@ def run_episode(
     """
     clock = make_clock(options.clock)
     recorder.use_clock(clock.now)
+    recorder.hide(robot.llm.api_key())
     recorder.write(
         "header",
         robot=robot.model_dump(mode="json"),
@@ -116,7 +122,11 @@ def run_episode(
             runner.observe(observation)
 
     world = SimWorld(scenario, robot.drivers.robot, clock, publish)
-    keep = partial(_keep_candidate, store, skill.name) if options.keep_candidates else None
+    keep = (
+        partial(_keep_candidate, store, skill.name, robot.llm.api_key())
+        if options.keep_candidates
+        else None
+    )
     runner = SkillRunner(
         skill,
         clock,
@@ -133,6 +143,8 @@ def run_episode(
         max_rounds=skill.max_rounds,
         on_candidate=keep,
         on_finish=lambda _: clock.stop(),
+        breaker_failures=robot.llm.breaker_failures,
+        breaker_cooldown=robot.llm.breaker_cooldown,
     )
     if on_runner is not None:
         on_runner(runner)
@@ -143,7 +155,11 @@ def run_episode(
     recorder.on_fault = stop_on_fault
 
     def stop_on_signal(name: str) -> None:
+        # runs in the signal handler: post the stop, and stop waiting for the LLM (the virtual
+        # clock waits for it on the loop thread) so the stop runs within a second
         clock.post(lambda: runner.stop(f"{name} received", signal=name))
+        clock.interrupt()
+        _cancel(ask)
 
     with on_stop_signals(stop_on_signal, options.handle_signals):
         try:
@@ -154,6 +170,7 @@ def run_episode(
             if not runner.finished:
                 runner.stop(SCENARIO_ENDED if clock.now() >= scenario.end else "interrupted")
             world.close()
+            _cancel(ask)
             if isinstance(clock, WallClock):
                 clock.close()
     if recorder.fault is not None:  # the robot is stopped; what was written is kept
@@ -161,10 +178,19 @@ def run_episode(
     return runner.outcome
 
 
-def _keep_candidate(store: CandidateStore, skill: str, reply: str, situation: str) -> None:
-    """A candidate that cannot be kept (a full disk) is lost, not the episode: one line."""
+def _cancel(ask: Ask) -> None:
+    cancel = getattr(ask, "cancel", None)
+    if callable(cancel):
+        cancel()
+
+
+def _keep_candidate(
+    store: CandidateStore, skill: str, key: str | None, reply: str, situation: str
+) -> None:
+    """Keep an unmatched reply, the API key scrubbed from it (an endpoint may echo it); a
+    candidate that cannot be kept (a full disk) is lost, not the episode: one line."""
     try:
-        store.add(skill, reply, situation)
+        store.add(skill, scrub(reply, [key]), scrub(situation, [key]))
     except CandidateError as exc:
         print(f"onboard: warning: candidate not kept: {exc}", file=sys.stderr)
 

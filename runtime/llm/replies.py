@@ -84,6 +84,11 @@ def _load(candidate: str) -> object:
         return None
 
 
+#: the longest action text mapped; a longer one is an unusable reply (mapping time grows with
+#: the number of clauses, and a reply this long is no plan)
+MAX_ACTION_CHARS = 1000
+
+
 def reply_action(reply: dict[str, Any]) -> str:
     """The free-text action of a first-stage reply."""
     action = reply.get("action")
@@ -91,6 +96,10 @@ def reply_action(reply: dict[str, Any]) -> str:
         action = ", then ".join(str(a) for a in action)
     if not isinstance(action, str) or not action.strip():
         raise LLMReplyError(f"LLM reply has no usable 'action' (keys: {sorted(reply)})")
+    if len(action.strip()) > MAX_ACTION_CHARS:
+        raise LLMReplyError(
+            f"LLM reply's action is {len(action.strip())} characters, over {MAX_ACTION_CHARS}"
+        )
     return action.strip()
 
 

@@ -7,7 +7,10 @@ Blocking work (an LLM call over HTTP) goes through :meth:`Clock.submit`:
   so a slow LLM never blocks perception events, timers or a stop;
 - :class:`VirtualClock` runs it at once while virtual time stands still, then delivers the
   result after the measured (or a configured) latency of virtual time. Runs are
-  deterministic and faster than real time, yet the LLM's latency is still felt.
+  deterministic and faster than real time, yet the LLM's latency is still felt. The work
+  blocks the loop thread, which is also the thread Python runs signal handlers on: a stop
+  signal's handler cancels the exchange in flight (``ChatClient.cancel``, seen within
+  ``client.SLICE`` seconds) and :meth:`Clock.interrupt` keeps later work from starting.
 """
 
 from __future__ import annotations
@@ -20,9 +23,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, TypeVar
 
-__all__ = ["Clock", "Timer", "VirtualClock", "WallClock"]
+__all__ = ["Clock", "Interrupted", "Timer", "VirtualClock", "WallClock"]
 
 T = TypeVar("T")
+
+
+class Interrupted(Exception):
+    """Delivered to ``done`` for work the loop stopped waiting for (a stop signal came)."""
 
 
 class Timer:
@@ -59,6 +66,9 @@ class Clock(Protocol):
 
     def stop(self) -> None:
         """End ``run``; sticky, so a stop that comes before ``run`` still counts."""
+
+    def interrupt(self) -> None:
+        """A stop signal came: start no more submitted work; safe in a signal handler."""
 
 
 class _Loop:
@@ -105,9 +115,13 @@ class VirtualClock(_Loop):
     def __init__(self, start: float = 0.0) -> None:
         super().__init__()
         self._now = start
+        self._interrupted = threading.Event()
 
     def now(self) -> float:
         return self._now
+
+    def interrupt(self) -> None:
+        self._interrupted.set()
 
     def submit(
         self,
@@ -117,10 +131,13 @@ class VirtualClock(_Loop):
     ) -> None:
         began = time.perf_counter()
         result: T | BaseException
-        try:
-            result = work()
-        except Exception as exc:  # delivered to `done`, which decides
-            result = exc
+        if self._interrupted.is_set():
+            result, latency = Interrupted("stopped before asking"), 0.0
+        else:
+            try:
+                result = work()
+            except Exception as exc:  # delivered to `done`, which decides
+                result = exc
         took = time.perf_counter() - began
         delay = took if latency is None else latency
         self.call_later(delay, lambda: done(result, delay))
@@ -197,6 +214,9 @@ class WallClock(_Loop):
         with self._wake:
             self._stopped = True
             self._wake.notify()
+
+    def interrupt(self) -> None:
+        """Nothing to do: the loop never waits for submitted work."""
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -24,6 +24,13 @@ Every loop of the other papers (ReAd's refinement, ReplanVLM's corrections) coun
 rounds. A plan deferred behind a non-interruptible action is dropped when that action's
 verification fails: it was made before the failure was known.
 
+**Circuit breaker.** After ``breaker_failures`` failed exchanges in a row (errors, timeouts,
+refusals; an unusable reply is an answer), the runner stops asking for ``breaker_cooldown``
+seconds of the episode clock: each decision in that time is recorded as ``llm_skipped`` and
+the fallback runs (a second-stage question gets no answer). The first exchange after the
+cool-down is a trial: a failure opens the breaker again, a reply closes it. The state follows
+from the recorded exchanges and the episode clock alone, so a replay reproduces it.
+
 Everything runs in callbacks on the clock's loop; LLM calls go through ``clock.submit``.
 """
 
@@ -105,6 +112,8 @@ class Outcome:
     llm_requests: int = 0
     llm_replies: int = 0
     llm_failures: int = 0
+    #: exchanges not asked because the circuit breaker was open
+    llm_skipped: int = 0
 
 
 class _Model:
@@ -159,6 +168,8 @@ class SkillRunner:
         max_rounds: int = 1,
         on_candidate: Callable[[str, str], None] | None = None,
         on_finish: Callable[[Outcome], None] | None = None,
+        breaker_failures: int = 0,
+        breaker_cooldown: float = 0.0,
     ) -> None:
         self.skill = skill
         self.clock = clock
@@ -193,6 +204,10 @@ class SkillRunner:
         self._deferred: tuple[list[str], str | None, int] | None = None
         #: rounds spent by the decision whose actions are running (see the module docstring)
         self._rounds = 0
+        self.breaker_failures = breaker_failures
+        self.breaker_cooldown = breaker_cooldown
+        self._failed_in_row = 0
+        self._open_until: float | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -276,6 +291,17 @@ class SkillRunner:
         handle: Callable[[str | None, ChatResult | None], None],
     ) -> None:
         """Ask off the loop; ``handle`` gets the reply text (None when there is none)."""
+        if self._open_until is not None and self.clock.now() < self._open_until:
+            self.outcome.llm_skipped += 1
+            self.record("llm_skipped", purpose=purpose, reason=reason,
+                        until=round(self._open_until, 4), failures=self._failed_in_row)  # fmt: skip
+
+            def skipped() -> None:
+                if not self.finished:
+                    handle(None, None)
+
+            self.clock.post(skipped)
+            return
         self._request_seq += 1
         self.outcome.llm_requests += 1
         rid = self._request_seq
@@ -289,7 +315,9 @@ class SkillRunner:
         def done(result: ChatResult | BaseException, took: float) -> None:
             if not self.finished:
                 answered = result if isinstance(result, ChatResult) else None
-                handle(self._reply_text(purpose, rid, result, took), answered)
+                text = self._reply_text(purpose, rid, result, took)
+                self._breaker(answered is not None)
+                handle(text, answered)
 
         self.clock.submit(work, done, latency=latency)
 
@@ -328,11 +356,10 @@ class SkillRunner:
     ) -> str | None:
         if isinstance(result, BaseException):
             self.outcome.llm_failures += 1
-        if isinstance(result, OnboardError):
-            self.record("error", source="llm", purpose=purpose, id=seq, message=str(result))
-            return None
         if isinstance(result, BaseException):
-            self.record("error", source="llm", purpose=purpose, id=seq, message=repr(result))
+            message = str(result) if isinstance(result, OnboardError) else repr(result)
+            self.record("error", source="llm", purpose=purpose, id=seq, message=message,
+                        virtual_latency=round(took, 4))  # fmt: skip
             return None
         self.outcome.llm_replies += 1
         self.record(
@@ -347,6 +374,19 @@ class SkillRunner:
             completion_tokens=result.completion_tokens,
         )
         return result.text
+
+    def _breaker(self, answered: bool) -> None:
+        """Count failed exchanges in a row; open the breaker at ``breaker_failures``."""
+        if answered:
+            if self._open_until is not None:
+                self.record("breaker", state="closed", failures=self._failed_in_row)
+            self._failed_in_row, self._open_until = 0, None
+            return
+        self._failed_in_row += 1
+        if self.breaker_failures and self._failed_in_row >= self.breaker_failures:
+            self._open_until = self.clock.now() + self.breaker_cooldown
+            self.record("breaker", state="open", failures=self._failed_in_row,
+                        until=round(self._open_until, 4))  # fmt: skip
 
     def _no_match(self, mapping: MappingResult) -> None:
         situation = self._observation.situation()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from onboard.base.errors import RecordingError, RecordingWriteError
+from onboard.base.secrets import scrub
 
 __all__ = ["MemoryRecorder", "Recorder", "enforce_quota", "read_recording"]
 
@@ -34,6 +35,7 @@ class Recorder:
         self._seq = 0
         self._file: TextIO | None = None
         self.fault: RecordingWriteError | None = None
+        self._secrets: list[str] = []
         self.records: list[dict[str, Any]] = []
         if path is None:
             return
@@ -46,6 +48,8 @@ class Recorder:
     def write(self, kind: str, **fields: Any) -> None:
         record = {"seq": self._seq, "t": self._t(), "wall": round(time.time(), 3), "kind": kind}
         record.update(fields)
+        if self._secrets:
+            record = scrub(record, self._secrets)
         self._seq += 1
         self.records.append(record)
         if self._file is None:
@@ -69,6 +73,11 @@ class Recorder:
         )
         if self.on_fault is not None:
             self.on_fault(self.fault)
+
+    def hide(self, secret: str | None) -> None:
+        """Write ``***`` for ``secret`` (the API key) in every record from here on."""
+        if secret and secret not in self._secrets:
+            self._secrets.append(secret)
 
     def use_clock(self, now: Any) -> None:
         """Stamp records with ``now()`` (the episode's clock) from here on."""
