@@ -24,6 +24,7 @@ translated at the boundary that meets them, with ``raise ... from exc``.
     │       └── StaleFrame     ... no frame fresh enough             (also a TimeoutError)
     ├── RecordingError         a recording cannot be read or written
     │   ├── RecordingWriteError  ... a write failed mid-episode (disk full): the robot stopped
+    │   ├── IncompleteRecording  ... has no end record: its process was killed
     │   └── ReplayDivergence   a replay did not follow its recording
     ├── CandidateError         a bottom-up candidate cannot be found or added
     ├── CalibrationError       `onboard calibrate` cannot run as asked or store its result
@@ -43,6 +44,7 @@ __all__ = [
     "CandidateError",
     "ConfigError",
     "DriverError",
+    "IncompleteRecording",
     "LLMError",
     "LLMRefused",
     "LLMReplyError",
@@ -156,6 +158,10 @@ class RecordingError(OnboardError):
 
 class RecordingWriteError(RecordingError):
     """A recording could not be written to the end (a full disk): the episode was stopped."""
+
+
+class IncompleteRecording(RecordingError):
+    """A recording has a header but no end record: the process writing it was killed."""
 
 
 class ReplayDivergence(RecordingError):

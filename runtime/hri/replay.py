@@ -1,21 +1,27 @@
 """Replay a recorded episode offline: the LLM is answered from the recording.
 
 The episode is run again with the same skill, scenario and options on the virtual clock;
-each LLM request must equal the recorded one and gets the recorded reply after the
-recorded latency. The replay passes when it produces the same action sequence.
+each LLM request must equal the recorded one and gets the recorded reply (or error) after the
+recorded latency; a request the recording never answered (it was in flight when the episode
+ended) is never answered in the replay either. A stop signal is replayed at the time it was
+recorded. The replay passes when it produces the same action sequence. A recording with no
+end record (its process was killed) is an incomplete episode, not a replay.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from onboard.base.errors import LLMTimeout, RecordingError, ReplayDivergence
+from onboard.base.errors import IncompleteRecording, LLMTimeout, RecordingError, ReplayDivergence
 from onboard.config import RobotConfig
 from onboard.hri.scenario import Scenario
 from onboard.hri.session import EpisodeOptions, load_robot_skill, make_mapper, run_episode
 from onboard.llm.client import ChatResult, Message
+from onboard.loop.engine import SkillRunner
 from onboard.loop.recorder import MemoryRecorder, read_recording
 
 __all__ = ["ReplayAsk", "replay"]
@@ -41,7 +47,9 @@ class ReplayAsk:
         if self._next >= len(self._exchanges):
             return 0.0
         answer = self._exchanges[self._next][1]
-        return float(answer.get("virtual_latency", 0.0)) if answer else 0.0
+        if answer is None:  # in flight when the episode ended: it never arrives
+            return math.inf
+        return float(answer.get("virtual_latency", 0.0))
 
     def __call__(
         self, purpose: str, messages: Sequence[Message], schema: dict[str, Any] | None
@@ -104,8 +112,13 @@ def _replay(path: Path) -> tuple[list[str], list[str]]:
     records = list(read_recording(path))
     header = next((r for r in records if r["kind"] == "header"), None)
     end = next((r for r in reversed(records) if r["kind"] == "end"), None)
-    if header is None or end is None:
-        raise RecordingError(f"{path}: not a complete episode (no header or no end record)")
+    if header is None:
+        raise RecordingError(f"{path}: not an onboard recording (no header record)")
+    if end is None:
+        raise IncompleteRecording(
+            f"{path}: incomplete episode: no end record (its process was killed); the "
+            f"{len(records)} records written are intact and can be read, not replayed"
+        )
     robot = RobotConfig.model_validate(header["robot"]).model_copy(
         update={"root": Path(header["robot_root"])}
     )
@@ -121,7 +134,26 @@ def _replay(path: Path) -> tuple[list[str], list[str]]:
         keep_candidates=False,
     )
     outcome = run_episode(robot, skill, scenario, ask, make_mapper(robot, skill),
-                          MemoryRecorder(), options)  # fmt: skip
+                          MemoryRecorder(), options, on_runner=_stop_as_recorded(end))  # fmt: skip
     if ask.divergence:
         raise ReplayDivergence(ask.divergence)
     return [a for _, a in end["actions"]], [a for _, a in outcome.actions]
+
+
+_SIGNAL_REASON = re.compile(r"^(SIG[A-Z]+) received$")
+
+
+def _stop_as_recorded(end: dict[str, Any]) -> Callable[[SkillRunner], None] | None:
+    """Replay a signal's stop at the recorded time (recordings before the ``signal`` field
+    name it in the end reason)."""
+    reason = str(end.get("reason", ""))
+    named = _SIGNAL_REASON.match(reason)
+    signal = end.get("signal") or (named.group(1) if named else None)
+    if signal is None:
+        return None
+    at = float(end["t"])
+
+    def schedule(runner: SkillRunner) -> None:
+        runner.clock.call_at(at, lambda: runner.stop(reason, signal=str(signal)))
+
+    return schedule

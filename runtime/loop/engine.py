@@ -534,7 +534,8 @@ class SkillRunner:
 
     def _finish(self, finished: bool, reason: str) -> None:
         self.outcome.finished, self.outcome.reason = finished, reason
-        self.record("end", finished=finished, reason=reason,
+        stopped_by = {} if self.outcome.signal is None else {"signal": self.outcome.signal}
+        self.record("end", finished=finished, reason=reason, **stopped_by,
                     actions=[[round(t, 3), a] for t, a in self.outcome.actions])  # fmt: skip
         if self.on_finish is not None:
             self.on_finish(self.outcome)

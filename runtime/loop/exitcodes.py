@@ -14,6 +14,7 @@ from onboard.base.errors import (
     CandidateError,
     ConfigError,
     DriverError,
+    IncompleteRecording,
     LLMError,
     ModelError,
     OnboardError,
@@ -62,7 +63,8 @@ TABLE: dict[ExitCode, tuple[str, str]] = {
     ExitCode.INCOMPLETE: (
         "incomplete episode",
         "the episode ended without a verdict: a driver fault, the fallback timed out, or its"
-        " recording could not be written (a full disk; the robot was stopped)",
+        " recording could not be written (a full disk; the robot was stopped); `replay`: the"
+        " recording has no end record (its process was killed)",
     ),
     ExitCode.INTERNAL_ERROR: (
         "internal error",
@@ -82,7 +84,7 @@ def for_error(exc: OnboardError) -> ExitCode:
     """The exit code of an error that ended a command before it could finish."""
     if isinstance(exc, ReplayDivergence):
         return ExitCode.TASK_FAILED
-    if isinstance(exc, RecordingWriteError):
+    if isinstance(exc, RecordingWriteError | IncompleteRecording):
         return ExitCode.INCOMPLETE
     if isinstance(
         exc,
