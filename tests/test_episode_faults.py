@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_cli import robot_copy
 
 from onboard.config import RobotConfig
 from onboard.grounding.mapping import ActionMapper
@@ -215,14 +216,7 @@ def test_onboard_run_on_the_virtual_clock_stops_within_a_second(
 ) -> None:
     """The reported fault: a dripping endpoint kept `onboard run --clock virtual` deaf to
     SIGTERM and SIGINT until SIGKILL."""
-    text = (ROOT / "robot.toml").read_text(encoding="utf-8")
-    for old, new in [
-        ('skills = "skills"', f'skills = "{ROOT / "skills"}"'),
-        ('recordings = "recordings"', f'recordings = "{tmp_path / "recordings"}"'),
-    ]:
-        assert old in text
-        text = text.replace(old, new)
-    (tmp_path / "robot.toml").write_text(text, encoding="utf-8")
+    robot_copy(tmp_path)
     record = tmp_path / "run.jsonl"
     with FaultServer(after="drip_headers", drip=0.5) as server:
         command = [

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_cli import robot_copy
 
 from onboard.config import RobotConfig
 from onboard.grounding.mapping import ActionMapper
@@ -150,20 +151,6 @@ def test_a_slow_llm_blocks_neither_perception_nor_the_end(
 
 
 # -- SIGTERM to `onboard run` ------------------------------------------------------------------
-
-
-def robot_copy(tmp_path: Path) -> Path:
-    """robot.toml with the repository's skills (the shipped model), recording into tmp_path."""
-    text = (ROOT / "robot.toml").read_text(encoding="utf-8")
-    for old, new in [
-        ('skills = "skills"', f'skills = "{ROOT / "skills"}"'),
-        ('recordings = "recordings"', f'recordings = "{tmp_path / "recordings"}"'),
-    ]:
-        assert old in text
-        text = text.replace(old, new)
-    path = tmp_path / "robot.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 @dataclass
