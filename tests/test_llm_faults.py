@@ -38,7 +38,8 @@ def test_a_dripping_or_hanging_server_is_cut_off_at_the_deadline(mode: str) -> N
     ):
         error, took = timed(client)
     assert isinstance(error, LLMTimeout)
-    assert 0.9 <= took < 1.6
+    # the fault alone would hold the exchange far longer; the bound leaves a loaded machine slack
+    assert 0.9 <= took < 4.0
 
 
 def test_a_late_answer_past_the_deadline_times_out() -> None:
@@ -47,7 +48,7 @@ def test_a_late_answer_past_the_deadline_times_out() -> None:
         ChatClient(CONFIG, base_url=server.base_url) as client,
     ):
         error, took = timed(client)
-    assert isinstance(error, LLMTimeout) and took < 1.6
+    assert isinstance(error, LLMTimeout) and took < 2.8  # the answer comes at 3 s
 
 
 def test_a_huge_reply_is_a_failed_exchange_naming_its_size() -> None:
@@ -60,7 +61,7 @@ def test_a_huge_reply_is_a_failed_exchange_naming_its_size() -> None:
         assert len(server.requests) == 1  # not retried
     assert isinstance(error, LLMReplyError)
     assert "max_reply_bytes = 65536" in str(error) and "read" in str(error)
-    assert took < 2.0
+    assert took < 4.5  # the size ended it, not the 5 s deadline
 
 
 def test_a_reset_is_retried_and_then_answered() -> None:
@@ -103,7 +104,7 @@ def test_retry_after_past_the_deadline_fails_at_once(status: str) -> None:
         error, took = timed(client)
         assert len(server.requests) == 1
     assert isinstance(error, LLMTimeout) and "Retry-After 30 s" in str(error)
-    assert took < 0.5
+    assert took < 0.9  # at once: not after waiting out the 1 s deadline
 
 
 def test_retry_after_reads_seconds_and_http_dates() -> None:
@@ -164,5 +165,5 @@ def test_cancel_ends_the_exchange_in_flight_and_its_waits(mode: str, retry: str)
         error, took = timed(client)
         timer.cancel()
         assert isinstance(error, LLMTimeout)
-        assert took < 0.3 + 0.5
+        assert took < 0.3 + 4.0  # the 30 s deadline did not end it
         assert client.complete(MESSAGES).text  # a later exchange is not cancelled
