@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,48 @@ def onboard(*args: str | Path, cwd: Path = ROOT, timeout: float = 60.0) -> Resul
         check=False,
     )
     return Result(done.returncode, done.stdout, done.stderr, time.monotonic() - began)
+
+
+@dataclass
+class Signalled(Result):
+    #: time.time() when the signal was sent (records' "wall" is on that clock)
+    signalled_at: float
+
+
+def signal_when(
+    *args: str | Path,
+    ready: Callable[[], bool],
+    cwd: Path,
+    sig: signal.Signals = signal.SIGTERM,
+    waiting_for: str = "the episode to start",
+) -> Signalled:
+    """Start `onboard ARGS`, wait (bounded) until ``ready()``, send ``sig``, wait for the exit;
+    ``seconds`` runs from the signal to the exit."""
+    process = subprocess.Popen(
+        [str(ONBOARD), *map(str, args)],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20.0
+        while not ready():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, f"onboard {args[0]}: no sign of {waiting_for}"
+            time.sleep(0.05)
+        signalled_at = time.time()
+        process.send_signal(sig)
+        began = time.monotonic()
+        out, err = process.communicate(timeout=10.0)
+        seconds = time.monotonic() - began
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    return Signalled(process.returncode, out, err, seconds, signalled_at)
+
+
+def started(record: Path) -> Callable[[], bool]:
+    """The recording shows the episode running (the signal handlers are installed by then)."""
+    return lambda: record.exists() and '"kind": "start"' in record.read_text(encoding="utf-8")
 
 
 def one_line_error(result: Result) -> str:

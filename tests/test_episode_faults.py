@@ -8,15 +8,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli import robot_copy
+from test_cli import robot_copy, signal_when
 
 from onboard.config import RobotConfig
 from onboard.grounding.mapping import ActionMapper
@@ -218,31 +216,15 @@ def test_onboard_run_on_the_virtual_clock_stops_within_a_second(
 ) -> None:
     """The reported fault: a dripping endpoint kept `onboard run --clock virtual` deaf to
     SIGTERM and SIGINT until SIGKILL."""
-    robot_copy(tmp_path)
     record = tmp_path / "run.jsonl"
     with FaultServer(after="drip_headers", drip=0.5) as server:
-        command = [
-            str(Path(sys.executable).parent / "onboard"), "--robot", str(tmp_path / "robot.toml"),
-            "run", "engage", "--llm", server.base_url, "--clock", "virtual",
-            "--scenario", str(SCENARIO), "--record", str(record),
-        ]  # fmt: skip
-        process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)  # fmt: skip
-        try:
-            waited = time.monotonic() + 20.0
-            while not server.requests:  # the first exchange is dripping now
-                assert process.poll() is None, process.communicate()
-                assert time.monotonic() < waited, "onboard run did not ask"
-                time.sleep(0.05)
-            process.send_signal(sig)
-            began = time.monotonic()
-            _, err = process.communicate(timeout=10.0)
-            seconds = time.monotonic() - began
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
-    assert process.returncode == code, err
-    assert seconds < 6.0  # well under a second here; the drip alone never ends
+        run = signal_when(
+            "--robot", robot_copy(tmp_path), "run", "engage", "--llm", server.base_url,
+            "--clock", "virtual", "--scenario", SCENARIO, "--record", record,
+            ready=lambda: bool(server.requests),  # the first exchange is dripping now
+            cwd=tmp_path, sig=sig, waiting_for="an LLM request",
+        )  # fmt: skip
+    assert run.code == code, run.err
+    assert run.seconds < 6.0  # well under a second here; the drip alone never ends
     end = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()][-1]
     assert end["kind"] == "end" and sig.name in end["reason"]

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import json
 import math
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from test_cli import ONBOARD, ROOT, onboard, one_line_error, robot_copy
+from test_cli import ROOT, onboard, one_line_error, robot_copy, signal_when, started
 
 from onboard.hri.replay import ReplayAsk
 from onboard.loop.exitcodes import ExitCode
@@ -26,25 +23,13 @@ def stopped(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp_path = tmp_path_factory.mktemp("stopped")
     record = tmp_path / "run.jsonl"
     with StandInServer(seed=0, noise=0.0, format_noise=0.0) as standin:
-        process = subprocess.Popen(
-            [str(ONBOARD), "--robot", str(robot_copy(tmp_path)), "run", "engage",
-             "--llm", standin.base_url, "--clock", "wall", "--record", str(record),
-             "--scenario", str(ROOT / "skills" / "scenarios" / "person-object.toml")],
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        run = signal_when(
+            "--robot", robot_copy(tmp_path), "run", "engage", "--llm", standin.base_url,
+            "--clock", "wall", "--record", record,
+            "--scenario", ROOT / "skills" / "scenarios" / "person-object.toml",
+            ready=started(record), cwd=tmp_path,
         )  # fmt: skip
-        try:
-            deadline = time.monotonic() + BOUND
-            while not (record.exists() and '"kind": "start"' in record.read_text()):
-                assert process.poll() is None, process.communicate()
-                assert time.monotonic() < deadline, "onboard run did not start"
-                time.sleep(0.05)
-            process.send_signal(signal.SIGTERM)
-            process.communicate(timeout=BOUND)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
-    assert process.returncode == ExitCode.SIGTERM
+    assert run.code == ExitCode.SIGTERM, run.err
     return record
 
 

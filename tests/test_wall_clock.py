@@ -4,17 +4,14 @@ and a real ``onboard run`` process stopped with SIGTERM."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli import robot_copy
+from test_cli import Signalled, robot_copy, signal_when, started
 
 from onboard.config import RobotConfig
 from onboard.grounding.mapping import ActionMapper
@@ -155,56 +152,30 @@ def test_a_slow_llm_blocks_neither_perception_nor_the_end(
 
 @dataclass
 class Terminated:
-    returncode: int
-    seconds_to_exit: float
-    stdout: str
-    stderr: str
+    run: Signalled
     records: list[dict[str, Any]]
-    started_at_wall: float
-    signalled_at_wall: float
 
 
 @pytest.fixture(scope="module")
-def terminated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Terminated]:
+def terminated(tmp_path_factory: pytest.TempPathFactory) -> Terminated:
+    """`onboard run` on the wall clock, SIGTERM sent once the episode (its approach, 5 s of
+    wall time) has started."""
     tmp_path = tmp_path_factory.mktemp("sigterm")
     record = tmp_path / "run.jsonl"
     with StandInServer(seed=0, noise=0.0, format_noise=0.0) as standin:
-        command = [
-            str(ONBOARD), "--robot", str(robot_copy(tmp_path)), "run", "engage",
-            "--llm", standin.base_url, "--clock", "wall",
-            "--scenario", str(ROOT / "skills" / "scenarios" / "person-object.toml"),
-            "--record", str(record),
-        ]  # fmt: skip
-        process = subprocess.Popen(
-            command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        try:
-            deadline = time.monotonic() + 20.0
-            # wait until the episode runs (the signal handlers are installed by then)
-            while not (record.exists() and '"kind": "start"' in record.read_text()):
-                assert process.poll() is None, process.communicate()
-                assert time.monotonic() < deadline, "onboard run did not start"
-                time.sleep(0.05)
-            started = time.time()
-            # the approach has begun (it takes 5 s of wall time): stop the robot during it
-            assert process.poll() is None, "onboard run ended before the signal"
-            signalled = time.time()
-            process.send_signal(signal.SIGTERM)
-            began = time.monotonic()
-            stdout, stderr = process.communicate(timeout=10.0)
-            seconds = time.monotonic() - began
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+        run = signal_when(
+            "--robot", robot_copy(tmp_path), "run", "engage", "--llm", standin.base_url,
+            "--clock", "wall", "--scenario", ROOT / "skills" / "scenarios" / "person-object.toml",
+            "--record", record, ready=started(record), cwd=tmp_path,
+        )  # fmt: skip
     records = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
-    yield Terminated(process.returncode, seconds, stdout, stderr, records, started, signalled)
+    return Terminated(run, records)
 
 
 def test_sigterm_stops_the_run_and_exits_143(terminated: Terminated) -> None:
-    assert terminated.returncode == ExitCode.SIGTERM == 143, terminated.stderr
-    assert "Traceback" not in terminated.stderr
-    assert "exit 143: stopped by signal" in terminated.stdout
+    assert terminated.run.code == ExitCode.SIGTERM == 143, terminated.run.err
+    assert "Traceback" not in terminated.run.err
+    assert "exit 143: stopped by signal" in terminated.run.out
 
 
 def test_sigterm_is_recorded_as_the_end(terminated: Terminated) -> None:
@@ -215,11 +186,11 @@ def test_sigterm_is_recorded_as_the_end(terminated: Terminated) -> None:
     # stopped during the approach (the person is 4 m away: it takes 5 s)
     assert [a for _, a in end["actions"]] == ["approach"]
     assert end["t"] < 5.0
-    assert end["wall"] >= terminated.signalled_at_wall - 0.01
+    assert end["wall"] >= terminated.run.signalled_at - 0.01
     assert not any(r["kind"] == "speech" for r in terminated.records)
-    assert "said nothing" in terminated.stdout and "recorded:" in terminated.stdout
+    assert "said nothing" in terminated.run.out and "recorded:" in terminated.run.out
 
 
 def test_sigterm_verdict_names_the_signal(terminated: Terminated) -> None:
-    verdict = next(line for line in terminated.stdout.splitlines() if line.startswith("failure"))
+    verdict = next(line for line in terminated.run.out.splitlines() if line.startswith("failure"))
     assert "SIGTERM" in verdict or "interrupted" in verdict or "stopped" in verdict
