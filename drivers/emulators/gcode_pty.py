@@ -23,21 +23,14 @@ the next motion received after it resumes the arm (``M999`` is accepted and does
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import math
-import os
-import queue
-import re
-import select
-import threading
-import tty
 from collections import deque
 from dataclasses import replace
 
 from onboard.drivers.arm.base import Arm, Pose
-from onboard.drivers.arm.gcode import word_range
-from onboard.drivers.emulators import BackendWorker, Job
+from onboard.drivers.emulators import Job
+from onboard.drivers.emulators.gcode_lines import BadWord, normalize, parse_line
+from onboard.drivers.emulators.pty_controller import MAX_LINE, TOO_LONG, LineReader, PtyController
 
 __all__ = [
     "MAX_DWELL",
@@ -49,24 +42,14 @@ __all__ = [
     "parse_line",
 ]
 
-log = logging.getLogger(__name__)
-
-_WORD = re.compile(r"([A-Z])\s*([^A-Z\s]*)")
-_DECIMAL = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)")
-_EXPONENT = re.compile(r"\d\.?E[-+]?\d")
-_POLL = 0.05
-MAX_LINE = 256  # bytes: a longer line is answered error: and skipped to its end
 MAX_DWELL = 600.0  # seconds: a longer G4 is refused
 _REALTIME_RESET = 0x18  # GRBL's ctrl-x: stop at once, on any byte boundary
-TOO_LONG = "\x00too long"  # what LineReader hands on for a line past MAX_LINE
 
 
-class _BadWord(ValueError):
-    """A word whose number is not a plain, finite decimal in range."""
-
-
-class GcodePtyEmulator:
+class GcodePtyEmulator(PtyController):
     """A G-code controller on a pty, driving ``arm``."""
+
+    realtime = frozenset({_REALTIME_RESET})
 
     def __init__(
         self,
@@ -80,160 +63,38 @@ class GcodePtyEmulator:
         orientation: tuple[float, float, float] | None = None,
         error_then_ok: bool = False,
     ) -> None:
-        self.arm = arm
+        super().__init__(arm, planner_size=planner_size)
         self.grip_on = normalize(grip_on)
         self.grip_off = normalize(grip_off)
         self.joint_axes = joint_axes
         self.estop = normalize(estop)
         self.orientation = orientation
         self.error_then_ok = error_then_ok
-        self.worker = BackendWorker(arm, capacity=planner_size)
-        self.received: deque[str] = deque(maxlen=1000)
-        self.lines_received = 0
-        self.lines_answered = 0
-        self.max_unanswered = 0
-        self.dropped = 0
-        self._master = -1
-        self._slave = -1
-        self._wake = (-1, -1)
-        self._closed = False
-        self._path = ""
-        self._lines: queue.Queue[tuple[int, str] | None] = queue.Queue()
         self._estops = 0
-        self._write_lock = threading.Lock()
-        self._running = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._fail_next: str | None = None
-        self._muted = False
         self._acceleration = 0.0
+        self._stamps: deque[int] = deque()  # the stop count when each queued line came
 
-    def __enter__(self) -> GcodePtyEmulator:
-        self.start()
-        return self
+    def error_lines(self, message: str) -> list[str]:
+        if self.error_then_ok:
+            return [f"Error:{message}", "ok"]
+        return [f"error:{message}"]
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def on_realtime(self, byte: int) -> None:
+        # ctrl-x is acted on where it is read, never queued: the lines before it are
+        # cancelled, a line it cuts is dropped (as GRBL's soft reset clears its buffer)
+        self._halt()
 
-    @property
-    def path(self) -> str:
-        """The slave side to open: ``serial.serial_for_url(emulator.path, ...)``."""
-        if not self._path:
-            raise RuntimeError("GcodePtyEmulator: not started: call start() first")
-        return self._path
-
-    def start(self) -> GcodePtyEmulator:
-        self._master, self._slave = os.openpty()
-        self._wake = os.pipe()
-        tty.setraw(self._slave)  # no echo, no line editing, until a driver configures it
-        self._path = os.ttyname(self._slave)
-        self._running.set()
-        for target, name in ((self._read_loop, "gcode-pty-read"), (self._serve, "gcode-pty")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
-        return self
-
-    def close(self) -> None:
-        """Stop answering, stop the arm, close the pty."""
-        if self._closed:
-            return
-        self._closed = True
-        self._shutdown()
-        self.worker.stop()
-        self.worker.close()
-        for fd in self._wake:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    # -- faults ---------------------------------------------------------------------------
-
-    def inject_garbage(self, data: bytes = b"\x00\xfe#%&garbled*line@\xff\n") -> None:
-        """Write a line of noise to the driver now, as a flaky cable would."""
-        self._write(data)
-
-    def fail_next(self, message: str = "Printer halted: simulated fault") -> None:
-        """Answer the next command with ``error:<message>`` instead of running it."""
-        self._fail_next = message
-
-    def mute(self, on: bool = True) -> None:
-        """Stop answering (and acting on) anything, as a hung controller would."""
-        self._muted = on
-
-    def close_link(self) -> None:
-        """Drop the link: the pty goes away (nothing more is answered), then the arm stops."""
-        self._shutdown()
-        self.worker.stop()
-
-    def _shutdown(self) -> None:
-        self._running.clear()
-        self._lines.put(None)
-        with contextlib.suppress(OSError):
-            os.write(self._wake[1], b"x")
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout=2.0)
-        self._threads.clear()
-        self._close_fds()
-
-    # -- the pty --------------------------------------------------------------------------
-
-    def _close_fds(self) -> None:
-        with self._write_lock:
-            for fd in (self._master, self._slave):
-                if fd >= 0:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-            self._master = self._slave = -1
-
-    def _write(self, data: bytes) -> None:
-        with self._write_lock:
-            if self._master >= 0:
-                with contextlib.suppress(OSError):
-                    os.write(self._master, data)
-
-    def _reply(self, *lines: str) -> None:
-        if self.error_then_ok and lines and lines[-1].startswith("error:"):
-            lines = (*lines[:-1], "Error:" + lines[-1][len("error:") :], "ok")
-        self.lines_answered += 1  # before the write: the driver may answer it at once
-        self._write("".join(line + "\n" for line in lines).encode())
-
-    def _read_loop(self) -> None:
-        reader = LineReader()
-        while self._running.is_set():
-            try:
-                ready, _, _ = select.select([self._master, self._wake[0]], [], [], _POLL)
-                if self._wake[0] in ready:
-                    return
-                chunk = os.read(self._master, 4096) if ready else b""
-            except (OSError, ValueError):
-                return
-            # ctrl-x is acted on where it is read, never queued: the lines before it are
-            # cancelled, a line it cuts is dropped (as GRBL's soft reset clears its buffer)
-            for n, part in enumerate(chunk.split(bytes([_REALTIME_RESET]))):
-                if n:
-                    reader.clear()
-                    self._halt()
-                for line in reader.feed(part):
-                    if line == TOO_LONG:
-                        self._enqueue(TOO_LONG)
-                    else:
-                        self._on_line(line)
-
-    def _on_line(self, raw: str) -> None:
+    def on_line(self, raw: str) -> bool:
         line = normalize(raw)
         if not line:
-            return
-        if self._muted:
-            self.dropped += 1
-            return
-        self.received.append(line)
+            return False
         head = line.split()[0]
         estop = line == self.estop or head == self.estop
         if estop or head == "M410":  # the emergency parser: acted on at once
             self._halt()
             if estop:  # never queued nor answered; M410 is answered in turn
-                return
-        self._enqueue(line)
+                return False
+        return True
 
     def _halt(self) -> None:
         """Stop now: lines received before are cancelled, not run; a dwell ends."""
@@ -241,30 +102,18 @@ class GcodePtyEmulator:
         self.worker.stop()
 
     def _enqueue(self, line: str) -> None:
-        self.lines_received += 1
-        self.max_unanswered = max(self.max_unanswered, self.lines_received - self.lines_answered)
-        self._lines.put((self._estops, line))
+        self._stamps.append(self._estops)
+        super()._enqueue(line)
 
-    def _serve(self) -> None:
-        while True:
-            item = self._lines.get()
-            if item is None or not self._running.is_set():
-                return
-            estops, line = item
-            if self._muted:
-                continue
-            if estops != self._estops and _is_motion(line, self):
-                self._reply("ok")  # cancelled by M112: answered, not run
-                continue
-            if self._fail_next is not None:
-                message, self._fail_next = self._fail_next, None
-                self._reply(f"error:{message}")
-                continue
-            try:
-                self._reply(*self._execute(line))
-            except Exception as exc:  # a bad line must never kill the controller
-                log.exception("gcode emulator: %r failed", line)
-                self._reply(f"error:{type(exc).__name__}: {exc}")
+    def execute(self, raw: str) -> list[str]:
+        estops = self._stamps.popleft()
+        line = raw if raw == TOO_LONG else normalize(raw)
+        if estops != self._estops and _is_motion(line, self):
+            return ["ok"]  # cancelled by M112: answered, not run
+        answer = self._execute(line)
+        if answer and answer[-1].startswith("error:"):
+            return self.error_lines(answer[-1][len("error:") :])
+        return answer
 
     # -- the dialect ----------------------------------------------------------------------
 
@@ -273,7 +122,7 @@ class GcodePtyEmulator:
             return [f"error:line longer than {MAX_LINE} bytes"]
         try:
             head, words = parse_line(line)
-        except _BadWord as exc:
+        except BadWord as exc:
             return [f"error:{exc}"]
         if line in (self.grip_on, self.grip_off):
             return self._queue(_grip(line == self.grip_on))
@@ -303,7 +152,7 @@ class GcodePtyEmulator:
         self.worker.dwell(seconds)  # ended early by M112, M410 or ctrl-x
 
     def _queue(self, job: Job) -> list[str]:
-        self.worker.submit(job)
+        self.queue_job(job)
         return ["ok"]
 
     def _move(self, words: dict[str, float]) -> list[str]:
@@ -319,9 +168,8 @@ class GcodePtyEmulator:
         return self._queue(_linear_move(cartesian, feed, self.orientation))
 
     def _sync(self) -> list[str]:
-        while not self.worker.wait_idle(_POLL):
-            if not self._running.is_set():
-                return []
+        if not self.wait_idle():
+            return []
         error = self.worker.take_error()
         return [f"error:{error}"] if error else ["ok"]
 
@@ -334,86 +182,10 @@ class GcodePtyEmulator:
         return text + " Count X:0 Y:0 Z:0"
 
 
-class LineReader:
-    """Splits the bytes read from the link into lines in one pass, holding at most
-    :data:`MAX_LINE` bytes: a longer line comes out once as :data:`TOO_LONG` and the rest of
-    it is skipped. ``\\r`` ends a line as ``\\n`` does; ctrl-x bytes are dropped (the reader
-    acts on them first)."""
-
-    def __init__(self, max_line: int = MAX_LINE) -> None:
-        self.max_line = max_line
-        self._buffer = b""
-        self._discarding = False
-
-    @property
-    def pending(self) -> int:
-        """Bytes held for the line under way (at most ``max_line`` between feeds)."""
-        return len(self._buffer)
-
-    def clear(self) -> None:
-        """Drop the line under way (a reset)."""
-        self._buffer, self._discarding = b"", False
-
-    def feed(self, chunk: bytes) -> list[str]:
-        chunk = chunk.replace(bytes([_REALTIME_RESET]), b"").replace(b"\r", b"\n")
-        *raws, self._buffer = (self._buffer + chunk).split(b"\n")
-        lines = []
-        for raw in raws:
-            if self._discarding:  # the end of a line already answered as too long
-                self._discarding = False
-            elif len(raw) > self.max_line:
-                lines.append(TOO_LONG)
-            else:
-                lines.append(raw.decode("ascii", errors="replace"))
-        if len(self._buffer) > self.max_line and not self._discarding:
-            lines.append(TOO_LONG)  # answered now; the rest of the line is skipped
-            self._discarding = True
-        if self._discarding:
-            self._buffer = b""
-        return lines
-
-
-def parse_line(line: str) -> tuple[str, dict[str, float]]:
-    """A normalised line -> its head (``G1``) and words; raises ValueError for a bad word."""
-    head = line.split()[0]
-    return head, _words(line[len(head) :])
-
-
-def _words(text: str) -> dict[str, float]:
-    """``" X10 Y-2.5 F600"`` -> ``{"X": 10.0, ...}``; a word whose number is not a plain
-    finite decimal (an exponent, nan, inf, nothing), is out of range or repeated raises
-    _BadWord."""
-    if _EXPONENT.search(text):
-        raise _BadWord("a number in exponent form: write plain decimals")
-    if _WORD.sub("", text).strip():
-        raise _BadWord(f"not a G-code word: {text.strip()[:40]!r}")
-    words: dict[str, float] = {}
-    for letter, raw in _WORD.findall(text):
-        if not _DECIMAL.fullmatch(raw):
-            raise _BadWord(f"{letter} needs a plain decimal number, got {raw[:20]!r}")
-        value = float(raw)
-        low, high = word_range(letter)
-        if not (math.isfinite(value) and low <= value <= high):
-            raise _BadWord(f"{letter}{raw[:20]} is out of range [{low:g}, {high:g}]")
-        if letter in words:  # as GRBL: X0X10 is not X10
-            raise _BadWord(f"{letter} is given twice")
-        words[letter] = value
-    return words
-
-
 def _is_motion(line: str, emulator: GcodePtyEmulator) -> bool:
     head = line.split()[0]
     grips = (emulator.grip_on, emulator.grip_off)
     return head in ("G0", "G00", "G1", "G01", "G28", "G4") or line in grips
-
-
-def normalize(line: str) -> str:
-    """Upper case, comments (``;`` and ``( )``) and line numbers/checksums removed."""
-    line = line.split(";", 1)[0]
-    line = re.sub(r"\(.*?\)", "", line)
-    line = line.split("*", 1)[0]
-    line = re.sub(r"^\s*N\d+\s+", "", line.upper())
-    return " ".join(line.split())
 
 
 def _home(arm: Arm) -> None:
