@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DEV_SET = ROOT.parent / "shared" / "eval" / "engage-mapping-dev.jsonl"
 HELDOUT_SET = ROOT / "bench" / "data" / "engage-mapping-heldout.jsonl"
+#: written apart from everything else, by a writer who saw only the action texts (BRIEF.md)
+HELDOUT_V2 = ROOT / "bench" / "data" / "heldout-v2"
+HELDOUT_V2_SET = HELDOUT_V2 / "engage-mapping.jsonl"
 
 
 def robot_and_skill(name: str = "engage") -> tuple[RobotConfig, Skill]:

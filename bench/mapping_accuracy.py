@@ -2,9 +2,11 @@
 
     python bench/mapping_accuracy.py
 
-Two labelled sets (the shared dev set, and the held-out set in bench/data), and the stand-in
-LLM's own paraphrases (StandInPolicy without noise), whose intended actions are known.
-Held-out misses are counted, never listed: the set measures the mapping, it is not for tuning.
+Three labelled sets (the shared dev set; the first held-out set in bench/data; held-out v2,
+bench/data/heldout-v2, written by someone who saw only the action texts, which the goal is
+judged on), and the stand-in LLM's own paraphrases (StandInPolicy without noise), whose
+intended actions are known. Held-out misses are counted, never listed: the sets measure the
+mapping, they are not for tuning.
 Replies refused as near ties (runtime/grounding/mapping.py, ``[mapping] near_tie``) are counted too.
 """
 
@@ -19,6 +21,7 @@ from typing import Any
 from _common import (
     DEV_SET,
     HELDOUT_SET,
+    HELDOUT_V2_SET,
     environment,
     first_stage_prompts,
     pct,
@@ -41,7 +44,7 @@ from onboard.testing.standin_policy import (
     primary_intent,
 )
 
-GOAL_EXACT = 0.95  # in-set exact-sequence accuracy on the held-out set
+GOAL_EXACT = 0.95  # in-set exact-sequence accuracy on held-out v2
 GOAL_OUT_OF_SET = 1 / 6  # at most this share of out-of-set replies accepted
 STANDIN_REQUESTS = 300
 NEAR_TIES = (Refusal.NEAR_TIE, Refusal.NEAR_THRESHOLD, Refusal.NEAR_MARGIN)
@@ -123,39 +126,36 @@ def _share(pair: list[int]) -> str:
 
 
 def tables(results: dict[str, Any]) -> list[Table]:
-    dev, held = results["dev"], results["heldout"]
+    sets = [results["dev"], results["heldout"], results["heldout_v2"]]
     out = Table(title="Mapping accuracy (Engage): replies -> action sequences")
     out.add_column("metric")
-    for name in (f"dev ({dev['rows']})", f"held-out ({held['rows']})", "goal"):
-        out.add_column(name, justify="right")
+    for name, s in zip(("dev", "held-out v1", "held-out v2"), sets, strict=True):
+        out.add_column(f"{name} ({s['rows']})", justify="right")
+    out.add_column("goal (v2)", justify="right")
     out.add_column("met / missed")
 
     def ok(pair: list[int], goal: float, at_most: bool) -> bool:
         share = pair[0] / pair[1]
         return share <= goal if at_most else share >= goal
 
-    exact = [ok(s["in_set"], GOAL_EXACT, False) for s in (dev, held)]
-    outside = [ok(s["out_of_set_accepted"], GOAL_OUT_OF_SET, True) for s in (dev, held)]
+    v2 = sets[2]
     out.add_row(
         "in-set exact sequence",
-        _share(dev["in_set"]),
-        _share(held["in_set"]),
-        f">= {GOAL_EXACT:.0%} (held-out)",
-        f"held-out {verdict(exact[1])}",
+        *(_share(s["in_set"]) for s in sets),
+        f">= {GOAL_EXACT:.0%}",
+        verdict(ok(v2["in_set"], GOAL_EXACT, False)),
     )
-    out.add_row("  single action", _share(dev["single"]), _share(held["single"]), "", "")
-    out.add_row("  multi-action", _share(dev["multi"]), _share(held["multi"]), "", "")
+    out.add_row("  single action", *(_share(s["single"]) for s in sets), "", "")
+    out.add_row("  multi-action", *(_share(s["multi"]) for s in sets), "", "")
     out.add_row(
         "out-of-set accepted",
-        _share(dev["out_of_set_accepted"]),
-        _share(held["out_of_set_accepted"]),
+        *(_share(s["out_of_set_accepted"]) for s in sets),
         "<= 1 in 6",
-        f"dev {verdict(outside[0])}, held-out {verdict(outside[1])}",
+        verdict(ok(v2["out_of_set_accepted"], GOAL_OUT_OF_SET, True)),
     )
     out.add_row(
         "refused as a near tie",
-        _share(dev["refused_near_tie"]),
-        _share(held["refused_near_tie"]),
+        *(_share(s["refused_near_tie"]) for s in sets),
         f"band {results['mapping']['near_tie']}",
         "",
     )
@@ -176,6 +176,7 @@ def tables(results: dict[str, Any]) -> list[Table]:
         for c in stand["confusions"][:12]:
             confusion.add_row(c["intent"], c["mapped"], str(c["count"]), c["example"])
         found.append(confusion)
+    dev = sets[0]
     if dev["misses"]:
         misses = Table(title="Dev-set misses (held-out misses are counted only)")
         for name in ("reply", "expected", "mapped to"):
@@ -194,15 +195,16 @@ def main() -> int:
     began = time.perf_counter()
     robot, skill = robot_and_skill()
     mapper = make_mapper(robot, skill)
-    heldout = score_set(mapper, HELDOUT_SET)
     results = {
         "environment": environment(),
         "mapping": robot.mapping.model_dump(),
         "dev": score_set(mapper, DEV_SET),
-        "heldout": {k: v for k, v in heldout.items() if k != "misses"},
         "standin": standin_paraphrases(mapper, STANDIN_REQUESTS),
     }
-    results["heldout"]["misses"] = len(heldout["misses"])
+    for key, path in (("heldout", HELDOUT_SET), ("heldout_v2", HELDOUT_V2_SET)):
+        scored = score_set(mapper, path)
+        results[key] = {k: v for k, v in scored.items() if k != "misses"}
+        results[key]["misses"] = len(scored["misses"])
     results["wall_seconds"] = round(time.perf_counter() - began, 1)
     console = Console(width=max(Console().width, 160))
     for table in tables(results):
