@@ -169,23 +169,25 @@ def test_jaka_emulator_survives_an_int_that_overflows_inside_a_command(
     client.until_probe()
 
 
-def test_jaka_emulator_bounds_outstanding_wait_complete(
-    server: JakaServer, client: Client, backend: SimArm
-) -> None:
-    busy = server.worker.started
-    assert server.worker.submit(lambda arm: server.worker.dwell(10 * BOUND), timeout=BOUND)
-    require(server.worker.wait_started(busy + 1, BOUND), "the controller is busy")
-    try:
-        client.send(b'{"cmdName":"wait_complete"}' * (MAX_WAITS + 12))
-        refused = [client.next_reply() for _ in range(12)]  # at once: the others wait
-        assert all(r["errorCode"] == "2" and "outstanding" in r["errorMsg"] for r in refused)
-        client.send(b'{"cmdName":"stop_program"}')  # ends the busy job...
-        replies = [client.next_reply() for _ in range(MAX_WAITS + 1)]  # ...and the waits
-        names = sorted(r["cmdName"] for r in replies)
-        assert names == ["stop_program"] + ["wait_complete"] * MAX_WAITS
-        assert all(r["errorCode"] == "0" for r in replies)
-    finally:
-        backend.resume()  # the stop latched the twin's arm, shared with later tests
+def test_jaka_emulator_bounds_outstanding_wait_complete(backend: SimArm) -> None:
+    # as older firmware, each wait_complete is answered when the motions are done: held back
+    with JakaServer(backend, port=0, status_port=0, wait_complete="done") as blocking:
+        client = Client(blocking)
+        busy = blocking.worker.started
+        assert blocking.worker.submit(lambda arm: blocking.worker.dwell(10 * BOUND), timeout=BOUND)
+        require(blocking.worker.wait_started(busy + 1, BOUND), "the controller is busy")
+        try:
+            client.send(b'{"cmdName":"wait_complete"}' * (MAX_WAITS + 12))
+            refused = [client.next_reply() for _ in range(12)]  # at once: the others wait
+            assert all(r["errorCode"] == "2" and "outstanding" in r["errorMsg"] for r in refused)
+            client.send(b'{"cmdName":"stop_program"}')  # ends the busy job...
+            replies = [client.next_reply() for _ in range(MAX_WAITS + 1)]  # ...and the waits
+            names = sorted(r["cmdName"] for r in replies)
+            assert names == ["stop_program"] + ["wait_complete"] * MAX_WAITS
+            assert all(r["errorCode"] == "0" for r in replies)
+        finally:
+            client.close()
+            backend.resume()  # the stop latched the twin's arm, shared with later tests
 
 
 FRAGMENTS = st.sampled_from(

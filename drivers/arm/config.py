@@ -80,10 +80,36 @@ class JakaArmConfig(BaseModel):
     joint_accel: Annotated[float, Field(gt=0, description="rad/s²")] = 1.5
     home_joints: tuple[float, ...] | None = Field(default=None, description="radians, for home()")
     grip_io_type: Annotated[int, Field(ge=0, le=6, description="0 cabinet, 1 tool, 2 ext")] = 1
-    grip_index: Annotated[int, Field(ge=0)] = 0
+    grip_index: Annotated[int, Field(ge=0, description="the gripper's output, 0 = the first")] = 0
+    grip_index_base: Literal[0, 1] = Field(
+        default=0,
+        description="the index set_digital_output gives the first output: firmware differs",
+    )
     grip_close_value: Literal[0, 1] = 1
     grip_settle: Annotated[float, Field(ge=0, description="seconds to let the grip act")] = 0.5
     status_max_age: Annotated[float, Field(gt=0, description="seconds a status push is used")] = 0.5
+    completion: Literal["inpos", "poll", "wait_complete"] = Field(
+        default="inpos",
+        description="how a motion's end is seen: inpos on the status stream (polls where the "
+        "stream has none), polled positions, or wait_complete (firmware where it blocks)",
+    )
+    power_on_timeout: Annotated[
+        float, Field(gt=0, description="seconds to wait for get_robot_state to show power/enable")
+    ] = 30.0
+    poll_interval: Annotated[
+        float, Field(gt=0, description="seconds between get_robot_state or position polls")
+    ] = 0.05
+    reach_tolerance: Annotated[
+        float, Field(gt=0, description="m: a move that ends farther from its target raises")
+    ] = 0.005
+    joint_tolerance: Annotated[
+        float, Field(gt=0, description="rad: a joint move that ends farther raises")
+    ] = 0.01
+    request_status_fields: bool = Field(
+        default=False,
+        description="on connect, ask the controller to push inpos and the positions on the "
+        "status port (setOptionalInfoConfig; a persistent controller setting)",
+    )
 
 
 class SimArmConfig(BaseModel):

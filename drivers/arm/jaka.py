@@ -1,25 +1,43 @@
 """A JAKA cobot over its TCP/IP control protocol: JSON commands on port 10001, state on 10000.
 
 Each command is one JSON object with a ``cmdName``; the controller answers with an object
-carrying the same ``cmdName``, ``errorCode`` (``"0"`` is success) and ``errorMsg``. Lengths on
-the wire are millimetres, angles degrees (SI in the API)::
+carrying ``errorCode`` (``"0"`` is success), ``errorMsg`` and, almost always, the same
+``cmdName``. Lengths on the wire are millimetres, angles degrees (SI in the API)::
 
-    power_on, enable_robot, disable_robot, power_off
+    power_on, enable_robot, disable_robot, power_off, get_robot_state -> power, enable
     moveL        cartPosition [x, y, z, rx, ry, rz] (mm, deg), speed mm/s, accel mm/s², relFlag
     joint_move   jointPosition [deg...], speed deg/s, accel deg/s², relFlag
-    end_move     endPosition [x, y, z, rx, ry, rz], speed/accel in joint space (deg/s, deg/s²)
-    wait_complete                      answered when the motion is done
-    get_tcp_pos -> tcp_pos, get_joint_pos -> joint_pos, get_robot_state -> power, enable
+    get_tcp_pos -> tcp_pos, get_joint_pos -> joint_pos
     set_digital_output type (0 cabinet, 1 tool, 2 extension), index, value  (the gripper)
-    stop_program
+    stop_program, wait_complete, setOptionalInfoConfig section, key, value
 
-The status port pushes a JSON object several times a second (``actual_position``,
-``joint_actual_position``, ``inpos``, ``errcode``...); ``state()`` reads it while it is fresh
-and asks ``get_tcp_pos``/``get_joint_pos`` otherwise.
+What a real controller does, from public sources (facts only, no code taken):
+
+- A command is answered when the controller has received it, not when it is done ("TCP/IP
+  commands are executed asynchronously", https://www.jaka.com/docs/en/guide/tcpip.html), and
+  current clients mark ``wait_complete`` deprecated (Robot-Exp-Platform/libjaka-rs,
+  src/types/robot_type.rs). So a motion's end is seen on the status port (10000), which pushes
+  ``inpos`` with the positions back to back (``completion = "inpos"``, the default); where the
+  stream has no ``inpos`` the driver polls the positions (``"poll"``), as
+  nkawa/JAKA_Zu5s_MQTT_Control (src/jaka_control/jaka_robot.py) does; ``"wait_complete"``
+  keeps the old way for firmware where it blocks.
+- A failing call was answered without ``cmdName`` (``{"errorCode": "1", "errorMsg":
+  "Exception:function call failed"}``, firmware 1.5.14, nkawa/JAKA_Zu5s_MQTT_Control
+  src/check_jkrc.py). Such a reply goes to the one command awaiting an answer; when several
+  await one it cannot be attributed, and all of them fail with an ArmError saying so.
+- ``power_on`` is answered at once and the power comes later: clients poll
+  ``get_robot_state`` for it (jaka_robot.py above, up to 30 s). The driver polls before
+  ``enable_robot``, and after it, within ``power_on_timeout``.
+- Outputs are counted from 1 by some firmware and from 0 by others (public clients differ):
+  the driver sends ``grip_index + grip_index_base``.
+- The optional status fields are pushed only where OptionalInfoConfig.ini asks for them
+  (JakaCobot/jaka_robot, JAKAZuRobot.h); a public C# client turns each on with
+  ``setOptionalInfoConfig`` (section ``ATTROPTIONALDATA``). ``request_status_fields = true``
+  does that on connect; it changes the controller's setting, so it is off by default.
 
 Answers are matched to commands by ``cmdName``, so ``stop()`` from another thread gets through
-while a ``wait_complete`` is outstanding. ``errorCode != "0"`` raises ``ArmError`` naming the
-command and ``errorMsg``; no answer in time raises ``ArmTimeout``; a dropped socket raises
+while a motion runs. ``errorCode != "0"`` raises ``ArmError`` naming the command, the
+controller and ``errorMsg``; no answer in time raises ``ArmTimeout``; a dropped socket raises
 ``LinkLost`` and the arm is taken as stopped.
 
 ``stop()`` latches: no motion command (``moveL``, ``joint_move``, ``set_digital_output`` for
@@ -39,7 +57,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +66,16 @@ from onboard.drivers.arm.base import ArmState, Pose
 from onboard.drivers.arm.config import JakaArmConfig
 from onboard.drivers.device import Device
 
-__all__ = ["BadFrame", "Connector", "Frame", "JakaArm", "JakaArmConfig", "JsonStream", "truthy"]
+__all__ = [
+    "STATUS_FIELDS",
+    "BadFrame",
+    "Connector",
+    "Frame",
+    "JakaArm",
+    "JakaArmConfig",
+    "JsonStream",
+    "truthy",
+]
 
 log = logging.getLogger(__name__)
 
@@ -291,17 +318,62 @@ def truthy(value: object) -> bool:
     return bool(value)
 
 
+#: the fields the driver reads from the status stream, asked for by request_status_fields
+STATUS_FIELDS = ("actual_position", "joint_actual_position", "inpos", "errmsg", "protective_stop")
+_AT_TARGET_MM = 0.5  # a push this close to the target ends a move never seen running
+_AT_TARGET_DEG = 0.05
+_STILL = 0.01  # mm or deg: two polled positions this close are an arm at rest
+
+
 @dataclass
 class _Waiter:
     name: str
     done: threading.Event = field(default_factory=threading.Event)
     reply: dict[str, Any] | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class _Push:
+    """One status push: its place in the stream (``seq``), when it came, what it said."""
+
+    seq: int
+    at: float
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where a motion goes, in the controller's units, and where to read where the arm is."""
+
+    name: str  # the command
+    field: str  # in the status push
+    query: str  # the command that reads it
+    answer: str  # in that command's reply
+    values: tuple[float, ...]
+    tolerance: float  # ending farther than this raises
+    close: float  # a push this close ends a move never seen running
+    cartesian: bool
+
+    @property
+    def unit(self) -> str:
+        return "mm" if self.cartesian else "deg"
+
+    def off_by(self, here: Sequence[float]) -> float:
+        if self.cartesian:
+            return math.dist(self.values[:3], here[:3])
+        return max((abs(a - b) for a, b in zip(self.values, here, strict=False)), default=0.0)
+
+    def readable(self, here: Sequence[float] | None) -> bool:
+        return here is not None and len(here) >= (3 if self.cartesian else len(self.values))
 
 
 class JakaArm(Device):
     """An :class:`~onboard.drivers.arm.base.Arm` over JAKA's TCP/IP protocol.
 
-    ``connector`` is injectable.
+    ``connector`` is injectable. :attr:`completion_used` says how the last motion's end was
+    seen (``"inpos"``, ``"poll"`` or ``"wait_complete"``); :attr:`status_pushes` counts the
+    status pushes read so far.
     """
 
     def __init__(self, config: JakaArmConfig, connector: Connector | None = None) -> None:
@@ -315,27 +387,44 @@ class JakaArm(Device):
         self._threads: list[threading.Thread] = []
         self._running = threading.Event()
         self._lost: str | None = None
-        self._status: dict[str, Any] = {}
-        self._status_at = 0.0
-        self._changed_at = 0.0
+        # the status stream, under _cond: the latest push, how many came, the latest that
+        # showed a motion running, whether the stream is open
+        self._cond = threading.Condition()
+        self._push: _Push | None = None
+        self._seq = 0
+        self._running_seq = 0
+        self._stream_alive = False
+        self._settled_after: int | None = 0  # None: the arm is at rest; n: after push n
+        self._fresh_from = 0  # state() reads pushes from this one on
         self._stop_count = 0
         self._latched = threading.Event()
         self._motions = 0
         self._gripper_closed = False
         self._last_command: str | None = None
         self._acceleration = (config.accel, config.joint_accel)
+        self._warned_no_inpos = ""  # the last reason warned of
+        self.completion_used: str | None = None
         self.stray_replies = 0
         self.stream = JsonStream()
+
+    @property
+    def status_pushes(self) -> int:
+        """How many status pushes have been read (since the driver was made)."""
+        return self._seq
 
     # -- link -----------------------------------------------------------------------------
 
     def connect(self) -> None:
-        """Open both sockets, then power on and enable the robot (``power_on = true``)."""
+        """Open both sockets; ask for the status fields (``request_status_fields``); power
+        on and enable the robot (``power_on = true``), waiting until it reports each."""
         if self._running.is_set():
             return
         cfg = self.config
         self._lost = None
         self.stream = JsonStream()
+        with self._cond:
+            self._push, self._stream_alive = None, False
+            self._settled_after, self._fresh_from = self._seq, self._seq + 1
         self._sock = self._open(cfg.port)
         self._running.set()
         self._spawn(self._read_loop, self._sock, "jaka-reply")
@@ -343,16 +432,22 @@ class JakaArm(Device):
             try:
                 self._status_sock = self._open(cfg.status_port)
             except LinkLost as exc:
-                log.warning("JakaArm: no status stream (%s); state() will ask", exc)
+                log.warning("JakaArm: no status stream (%s); state() and motions will poll", exc)
             else:
+                with self._cond:
+                    self._stream_alive = True
                 self._spawn(self._status_loop, self._status_sock, "jaka-status")
-        if cfg.power_on:
-            try:
+        try:
+            if cfg.request_status_fields:
+                self._request_status_fields()
+            if cfg.power_on:
                 self.call("power_on")
+                self._await_robot_state("power_on", enabled=False)
                 self.call("enable_robot")
-            except ArmError:
-                self.close()
-                raise
+                self._await_robot_state("enable_robot", enabled=True)
+        except ArmError:
+            self.close()
+            raise
 
     def close(self) -> None:
         if self._running.is_set() and self._lost is None and self.config.disable_on_close:
@@ -370,6 +465,9 @@ class JakaArm(Device):
         self._threads.clear()
         self._sock = self._status_sock = None
         self._fail_waiters()
+        with self._cond:
+            self._push, self._stream_alive = None, False
+            self._cond.notify_all()
 
     def reconnect(self) -> None:
         """Close and reopen both sockets (power on and enable again). Does not home."""
@@ -397,6 +495,36 @@ class JakaArm(Device):
         thread.start()
         self._threads.append(thread)
 
+    def _request_status_fields(self) -> None:
+        for key in STATUS_FIELDS:
+            try:
+                self.call("setOptionalInfoConfig", section="ATTROPTIONALDATA", key=key, value=1)
+            except (ArmTimeout, LinkLost):
+                raise
+            except ArmError as exc:
+                raise ArmError(
+                    f"{exc} (asking for the status field {key}); firmware without "
+                    "setOptionalInfoConfig pushes every field: set request_status_fields = false"
+                ) from exc
+
+    def _await_robot_state(self, after: str, *, enabled: bool) -> None:
+        """Poll get_robot_state until the robot reports power (and, with ``enabled``, the
+        enable), within ``power_on_timeout``."""
+        cfg = self.config
+        deadline = time.monotonic() + cfg.power_on_timeout
+        while True:
+            powered, on = self.robot_state()
+            if powered and (on or not enabled):
+                return
+            if time.monotonic() >= deadline:
+                raise ArmError(
+                    f"JakaArm: {cfg.host} did not report {'enabled' if enabled else 'powered on'}"
+                    f" within {cfg.power_on_timeout:.1f} s of {after} (get_robot_state: power "
+                    f"{'on' if powered else 'off'}, enable {'on' if on else 'off'}); check the "
+                    "emergency stop and the cabinet, or raise power_on_timeout"
+                )
+            time.sleep(cfg.poll_interval)
+
     # -- the Arm --------------------------------------------------------------------------
 
     def home(self) -> None:
@@ -407,56 +535,89 @@ class JakaArm(Device):
         self.move_joints(self.config.home_joints, self.config.default_joint_speed)
 
     def move_to(self, pose: Pose, speed: float | None = None) -> None:
-        mm_s = 1000.0 * _positive(speed or self.config.default_speed, "speed")
+        cfg = self.config
+        mm_s = 1000.0 * _positive(speed or cfg.default_speed, "speed")
         target = [pose.x * 1000, pose.y * 1000, pose.z * 1000]
         target += [math.degrees(a) for a in (pose.rx, pose.ry, pose.rz)]
-        distance = self._distance_mm(target[:3])
+        wire = [round(v, 4) for v in target]
+        distance = self._distance_mm(wire[:3])
         self._motion(
             {
                 "cmdName": "moveL",
                 "relFlag": 0,
-                "cartPosition": [round(v, 4) for v in target],
+                "cartPosition": wire,
                 "speed": round(mm_s, 3),
                 "accel": round(self._acceleration[0] * 1000.0, 3),
             },
             distance / mm_s,
+            _Target(
+                "moveL",
+                "actual_position",
+                "get_tcp_pos",
+                "tcp_pos",
+                tuple(wire),
+                cfg.reach_tolerance * 1000.0,
+                _AT_TARGET_MM,
+                cartesian=True,
+            ),
         )
 
     def move_joints(self, joints: tuple[float, ...], speed: float | None = None) -> None:
-        rad_s = _positive(speed or self.config.default_joint_speed, "joint speed")
+        cfg = self.config
+        rad_s = _positive(speed or cfg.default_joint_speed, "joint speed")
         travel = self._joint_travel(joints)
+        wire = [round(math.degrees(q), 4) for q in joints]
         self._motion(
             {
                 "cmdName": "joint_move",
                 "relFlag": 0,
-                "jointPosition": [round(math.degrees(q), 4) for q in joints],
+                "jointPosition": wire,
                 "speed": round(math.degrees(rad_s), 3),
                 "accel": round(math.degrees(self._acceleration[1]), 3),
             },
             travel / rad_s,
+            _Target(
+                "joint_move",
+                "joint_actual_position",
+                "get_joint_pos",
+                "joint_pos",
+                tuple(wire),
+                math.degrees(cfg.joint_tolerance),
+                _AT_TARGET_DEG,
+                cartesian=False,
+            ),
         )
 
     def grip(self, close: bool) -> None:
+        """Set the gripper's output (``grip_index + grip_index_base``) once the answer comes,
+        then wait ``grip_settle``: an output has no end to see on the status stream."""
         cfg = self.config
         value = cfg.grip_close_value if close else 1 - cfg.grip_close_value
         stops = self._stop_count
         self._check_latch()
-        self.call("wait_complete", timeout=cfg.motion_timeout)
-        output = {"type": cfg.grip_io_type, "index": cfg.grip_index, "value": value}
-        self._call_motion("set_digital_output", output)
-        self.call("wait_complete", timeout=cfg.motion_timeout)
-        if self._stop_count != stops:
-            raise ArmError("JakaArm: the grip was interrupted by stop()")
+        index = cfg.grip_index + cfg.grip_index_base
+        try:
+            self._call_motion(
+                "set_digital_output", {"type": cfg.grip_io_type, "index": index, "value": value}
+            )
+            if cfg.completion == "wait_complete":
+                self.call("wait_complete", timeout=cfg.motion_timeout)
+        finally:
+            self._stale_until_next_push()
+        self._check_stop(stops, "the grip")
         if cfg.grip_settle:
-            time.sleep(cfg.grip_settle)
+            with self._cond:
+                self._cond.wait_for(lambda: self._stop_count != stops, cfg.grip_settle)
+            self._check_stop(stops, "the grip")
         self._gripper_closed = close
-        self._changed_at = time.monotonic()
 
     def stop(self) -> None:
         """``stop_program``, from any thread; a lost link is a stopped arm. Motion calls
         raise until :meth:`resume`."""
         self._latched.set()  # before the count: see _motion
         self._stop_count += 1
+        with self._cond:
+            self._cond.notify_all()
         if self._lost is not None or self._sock is None:
             return
         try:
@@ -464,36 +625,51 @@ class JakaArm(Device):
         except LinkLost:
             return
         finally:
-            self._changed_at = time.monotonic()
+            self._unsettle()
 
     def resume(self) -> None:
         """Clear the stop latch: motion commands are sent again."""
         self._latched.clear()
 
     def state(self) -> ArmState:
-        status, at = self._status, self._status_at
-        age = time.monotonic() - at
-        # a push from before the last command finished would show the arm on its way
-        if status and age <= self.config.status_max_age and at >= self._changed_at:
-            tcp = status.get("actual_position") or []
-            joints_deg = status.get("joint_actual_position") or []
-            moving = not truthy(status.get("inpos", True)) or self._motions > 0
-            error = status.get("errmsg") or None
+        if self._lost is not None:
+            self._check_link()
+        cfg = self.config
+        with self._cond:
+            push, fresh_from = self._push, self._fresh_from
+        data = push.data if push is not None else {}
+        age = time.monotonic() - push.at if push is not None else math.inf
+        tcp = _floats(data.get("actual_position"))
+        joints_deg = _floats(data.get("joint_actual_position"))
+        # a push from before the last command ended would show the arm on its way
+        if (
+            push is not None
+            and push.seq >= fresh_from
+            and age <= cfg.status_max_age
+            and tcp is not None
+            and joints_deg is not None
+        ):
+            moving = not truthy(data.get("inpos", True)) or self._motions > 0
+            error = str(data.get("errmsg") or "") or None
         else:
-            tcp = self.call("get_tcp_pos").get("tcp_pos") or []
-            joints_deg = self.call("get_joint_pos").get("joint_pos") or []
+            tcp = _floats(self.call("get_tcp_pos").get("tcp_pos")) or ()
+            joints_deg = _floats(self.call("get_joint_pos").get("joint_pos")) or ()
             moving, error, age = self._motions > 0, None, 0.0
         if len(tcp) < 6:
-            raise ArmError(f"JakaArm: the controller reported no tool pose ({tcp!r})")
+            raise ArmError(f"JakaArm: {cfg.host} reported no tool pose ({tcp!r})")
         return ArmState(
             pose=Pose(*(v / 1000.0 for v in tcp[:3]), *(math.radians(a) for a in tcp[3:6])),
             joints=tuple(math.radians(q) for q in joints_deg),
             gripper_closed=self._gripper_closed,
             moving=moving,
             stopped=self._latched.is_set(),
-            error=self._lost or error,
+            error=error,
             last_command=self._last_command,
-            extra={"status_age": age, "stray_replies": float(self.stray_replies)},
+            extra={
+                "status_age": age,
+                "stray_replies": float(self.stray_replies),
+                "status_pushes": float(self._seq),
+            },
         )
 
     def set_acceleration(self, linear: float, joint: float) -> None:
@@ -508,11 +684,256 @@ class JakaArm(Device):
         reply = self.call("get_robot_state")
         return truthy(reply.get("power")), truthy(reply.get("enable"))
 
+    # -- motions --------------------------------------------------------------------------
+
+    def _motion(self, message: dict[str, Any], seconds: float, target: _Target) -> None:
+        """Send a motion and wait until it has ended. The stop count is read before the send
+        checks the latch and stop() latches before it counts, so a stop is either refused at
+        the send or seen in the count afterwards.
+
+        With ``completion = "inpos"`` the end is a status push showing ``inpos`` true. A
+        push read after the send may still have been sampled before the controller took the
+        motion: it shows the arm at rest where it was, in position. Such a push cannot end
+        the motion, because one of these must hold as well:
+
+        - a push read after the send showed ``inpos`` false, and the one ending it came
+          later in the stream. Before the send the arm was at rest (the last motion was seen
+          to end, or :meth:`_settle` waited for a push in position after a stop), so any push
+          showing it running, however late it comes, shows this motion; and pushes come in
+          the order they were sampled, so the later one was sampled after it ran;
+        - the push shows the arm within a fraction of a millimetre (or of a degree) of the
+          target: whenever it was sampled, there is nothing left to do. This ends a motion
+          too short to be sampled running.
+
+        The end seen, the arm must be within ``reach_tolerance`` (``joint_tolerance``) of the
+        target, or the motion raises: it was cut short, or the controller answered early.
+        """
+        cfg = self.config
+        stops = self._stop_count
+        name = target.name
+        budget = min(cfg.timeout + 2.0 * seconds, cfg.motion_timeout)
+        deadline = time.monotonic() + budget
+        with self._lock:
+            self._motions += 1
+        try:
+            mode: str = cfg.completion
+            if mode == "inpos" and not self._settle(target, deadline, stops, budget):
+                mode = self._no_inpos()
+            with self._cond:
+                sent = self._seq
+                errcode = self._push.data.get("errcode") if self._push is not None else None
+            fields = {k: v for k, v in message.items() if k != "cmdName"}
+            self._call_motion(name, fields)
+            here: Sequence[float] | None = None
+            if mode == "inpos":
+                here = self._await_inpos(target, sent, errcode, deadline, stops, budget)
+                if here is None:
+                    mode = self._no_inpos()
+            if mode == "poll":
+                here = self._await_still_at(target, deadline, stops, budget)
+            elif mode == "wait_complete":
+                left = max(deadline - time.monotonic(), cfg.timeout)
+                self.call("wait_complete", timeout=left)
+                self._check_stop(stops, name)
+                here = self._read_position(target)
+            assert here is not None
+            self.completion_used = mode
+            self._check_reached(target, here, mode)
+        except ArmTimeout:
+            with contextlib.suppress(ArmError):
+                self._send_only({"cmdName": "stop_program"})
+            self._unsettle()
+            raise
+        except BaseException:
+            self._unsettle()
+            raise
+        finally:
+            with self._lock:
+                self._motions -= 1
+        self._check_stop(stops, name)
+
+    def _no_inpos(self) -> str:
+        with self._cond:
+            alive = self._stream_alive
+        if self.config.status_port is None:
+            why = "there is no status stream (status_port is unset)"
+        elif not alive:
+            why = "the status stream is closed"
+        else:
+            why = "its status stream carries no inpos"
+        if why != self._warned_no_inpos:
+            self._warned_no_inpos = why
+            log.warning(
+                "JakaArm: %s: %s, so motions end when polled positions are still at the "
+                "target (with setOptionalInfoConfig firmware, request_status_fields = true)",
+                self.config.host,
+                why,
+            )
+        return "poll"
+
+    def _settle(self, target: _Target, deadline: float, stops: int, budget: float) -> bool:
+        """Wait until the arm is at rest after a stop or a failed motion: a push read after
+        it that shows ``inpos``. False if the stream cannot tell (none, or no ``inpos``)."""
+        with self._cond:
+            after, latest, alive = self._settled_after, self._push, self._stream_alive
+        if not alive:
+            return False
+        if after is None:
+            return latest is not None and _tells(latest.data, target)
+        while True:
+            push = self._next_push(after, deadline, stops, target.name, budget)
+            if push is None or not _tells(push.data, target):
+                return False
+            if truthy(push.data["inpos"]):
+                with self._cond:
+                    self._settled_after = None
+                return True
+            after = push.seq
+
+    def _await_inpos(
+        self,
+        target: _Target,
+        sent: int,
+        errcode: object,
+        deadline: float,
+        stops: int,
+        budget: float,
+    ) -> Sequence[float] | None:
+        """The position in the push that ends the motion (see :meth:`_motion`); None if the
+        stream stops telling (ended, or no ``inpos``): the caller polls."""
+        after = sent
+        while True:
+            push = self._next_push(after, deadline, stops, target.name, budget)
+            if push is None or not _tells(push.data, target):
+                return None
+            after, data = push.seq, push.data
+            if not truthy(data["inpos"]):
+                continue
+            here = _floats(data.get(target.field))
+            if not target.readable(here):
+                return None
+            assert here is not None
+            with self._cond:
+                seen_running = self._running_seq > sent
+            if seen_running or target.off_by(here) <= target.close:
+                self._check_faults(data, errcode, target.name)
+                with self._cond:
+                    self._fresh_from = push.seq
+                return here
+
+    def _next_push(
+        self, after: int, deadline: float, stops: int, name: str, budget: float
+    ) -> _Push | None:
+        """The latest push once one later than ``after`` has come; None if the stream has
+        ended. Raises for a stop, a lost link or the deadline."""
+        with self._cond:
+            while True:
+                if self._lost is not None:
+                    break
+                self._check_stop(stops, name)
+                push = self._push
+                if push is not None and push.seq > after:
+                    return push
+                if not self._stream_alive:
+                    return None
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ArmTimeout(
+                        f"JakaArm: {name} did not end within {budget:.1f} s: no status push "
+                        f"from {self.config.host}:{self.config.status_port} showed it in "
+                        "position; check the controller; reconnect() resets the link"
+                    )
+                self._cond.wait(left)
+        self._check_link()
+        return None
+
+    def _await_still_at(
+        self, target: _Target, deadline: float, stops: int, budget: float
+    ) -> Sequence[float]:
+        """Poll the position until two readings agree and are within tolerance of the
+        target. A reply comes after the motion's answer on the same connection, so it was
+        read after the controller took the motion (a move shorter than the tolerance may
+        still be read before it has begun)."""
+        cfg = self.config
+        previous: Sequence[float] | None = None
+        while True:
+            self._check_stop(stops, target.name)
+            left = deadline - time.monotonic()
+            here = self._read_position(target, min(cfg.timeout, max(left, 0.1)))
+            if (
+                previous is not None
+                and target.off_by(here) <= target.tolerance
+                and max(abs(a - b) for a, b in zip(here, previous, strict=False)) <= _STILL
+            ):
+                self._stale_until_next_push()
+                return here
+            previous = here
+            if time.monotonic() >= deadline:
+                raise ArmTimeout(
+                    f"JakaArm: {target.name} did not end within {budget:.1f} s: polled "
+                    f"{target.off_by(here):.1f} {target.unit} from its target on "
+                    f"{cfg.host}; check the controller; reconnect() resets the link"
+                )
+            with self._cond:
+                self._cond.wait_for(
+                    lambda: self._stop_count != stops or self._lost is not None,
+                    cfg.poll_interval,
+                )
+
+    def _read_position(self, target: _Target, timeout: float | None = None) -> Sequence[float]:
+        reply = self.call(target.query, timeout=timeout)
+        here = _floats(reply.get(target.answer))
+        if not target.readable(here):
+            raise ArmError(
+                f"JakaArm: {self.config.host} answered {target.query} without a position "
+                f"({str(reply.get(target.answer))[:80]})"
+            )
+        assert here is not None
+        return here
+
+    def _check_reached(self, target: _Target, here: Sequence[float], mode: str) -> None:
+        off = target.off_by(here)
+        if off > target.tolerance:
+            raise ArmError(
+                f"JakaArm: {target.name} ended {off:.1f} {target.unit} from its target on "
+                f"{self.config.host} (tolerance {target.tolerance:.1f}): cut short, or the "
+                f'controller answered before the end (completion = "{mode}")'
+            )
+
+    def _check_faults(self, data: dict[str, Any], errcode: object, name: str) -> None:
+        host = self.config.host
+        for key, what in (
+            ("protective_stop", "a protective stop"),
+            ("emergency_stop", "an e-stop"),
+        ):
+            if truthy(data.get(key, 0)):
+                raise ArmError(f"JakaArm: {name} ended in {what} on {host}: clear it there")
+        code = data.get("errcode")
+        if code is not None and not _no_error(code) and code != errcode:
+            raise ArmError(
+                f"JakaArm: {host} reports error {code} during {name}: {data.get('errmsg') or '-'}"
+            )
+
+    def _check_stop(self, stops: int, what: str) -> None:
+        if self._stop_count != stops:
+            raise ArmError(f"JakaArm: {what} was interrupted by stop()")
+
+    def _unsettle(self) -> None:
+        """The arm may still be moving: the next motion waits for a push in position."""
+        with self._cond:
+            self._settled_after = self._seq
+            self._fresh_from = self._seq + 1
+
+    def _stale_until_next_push(self) -> None:
+        with self._cond:
+            self._fresh_from = self._seq + 1
+
     # -- commands and replies -------------------------------------------------------------
 
     def call(self, name: str, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
         """Send ``{"cmdName": name, **fields}``; the reply, or ArmError/ArmTimeout/LinkLost."""
-        return _checked(self._request({"cmdName": name, **fields}, timeout or self.config.timeout))
+        reply = self._request({"cmdName": name, **fields}, timeout or self.config.timeout)
+        return self._checked(reply, name)
 
     def _request(
         self, message: dict[str, Any], timeout: float, motion: bool = False
@@ -549,40 +970,30 @@ class JakaArm(Device):
                 "reconnect() resets the link"
             )
         self._check_link()
+        if waiter.error is not None:
+            raise ArmError(waiter.error)
         if waiter.reply is None:
             raise ArmError(f"JakaArm: {name} got no reply: the link was closed")
         return waiter.reply
 
+    def _checked(self, reply: dict[str, Any], name: str) -> dict[str, Any]:
+        where = f"{self.config.host}:{self.config.port}"
+        code = reply.get("errorCode")
+        if code is None:
+            raise ArmError(f"JakaArm: {where} answered {name} without an errorCode: {reply!r:.200}")
+        if str(code).strip() != "0":  # "0" or 0: both are seen
+            raise ArmError(
+                f"JakaArm: {name} failed with errorCode {code} from {where}: "
+                f"{reply.get('errorMsg') or '-'}"
+            )
+        return reply
+
     def _call_motion(self, name: str, fields: dict[str, Any]) -> None:
-        _checked(self._request({"cmdName": name, **fields}, self.config.timeout, motion=True))
+        self._checked(self._request({"cmdName": name, **fields}, self.config.timeout, True), name)
 
     def _check_latch(self) -> None:
         if self._latched.is_set():
             raise ArmError("JakaArm: stopped by stop(): call resume() before the next motion")
-
-    def _motion(self, message: dict[str, Any], seconds: float) -> None:
-        """Send a motion and wait for it. The stop count is read before the send checks the
-        latch and stop() latches before it counts, so a stop is either refused at the send or
-        seen in the count afterwards."""
-        stops = self._stop_count
-        name = str(message["cmdName"])
-        with self._lock:
-            self._motions += 1
-        try:
-            fields = {k: v for k, v in message.items() if k != "cmdName"}
-            self._call_motion(name, fields)
-            timeout = min(self.config.timeout + 2.0 * seconds, self.config.motion_timeout)
-            self.call("wait_complete", timeout=timeout)
-        except ArmTimeout:
-            with contextlib.suppress(ArmError):
-                self._send_only({"cmdName": "stop_program"})
-            raise
-        finally:
-            with self._lock:
-                self._motions -= 1
-            self._changed_at = time.monotonic()
-        if self._stop_count != stops:
-            raise ArmError(f"JakaArm: {name} was interrupted by stop()")
 
     def _send_only(self, message: dict[str, Any]) -> None:
         with self._write_lock:
@@ -608,7 +1019,10 @@ class JakaArm(Device):
                 queue.remove(waiter)
 
     def _on_reply(self, reply: dict[str, Any]) -> None:
-        name = str(reply.get("cmdName", ""))
+        name = reply.get("cmdName")
+        if not isinstance(name, str) or not name:
+            self._on_unnamed(reply)
+            return
         with self._lock:
             queue = self._waiters.get(name)
             waiter = queue.popleft() if queue else None
@@ -618,6 +1032,34 @@ class JakaArm(Device):
             return
         waiter.reply = reply
         waiter.done.set()
+
+    def _on_unnamed(self, reply: dict[str, Any]) -> None:
+        """A reply without ``cmdName`` answers the one command awaiting a reply; with several
+        awaiting, it cannot be attributed and every one of them fails."""
+        with self._lock:
+            pending = [w for queue in self._waiters.values() for w in queue]
+            if len(pending) > 1:
+                self._waiters.clear()
+            elif pending:
+                self._waiters[pending[0].name].popleft()
+        if not pending:
+            self.stray_replies += 1
+            log.warning("JakaArm: a reply without cmdName no command awaits: %.200s", reply)
+            return
+        if len(pending) == 1:
+            pending[0].reply = {**reply, "cmdName": pending[0].name}
+            pending[0].done.set()
+            return
+        names = ", ".join(w.name for w in pending)
+        error = (
+            f"JakaArm: {self.config.host}:{self.config.port} answered without cmdName "
+            f"(errorCode {reply.get('errorCode')}: {reply.get('errorMsg') or '-'}) while "
+            f"{len(pending)} commands awaited a reply ({names}): it cannot be told which, so "
+            "all of them fail"
+        )
+        for waiter in pending:
+            waiter.error = error
+            waiter.done.set()
 
     def _fail_waiters(self) -> None:
         with self._lock:
@@ -631,6 +1073,8 @@ class JakaArm(Device):
             self._lost = reason
             log.error("JakaArm: link to %s lost: %s", self.config.host, reason)
         self._fail_waiters()
+        with self._cond:
+            self._cond.notify_all()
 
     # -- reader threads -------------------------------------------------------------------
 
@@ -647,10 +1091,7 @@ class JakaArm(Device):
                     self._link_lost(reason)
                 return
             for reply in self.stream.feed(data):
-                if "cmdName" in reply:
-                    self._on_reply(reply)
-                else:
-                    self.stray_replies += 1
+                self._on_reply(reply)
 
     def _status_loop(self, sock: socket.socket) -> None:
         stream = JsonStream(max_frame=_MAX_STATUS)
@@ -660,37 +1101,61 @@ class JakaArm(Device):
             except OSError:
                 data = b""
             if not data:
-                self._status = {}
-                return
+                break
             for status in stream.feed(data):
-                if "actual_position" in status:
-                    self._status, self._status_at = status, time.monotonic()
+                with self._cond:
+                    self._seq += 1
+                    self._push = _Push(self._seq, time.monotonic(), status)
+                    if "inpos" in status and not truthy(status["inpos"]):
+                        self._running_seq = self._seq
+                    self._cond.notify_all()
+        with self._cond:
+            self._push, self._stream_alive = None, False
+            self._cond.notify_all()
 
     # -- units ----------------------------------------------------------------------------
 
+    def _latest(self, key: str) -> tuple[float, ...] | None:
+        with self._cond:
+            push = self._push
+        if push is None or time.monotonic() - push.at > self.config.status_max_age:
+            return None
+        return _floats(push.data.get(key))
+
     def _distance_mm(self, target: list[float]) -> float:
-        here = self._status.get("actual_position")
-        if not here or time.monotonic() - self._status_at > self.config.status_max_age:
+        here = self._latest("actual_position")
+        if here is None or len(here) < 3:
             return 1000.0  # unknown start: allow for a metre of travel
         return math.dist(target, here[:3])
 
     def _joint_travel(self, joints: tuple[float, ...]) -> float:
-        here = self._status.get("joint_actual_position")
-        if not here or time.monotonic() - self._status_at > self.config.status_max_age:
+        here = self._latest("joint_actual_position")
+        if not here:
             return 2 * math.pi
         return max(
             (abs(q - math.radians(h)) for q, h in zip(joints, here, strict=False)), default=0.0
         )
 
 
-def _checked(reply: dict[str, Any]) -> dict[str, Any]:
-    code = str(reply.get("errorCode", "0"))
-    if code != "0":
-        raise ArmError(
-            f"JakaArm: {reply.get('cmdName')} failed with errorCode {code}: "
-            f"{reply.get('errorMsg') or '-'}"
-        )
-    return reply
+def _tells(data: dict[str, Any], target: _Target) -> bool:
+    """The push carries what ends a motion: ``inpos`` and the target's position."""
+    return "inpos" in data and target.field in data
+
+
+def _floats(value: object) -> tuple[float, ...] | None:
+    """A list of finite numbers as floats; None for anything else."""
+    if not isinstance(value, list):
+        return None
+    out: list[float] = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            return None
+        out.append(float(v))
+    return tuple(out)
+
+
+def _no_error(code: object) -> bool:
+    return str(code).strip().lower() in {"0", "0x0", ""}
 
 
 def _positive(value: float, what: str) -> float:

@@ -1,26 +1,58 @@
-"""A JAKA-style controller on TCP, backed by any Arm: commands on one port, state on another.
+"""A JAKA controller on TCP, backed by any Arm: commands on one port, the status stream on another.
 
 ``JakaServer(arm, port=0, status_port=0).start()`` listens on loopback; :attr:`address` and
 :attr:`status_address` say where. Commands are the JSON objects of JAKA's TCP/IP protocol (see
-:mod:`onboard.drivers.arm.jaka`); each is answered with its ``cmdName``, ``errorCode`` (``"0"``
-success, ``"1"`` unknown or malformed command, ``"2"`` refused or failed) and ``errorMsg``.
-Motions run in order on the backend arm in a worker thread and are answered when accepted;
-``wait_complete`` is answered when they are done (or with the error of one that failed). The
-status port pushes the state as JSON at ``status_hz``.
+:mod:`onboard.drivers.arm.jaka`). It behaves as the public sources show a real controller does
+(each behaviour below names its source; facts are taken from them, no code):
 
-Hostile input is answered, never fatal: malformed JSON, a top-level value that is not an
-object (an array's inner commands are not run), numbers that overflow a float, frames nested
-past 32 or longer than 64 KB, a ``{`` left unfinished before the next command, a line break
-inside a frame: each gets ``errorCode "1"`` (see :class:`~onboard.drivers.arm.jaka.JsonStream`,
-one linear pass) and the connection reads on. More than :data:`MAX_WAITS` ``wait_complete``
-outstanding on one connection are refused (``"2"``): each would hold a thread.
+- a command is answered when it is accepted, not when it is done: a motion is acknowledged at
+  once and runs afterwards, in order, on the backend arm (a worker thread);
+- the status port pushes the state (``inpos`` false while a motion runs or is queued, the
+  positions, power, errors) at ``status_hz``, objects back to back with no separator;
+- ``wait_complete`` acknowledges receipt only (``wait_complete="receipt"``, the default), or,
+  as older firmware was used, answers when the motions are done (``"done"``);
+- ``get_robot_state`` answers ``power``/``enable`` as words; after ``power_on`` the robot may
+  take a while to report power (``power_up_polls``); ``enable_robot`` is refused until then;
+- ``set_digital_output`` counts outputs from ``do_index_base`` (0 or 1: firmware differs);
+- with ``status_fields_on_request=True`` the optional status fields (:data:`OPTIONAL_FIELDS`)
+  are pushed only after ``setOptionalInfoConfig`` asks for each.
+
+Replies carry ``errorCode`` (``"0"`` success, ``"1"`` unknown or malformed command, ``"2"``
+refused or failed), ``errorMsg`` and ``cmdName``. Hostile input is answered, never fatal:
+malformed JSON, a top-level value that is not an object, numbers that overflow a float, frames
+nested past 32 or longer than 64 KB, a ``{`` left unfinished before the next command, a line
+break inside a frame: each gets ``errorCode "1"`` (see
+:class:`~onboard.drivers.arm.jaka.JsonStream`) and the connection reads on. Answers held back
+(a blocking ``wait_complete``, the gripper's output) are bounded by :data:`MAX_WAITS` per
+connection; more are refused (``"2"``): each holds a thread.
 
 A command connection that drops stops the arm, as a lost link must.
 
-Faults for tests: :meth:`fail_next`, :meth:`mute`, :meth:`inject_garbage`, :meth:`drop_clients`.
-To inject one while a motion runs, wait until the controller has begun it:
-``server.worker.wait_started(started + 1, timeout)``. ``stop_program`` latches the backend arm's
-stop and is answered at once; the next motion accepted after it resumes the arm.
+Faults for tests: :meth:`fail_next` (also as the real controller was seen to fail, without
+``cmdName``), :meth:`mute`, :meth:`inject_garbage`, :meth:`drop_clients`. To inject one while a
+motion runs, wait until the controller has begun it: ``server.worker.wait_started(started + 1,
+timeout)``. ``stop_program`` latches the backend arm's stop and is answered at once; the next
+motion accepted after it resumes the arm.
+
+Sources cited below:
+
+- [doc] JAKA TCP/IP Control Protocol, https://www.jaka.com/docs/en/guide/tcpip.html
+- [log] nkawa/JAKA_Zu5s_MQTT_Control, src/check_jkrc.py: replies of a real controller
+  (firmware 1.5.14) recorded in its docstring
+- [rs] Robot-Exp-Platform/libjaka-rs, src/types/robot_type.rs and examples/debug_log.md (a
+  real controller's replies and ``get_data``)
+- [feed] nkawa/JAKA_Zu5s_MQTT_Control, src/jaka_control/jkrc.py, jkrc_feedback.py and
+  jaka_robot.py
+- [armctl] MGross21/armctl, agnostic_controller/jaka/README.md (the port 10000 fields)
+- [cs] a public C# client (namespace JAKA_TESTAPP, ``JakaRobot.FeedBacksControl``) that turns
+  the status fields on with ``setOptionalInfoConfig``; JakaCobot/jaka_robot,
+  jaka_robot_v2.2/src/jaka_driver/include/jaka_driver/JAKAZuRobot.h warns that
+  OptionalInfoConfig.ini changes what the status carries
+- [io] a public JAKA TCP client (``blinx_set_digital_output``: "DO 1..31, index 31 for the
+  31st") and a public ROS hardware interface (``JakaHardwareInterface::jaka_tcp_setIo``,
+  ``index = Addr - 1``): the two count outputs differently
+- [old] a public Python client (``robotMoveWaitComplete``, "blocking move") that sends
+  ``wait_complete`` after ``joint_move`` to block until the move ends
 """
 
 from __future__ import annotations
@@ -31,23 +63,34 @@ import logging
 import math
 import socket
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from onboard.base.errors import OnboardError
 from onboard.drivers.arm.base import Arm, Pose
 from onboard.drivers.arm.jaka import BadFrame, Frame, JsonStream
 from onboard.drivers.emulators import BackendWorker, Job
 
-__all__ = ["MAX_WAITS", "JakaServer"]
+__all__ = ["MAX_WAITS", "OPTIONAL_FIELDS", "JakaServer", "WaitComplete"]
 
 log = logging.getLogger(__name__)
 
 Reply = dict[str, Any]
-_MOTIONS = ("joint_move", "end_move", "moveL")
-MAX_WAITS = 8  # wait_complete answers outstanding per connection; more are refused
+WaitComplete = Literal["receipt", "done"]
+MAX_WAITS = 8  # answers held back per connection; more are refused
+#: the status fields [cs] turns on one by one (section ATTROPTIONALDATA)
+OPTIONAL_FIELDS = (
+    "joint_actual_position",
+    "actual_position",
+    "powered_on",
+    "enabled",
+    "inpos",
+    "task_mode",
+    "protective_stop",
+    "errmsg",
+)
+_HELD_BACK = ("wait_complete", "set_digital_output")  # commands whose answer may wait
 
 
 class _BadCommand(Exception):
@@ -64,31 +107,47 @@ class JakaServer:
         host: str = "127.0.0.1",
         port: int = 10001,
         status_port: int = 10000,
-        status_hz: float = 10.0,
+        status_hz: float = 30.0,
         grip_output: tuple[int, int] = (1, 0),
         grip_close_value: int = 1,
         powered: bool = False,
+        wait_complete: WaitComplete = "receipt",
+        power_up_polls: int = 0,
+        do_index_base: int = 0,
+        status_fields_on_request: bool = False,
     ) -> None:
+        """``grip_output`` is ``(type, n)`` with ``n`` counted from 0 whatever the
+        ``do_index_base``; ``power_up_polls`` is how many ``get_robot_state`` answers after
+        ``power_on`` still report the power off."""
         self.arm = arm
         self.host = host
         self._ports = (port, status_port)
-        self.status_hz = status_hz
+        self.status_hz = status_hz  # [feed] measured about 30 ms between pushes
         self.grip_output = grip_output
         self.grip_close_value = grip_close_value
+        self.wait_complete = wait_complete
+        self.power_up_polls = power_up_polls
+        self.do_index_base = do_index_base
         self.worker = BackendWorker(arm)
         self.powered = powered
         self.enabled = powered
         self.received: deque[Reply] = deque(maxlen=1000)
         self.outputs: dict[tuple[int, int], int] = {}
+        self.fields_on: set[str] = set() if status_fields_on_request else set(OPTIONAL_FIELDS)
+        self.pushes = 0
+        self._power_pending: int | None = None  # get_robot_state answers left before power
         self._listeners: list[socket.socket] = []
         self._clients: set[socket.socket] = set()
         self._status_clients: set[socket.socket] = set()
         self._clients_lock = threading.Lock()
         self._running = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._fail_next: dict[str, tuple[str, str]] = {}
+        self._fail_next: dict[str, tuple[str, str, bool]] = {}
         self._muted = False
         self._error = ""
+        self._unreported: list[str] = []  # motion errors no blocking wait_complete reported
+        self._push_cond = threading.Condition()
+        self._queued_pushes: deque[bytes] = deque()
 
     def __enter__(self) -> JakaServer:
         self.start()
@@ -113,17 +172,18 @@ class JakaServer:
         return str(host), int(port)
 
     def start(self) -> JakaServer:
-        for port, serve in zip(
-            self._ports, (self._serve_commands, self._serve_status), strict=True
-        ):
+        for port, serve in zip(self._ports, (self._serve_commands, self._add_status), strict=True):
             listener = socket.create_server((self.host, port), reuse_port=False)
             self._listeners.append(listener)
             self._spawn(self._accept_loop, listener, serve)
         self._running.set()
+        self._spawn(self._broadcast_loop)
         return self
 
     def close(self) -> None:
         self._running.clear()
+        with self._push_cond:
+            self._push_cond.notify_all()
         for listener in self._listeners:
             with contextlib.suppress(OSError):
                 listener.shutdown(socket.SHUT_RDWR)
@@ -137,9 +197,19 @@ class JakaServer:
 
     # -- faults ---------------------------------------------------------------------------
 
-    def fail_next(self, cmd_name: str, message: str = "simulated fault", code: str = "2") -> None:
-        """Answer the next ``cmd_name`` with ``errorCode=code`` instead of running it."""
-        self._fail_next[cmd_name] = (code, message)
+    def fail_next(
+        self,
+        cmd_name: str,
+        message: str = "simulated fault",
+        code: str = "2",
+        *,
+        named: bool = True,
+    ) -> None:
+        """Answer the next ``cmd_name`` with ``errorCode=code`` instead of running it; with
+        ``named=False`` the answer has no ``cmdName``, as a real controller was seen to answer
+        a failing call ([log]: ``{"errorCode": "1", "errorMsg": "Exception:function call
+        failed"}``)."""
+        self._fail_next[cmd_name] = (code, message, named)
 
     def mute(self, on: bool = True) -> None:
         """Stop answering (and acting on) commands, as a hung controller would."""
@@ -157,6 +227,7 @@ class JakaServer:
         """Close every connection now (the arm stops, as for any dropped command link)."""
         with self._clients_lock:
             clients, self._clients = list(self._clients), set()
+            self._status_clients.clear()
         for sock in clients:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -180,9 +251,12 @@ class JakaServer:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._clients_lock:
                 self._clients.add(sock)
-            self._spawn(serve, sock)
+            serve(sock)
 
     def _serve_commands(self, sock: socket.socket) -> None:
+        self._spawn(self._read_commands, sock)
+
+    def _read_commands(self, sock: socket.socket) -> None:
         stream, lock = JsonStream(lines=True), threading.Lock()
         waits = threading.BoundedSemaphore(MAX_WAITS)
         while True:
@@ -202,17 +276,11 @@ class JakaServer:
         if self._running.is_set():
             self.worker.stop()  # a lost command link stops the arm
 
-    def _serve_status(self, sock: socket.socket) -> None:
-        period = 1.0 / self.status_hz
+    def _add_status(self, sock: socket.socket) -> None:
         with self._clients_lock:
             self._status_clients.add(sock)
-        while self._running.is_set():
-            try:
-                sock.sendall(json.dumps(self._status()).encode())
-            except OSError:
-                break
-            time.sleep(period)
-        self._forget(sock)
+        with self._push_cond:
+            self._push_cond.notify_all()  # the new client gets a push at once
 
     def _forget(self, sock: socket.socket) -> None:
         with self._clients_lock:
@@ -222,6 +290,7 @@ class JakaServer:
             sock.close()
 
     def _send(self, sock: socket.socket, lock: threading.Lock, reply: Reply) -> None:
+        # [log], [rs]: json with ", " and ": " separators, errorCode first, no line break
         with lock, contextlib.suppress(OSError):
             sock.sendall(json.dumps(reply).encode())
 
@@ -244,62 +313,97 @@ class JakaServer:
         def send(reply: Reply) -> None:
             self._send(sock, lock, reply)
 
-        if name == "wait_complete":  # answered later, so this link stays free for stop
-            if not waits.acquire(blocking=False):  # a flood must not spawn a thread each
-                send(_reply(name, "2", f"more than {MAX_WAITS} wait_complete outstanding"))
-                return
+        held = name in _HELD_BACK
+        if held and not waits.acquire(blocking=False):  # a flood must not spawn a thread each
+            send(_reply(name, "2", f"more than {MAX_WAITS} answers outstanding"))
+            return  # refused before it acts
+        answer = self._answer(name, command)
+        if not isinstance(answer, _Later):
+            if held:
+                waits.release()
+            send(answer)
+            return
 
-            def answer_when_done() -> None:
-                try:
-                    send(self._wait_complete())
-                finally:
-                    waits.release()
+        def answer_later() -> None:
+            try:
+                send(answer.wait())
+            finally:
+                waits.release()
 
-            self._spawn(answer_when_done)
-        else:
-            send(self._answer(name, command))
+        self._spawn(answer_later)  # so this connection stays free for stop_program
 
     # -- the protocol ---------------------------------------------------------------------
 
-    def _answer(self, name: str, command: Reply) -> Reply:
+    def _answer(self, name: str, command: Reply) -> Reply | _Later:
         if name in self._fail_next:
-            code, message = self._fail_next.pop(name)
-            return _reply(name, code, message)
+            code, message, named = self._fail_next.pop(name)
+            failed = _reply(name, code, message)
+            if not named:
+                del failed["cmdName"]
+            return failed
         handler = self._handlers().get(name)
         if handler is None:
             return _reply(name, "1", f"unknown cmdName {name!r}")
         try:
-            return {**_reply(name), **handler(command)}
+            result = handler(command)
         except _BadCommand as exc:
             return _reply(name, "1", str(exc))
         except (OnboardError, ValueError) as exc:
             return _reply(name, "2", str(exc))
+        if isinstance(result, _Later):
+            return result
+        return {**_reply(name), **result}
 
-    def _handlers(self) -> dict[str, Callable[[Reply], Reply]]:
+    def _handlers(self) -> dict[str, Callable[[Reply], Reply | _Later]]:
         return {
-            "power_on": lambda c: self._set(powered=True),
-            "power_off": lambda c: self._set(powered=False, enabled=False),
+            "power_on": self._power_on,
+            "power_off": lambda c: self._set(powered=False, enabled=False, _power_pending=None),
             "enable_robot": self._enable,
             "disable_robot": lambda c: self._set(enabled=False),
-            "get_robot_state": lambda c: {
-                "power": "powered_on" if self.powered else "powered_off",
-                "enable": "robot_enabled" if self.enabled else "robot_disabled",
-            },
+            "get_robot_state": self._robot_state,
             "joint_move": self._joint_move,
             "moveL": self._move_linear,
             "end_move": self._move_linear,
+            "wait_complete": self._wait_complete,
             "get_tcp_pos": lambda c: {"tcp_pos": _tcp(self.arm.state().pose)},
             "get_joint_pos": lambda c: {
                 "joint_pos": [round(math.degrees(q), 4) for q in self.arm.state().joints]
             },
+            # [rs] debug_log.md: get_data answers the whole status on the command port
+            "get_data": lambda c: self._status(),
             "stop_program": lambda c: self._stop(),
+            "clear_error": lambda c: self._set(_error=""),
             "set_digital_output": self._set_output,
+            "setOptionalInfoConfig": self._optional_info,
         }
 
-    def _set(self, **flags: bool) -> Reply:
+    def _set(self, **flags: Any) -> Reply:
         for key, value in flags.items():
             setattr(self, key, value)
         return {}
+
+    def _power_on(self, command: Reply) -> Reply:
+        # [feed] jaka_robot.py polls get_robot_state for up to 30 s after power_on: the
+        # controller answers at once and reports the power later
+        if not self.powered and self._power_pending is None:
+            self._power_pending = self.power_up_polls
+            self._power_pending_check()
+        return {}
+
+    def _power_pending_check(self) -> None:
+        if self._power_pending is not None and self._power_pending <= 0:
+            self._power_pending = None
+            self.powered = True
+
+    def _robot_state(self, command: Reply) -> Reply:
+        if self._power_pending is not None:
+            self._power_pending -= 1
+        state = {  # [feed] jkrc.py: ret["power"] == "powered_on", ret["enable"] == ...
+            "power": "powered_on" if self.powered else "powered_off",
+            "enable": "robot_enabled" if self.enabled else "robot_disabled",
+        }
+        self._power_pending_check()  # the next answer reports it
+        return state
 
     def _enable(self, command: Reply) -> Reply:
         if not self.powered:
@@ -346,52 +450,167 @@ class JakaServer:
         return self._queue(job)
 
     def _queue(self, job: Job) -> Reply:
-        if not self.worker.submit(job, timeout=5.0):
-            raise ValueError("the motion queue is full")
+        """Accept a motion: answered now, run later ([doc]: "TCP/IP commands are executed
+        asynchronously. The returned information only indicates that the controller has
+        received the command")."""
+        self._submit(job)
         return {}
 
-    def _set_output(self, command: Reply) -> Reply:
+    def _submit(self, job: Job) -> _Run:
+        run = _Run(self, job)
+        if not self.worker.submit(run, timeout=5.0):
+            raise ValueError("the motion queue is full")
+        self._error = ""  # [log]: a motion accepted after a failed one runs, no clear_error
+        return run
+
+    def _set_output(self, command: Reply) -> Reply | _Later:
         io_type = int(_number(command, "type", 0.0))
         index = int(_number(command, "index"))
         value = int(_number(command, "value"))
-        self.outputs[(io_type, index)] = value
-        if (io_type, index) == self.grip_output:
-            close = value == self.grip_close_value
-            self._queue(lambda arm: arm.grip(close))
+        n = index - self.do_index_base  # [io]: some firmware counts from 1, some from 0
+        if n < 0:
+            raise ValueError(f"no output {index}: outputs are numbered from {self.do_index_base}")
+        if (io_type, n) != self.grip_output:
+            self.outputs[(io_type, n)] = value
+            return {}
+        close = value == self.grip_close_value
+
+        def grip(arm: Arm) -> None:
+            self.outputs[(io_type, n)] = value
+            arm.grip(close)
+
+        # The twin's gripper is the device on this output: the answer waits until it has
+        # acted, so that whoever set the output finds the gripper where it asked (a real
+        # controller answers at once and the gripper takes its own time).
+        return _Later(self, "set_digital_output", self._submit(grip))
+
+    def _wait_complete(self, command: Reply) -> Reply | _Later:
+        # [rs] robot_type.rs marks wait_complete DEPRECATED and [doc] says an answer means
+        # received only; [old] sent it to block until a move ended, as older firmware did
+        if self.wait_complete == "receipt":
+            return {}
+        return _Later(self, "wait_complete")
+
+    def _optional_info(self, command: Reply) -> Reply:
+        """[cs]: ``{"cmdName": "setOptionalInfoConfig", "section": "ATTROPTIONALDATA",
+        "key": <field>, "value": 1}`` turns a status field on (0 off)."""
+        section, key = command.get("section"), command.get("key")
+        if section != "ATTROPTIONALDATA":
+            raise ValueError(f"section {str(section)[:40]!r}: this emulator knows ATTROPTIONALDATA")
+        if key not in OPTIONAL_FIELDS:
+            raise ValueError(f"key {str(key)[:40]!r} is not an optional status field")
+        if _number(command, "value") == 0:
+            self.fields_on.discard(key)
+        else:
+            self.fields_on.add(key)
         return {}
 
-    def _wait_complete(self) -> Reply:
-        while not self.worker.wait_idle(0.05):
-            if not self._running.is_set():
-                return _reply("wait_complete", "2", "the controller shut down")
-        error = self.worker.take_error()
-        if error:
-            self._error = error
-            return _reply("wait_complete", "2", error)
-        return _reply("wait_complete")
+    # -- the status stream ----------------------------------------------------------------
 
     def _status(self) -> Reply:
+        """The state as pushed on the status port ([armctl], [rs] debug_log.md)."""
         state = self.arm.state()
+        outputs = self.outputs
         status: Reply = {
             "len": 0,
-            "errcode": "0x0" if not self._error else "0x1",
+            "errcode": "0x1" if self._error else "0x0",
             "errmsg": self._error,
-            "powered_on": int(self.powered),
-            "enabled": self.enabled,
-            "inpos": self.worker.idle and not state.moving,
             "joint_actual_position": [round(math.degrees(q), 4) for q in state.joints],
             "actual_position": _tcp(state.pose),
-            "tio_dout": [self.outputs.get((1, i), 0) for i in range(8)],
-            "emergency_stop": 0,
-            "protective_stop": 0,
+            "dout": [outputs.get((0, i), 0) for i in range(16)],
+            "tio_dout": [outputs.get((1, i), 0) for i in range(8)],
             "task_state": 4 if self.enabled else (2 if self.powered else 1),
+            "task_mode": 1,
+            "enabled": self.enabled,
+            "paused": False,
+            "protective_stop": 0,
+            "emergency_stop": 0,
+            "powered_on": int(self.powered),
+            "inpos": self.worker.idle and not state.moving,
         }
+        for field in OPTIONAL_FIELDS:
+            if field not in self.fields_on:
+                del status[field]
         status["len"] = len(json.dumps(status))
         return status
 
+    def _push_now(self) -> None:
+        """Sample the state now and push it ahead of the periodic ones."""
+        data = json.dumps(self._status()).encode()
+        with self._push_cond:
+            self._queued_pushes.append(data)
+            self._push_cond.notify_all()
+
+    def _broadcast_loop(self) -> None:
+        period = 1.0 / self.status_hz
+        while self._running.is_set():
+            with self._push_cond:
+                self._push_cond.wait_for(
+                    lambda: bool(self._queued_pushes) or not self._running.is_set(), period
+                )
+                queued, self._queued_pushes = list(self._queued_pushes), deque()
+            with self._clients_lock:
+                clients = list(self._status_clients)
+            if not clients or not self._running.is_set():
+                continue
+            for data in queued or [json.dumps(self._status()).encode()]:
+                self.pushes += 1
+                for sock in clients:
+                    try:
+                        sock.sendall(data)
+                    except OSError:
+                        self._forget(sock)
+
+
+class _Run:
+    """One accepted motion as the worker runs it: pushes the state as it begins, shows its
+    error on the status stream, and says when it is done."""
+
+    def __init__(self, server: JakaServer, job: Job) -> None:
+        self.server = server
+        self.job = job
+        self.done = threading.Event()
+        self.error: str | None = None
+
+    def __call__(self, arm: Arm) -> None:
+        # A real motion spans many push periods, so the status always shows it running; the
+        # twin may finish one within a period, so a push is also sent as it begins.
+        self.server._push_now()
+        try:
+            self.job(arm)
+        except (OnboardError, ValueError) as exc:
+            if not arm.state().stopped:  # cut short by stop_program is no error
+                self.error = self.server._error = str(exc)
+                if self.server.wait_complete == "done":
+                    self.server._unreported.append(self.error)
+        finally:
+            self.done.set()
+
+
+class _Later:
+    """An answer sent once one motion (``run``) or every queued one has been run."""
+
+    def __init__(self, server: JakaServer, name: str, run: _Run | None = None) -> None:
+        self.server = server
+        self.name = name
+        self.run = run
+
+    def wait(self) -> Reply:
+        server, run = self.server, self.run
+        while True:
+            if run is not None and run.done.wait(0.05):
+                return _reply(self.name, "2", run.error) if run.error else _reply(self.name)
+            if run is not None and server.worker.idle and not run.done.is_set():
+                return _reply(self.name, "2", "dropped by stop_program before it ran")
+            if run is None and server.worker.wait_idle(0.05):
+                errors, server._unreported = server._unreported, []
+                return _reply(self.name, "2", "; ".join(errors)) if errors else _reply(self.name)
+            if not server._running.is_set():
+                return _reply(self.name, "2", "the controller shut down")
+
 
 def _reply(name: str, code: str = "0", message: str = "") -> Reply:
-    return {"cmdName": name, "errorCode": code, "errorMsg": message}
+    return {"errorCode": code, "errorMsg": message, "cmdName": name}
 
 
 def _tcp(pose: Pose) -> list[float]:
