@@ -266,6 +266,24 @@ def test_g28_goes_to_the_stored_position_it_is_not_homing(board: Board, backend:
     assert at(backend, home)
 
 
+def test_check_mode_moves_nothing_and_an_arc_runs_as_segments(
+    board: Board, backend: SimArm
+) -> None:
+    emulator = board.emulator
+    x, y, z = tool_mm(backend)
+    started = emulator.worker.started
+    assert board.command("$C") == ["[MSG:Enabled]", "ok"]
+    assert board.command("G0 X0") == ["ok"]  # checked, not run
+    assert board.command("$C") == ["[MSG:Disabled]", "ok"]  # leaving check mode resets
+    assert board.boot() == ["", BANNER]
+    assert emulator.worker.started == started
+    # a quarter circle of radius 10 mm about (x, y + 10): chords within $12 = 0.002 mm
+    assert board.command(f"G3 X{x + 10:.3f} Y{y + 10:.3f} I0 J10 F3000") == ["ok"]
+    assert board.command("G4 P0") == ["ok"]
+    assert at(backend, (x + 10, y + 10, z))
+    assert emulator.worker.started - started > 20
+
+
 # -- motion -----------------------------------------------------------------------------------
 
 

@@ -25,12 +25,19 @@ What a driver meets (each one is GRBL's, cited where it is done below):
   firmware's receive interrupt drops them (``rx_overflow=False`` holds reading instead).
 - Only ``G4 P<seconds>`` (or a line that changes spindle, coolant or offsets) waits for the
   motions: there is no M400, M114, M112, M204 or M410 (error:20).
-- ``!`` holds (Hold:1, then Hold:0 once stopped); ``~`` resumes the interrupted move to its
-  target and the blocks after it. Ctrl-x during a motion (or a hold still slowing down) raises
-  ALARM:3 and locks the machine; after a completed hold (Hold:0) it does not: the position is
-  kept and the board is Idle. A reset stops the spindle and coolant: a gripper on those
-  outputs opens.
-- ``$J=`` jogs; 0x85 cancels a jog and empties the planner without a reset.
+- ``!`` holds (Hold:1, then Hold:0 once stopped; in Idle at once, Hold:0); no line is run
+  while holding; ``~`` resumes the interrupted move to its target and the blocks after it.
+  Ctrl-x during a motion (or a hold still slowing down) raises ALARM:3 and locks the machine;
+  after a completed hold (Hold:0) it does not: the position is kept and the board is Idle.
+  The line under way when a reset comes is answered ``ok`` (after the ALARM, before the
+  banner); the lines behind it are dropped with the receive buffer. A reset stops the
+  spindle and coolant: a gripper on those outputs opens.
+- G-code is refused in Alarm and while jogging (error:9); ``$J=`` jogs; 0x85 cancels a jog
+  and empties the planner without a reset.
+- The spindle output is the PWM pin (a 328p with variable spindle): ``M3`` with S0 (the
+  value after a reset) leaves it off; ``M3 S<$30>`` turns it fully on.
+- ``?`` is not answered while homing (once, at its end) nor after a hard or soft limit
+  alarm (ALARM:1, ALARM:2), which hears nothing but ctrl-x.
 
 Not emulated: the safety door (0x84 is ignored), the spindle stop override (0x9E), laser mode
 ($32 is stored only), probing (G38.x answers error:20), the hard-limit switches (a backend
@@ -209,8 +216,9 @@ class GrblEmulator(PtyController):
       the position to the homed one ($27 pull-off from the home switches).
     - ``rx_overflow``: drop bytes that overflow the 128-byte receive buffer (True), or hold
       reading (False).
-    - ``boot_delay``: seconds the bootloader may take after the port opens before the banner
-      (ended early when the host flushes its input, as pyserial does when it opens a port).
+    - ``boot_delay``: seconds the bootloader takes after the port opens before the banner;
+      it ends early when the host flushes its input, as pyserial does when it opens a port,
+      so that the banner is never lost to that flush.
     """
 
     def __init__(
@@ -224,7 +232,7 @@ class GrblEmulator(PtyController):
         rotary_axes: str = "",
         machine_origin: tuple[float, float, float] | None = None,
         rx_overflow: bool = True,
-        boot_delay: float = 0.25,
+        boot_delay: float = 1.0,
     ) -> None:
         super().__init__(arm, planner_size=_WORKER_JOBS)
         if grip_output == "mist" and not enable_m7:
