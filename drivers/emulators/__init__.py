@@ -2,6 +2,8 @@
 
 - :mod:`onboard.drivers.emulators.gcode_pty`: a Marlin/GRBL-style controller on a pty
   (``/dev/pts/N``).
+- :mod:`onboard.drivers.emulators.grbl_pty`: GRBL 1.1h as the firmware behaves (gnea/grbl),
+  on a pty, with its G-code reading in :mod:`onboard.drivers.emulators.grbl_gcode`.
 - :mod:`onboard.drivers.emulators.jaka_server`: a JAKA-style JSON controller on TCP (10001 + 10000).
 - :mod:`onboard.drivers.emulators.serve`: both on one physics twin, until SIGTERM.
 
