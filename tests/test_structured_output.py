@@ -10,15 +10,24 @@ The embedded llama-cpp-python server itself is in tests/test_local_llm.py.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+from test_cli import ERROR_LINE, ROOT, line_of, onboard, one_line_error, robot_copy
 
 from onboard.base.errors import LLMError, LLMReplyError
-from onboard.config import LLMConfig
+from onboard.config import LLMConfig, RobotConfig
+from onboard.grounding.mapping import ActionMapper
+from onboard.hri.scenario import Scenario, load_scenario
+from onboard.hri.session import EpisodeOptions, HttpAsk, run_episode
 from onboard.llm.client import ChatClient
 from onboard.llm.prompts import answer_schema, plan_schema, wait_time_schema
 from onboard.llm.structured import reply_problem, resolve
+from onboard.loop.engine import Outcome
+from onboard.loop.exitcodes import ExitCode
+from onboard.loop.recorder import MemoryRecorder, read_recording
+from onboard.loop.skill import Skill
 from onboard.testing.schema_servers import Dialect, SchemaServer, constrained_reply
 
 ACTIONS = ["approach", "wait", "wait for cue", "eye contact", "pause", "speak"]
@@ -26,6 +35,7 @@ SCHEMA = plan_schema(ACTIONS)
 MESSAGES = [{"role": "user", "content": "The person is looking at the robot. What now?"}]
 #: what the stand-ins' model would say unconstrained: words that map onto "speak"
 WISH = "The robot should say hello to the person."
+SCENARIO = ROOT / "skills" / "scenarios" / "person-object.toml"
 
 LLAMA_CPP = {"type": "json_object", "schema": SCHEMA}
 OPENAI = {"type": "json_schema", "json_schema": {"name": "reply", "schema": SCHEMA, "strict": True}}
@@ -178,3 +188,103 @@ def test_a_schema_keyword_the_check_does_not_know_is_refused() -> None:
         reply_problem('{"a": "x"}', {"type": "object", "properties": {"a": {"pattern": "x"}}})
     with pytest.raises(ValueError, match="additionalProperties"):
         reply_problem("{}", {"type": "object", "additionalProperties": {"type": "string"}})
+
+
+# -- episodes: the robot acts on a checked reply, or falls back ---------------------------------
+
+
+def shortened(end: float) -> Scenario:
+    data = load_scenario(SCENARIO).model_dump(by_alias=True)
+    data["scenario"]["end"] = end
+    data["label"] = [{**lb, "to": min(lb["to"], end)} for lb in data["label"] if lb["from"] < end]
+    return Scenario.model_validate(data)
+
+
+def episode(
+    robot: RobotConfig, skill: Skill, mapper: ActionMapper, form: str, server: SchemaServer
+) -> tuple[Outcome, list[dict[str, Any]]]:
+    llm = robot.llm.model_copy(update={"structured_output": form})
+    robot = robot.model_copy(update={"llm": llm})
+    options = EpisodeOptions(latency=1.0, constrained=True, keep_candidates=False)
+    recorder = MemoryRecorder()
+    with ChatClient(robot.llm, base_url=server.base_url) as client:
+        outcome = run_episode(
+            robot, skill, shortened(14.0), HttpAsk(client), mapper, recorder, options
+        )
+    return outcome, recorder.records
+
+
+def test_with_the_right_form_the_constrained_action_runs(
+    robot: RobotConfig, skill: Skill, mapper: ActionMapper
+) -> None:
+    with SchemaServer("openai", wish=WISH, prefer=["eye contact"]) as server:
+        outcome, records = episode(robot, skill, mapper, "openai", server)
+    requests = [r for r in records if r["kind"] == "request"]
+    assert requests and all(r["structured_output"] == "openai" for r in requests)
+    assert all(b["response_format"]["type"] == "json_schema" for b in server.requests)
+    assert not [r for r in records if r["kind"] in ("error", "fallback")]
+    plans = [r for r in records if r["kind"] == "mapping"]
+    assert plans and all(r["actions"] == ["eye contact"] for r in plans)
+    assert "eye contact" in [a for _, a in outcome.actions]
+
+
+def test_with_the_wrong_form_the_check_catches_the_reply_and_the_fallback_runs(
+    robot: RobotConfig, skill: Skill, mapper: ActionMapper
+) -> None:
+    assert mapper.map(WISH).actions == ["speak"]  # what the robot would do, unchecked
+    with SchemaServer("openai", wish=WISH) as server:
+        outcome, records = episode(robot, skill, mapper, "llama-cpp", server)
+    errors = [r for r in records if r["kind"] == "error"]
+    assert errors and all("does not match the JSON schema" in r["message"] for r in errors)
+    assert [r for r in records if r["kind"] == "fallback"]
+    assert not [r for r in records if r["kind"] == "mapping"]  # no reply reached the mapper
+    assert {a for _, a in outcome.actions} <= {"approach", "pause"}
+    assert outcome.llm_failures == len(errors) and outcome.llm_replies == 0
+
+
+# -- robot.toml, onboard run, the recording and its replay -------------------------------------
+
+
+def test_a_bad_structured_output_is_one_line_naming_file_key_and_line(tmp_path: Path) -> None:
+    robot = robot_copy(tmp_path, replace=[('structured_output = "auto"',
+                                           'structured_output = "vllm"')])  # fmt: skip
+    line = one_line_error(onboard("--robot", robot, "check"))
+    number = line_of(robot, "structured_output")
+    assert ERROR_LINE.match(line)
+    assert line.startswith(f"onboard: error: {robot}:{number}: [llm.structured_output] "), line
+    assert "'auto', 'llama-cpp', 'openai' or 'none'" in line
+
+
+def test_check_names_the_form_auto_picks(tmp_path: Path) -> None:
+    result = onboard("--robot", robot_copy(tmp_path), "check")
+    assert "llm local (constrained, llama-cpp form)" in result.out, result.err
+    url = robot_copy(tmp_path, replace=[('base_url = "local"',
+                                         'base_url = "https://api.openai.com/v1"')])  # fmt: skip
+    assert "(constrained, openai form)" in onboard("--robot", url, "check").out
+
+
+# the stand-in always picks eye contact, so a verdict is reached (never speaking: task failed);
+# with the wrong form no request gets a usable reply
+@pytest.mark.parametrize(
+    ("form", "code"),
+    [("openai", ExitCode.TASK_FAILED), ("llama-cpp", ExitCode.LLM_UNREACHABLE)],
+    ids=["right-form", "wrong-form"],
+)
+def test_the_recording_shows_the_form_and_replays(
+    tmp_path: Path, form: str, code: ExitCode
+) -> None:
+    robot = robot_copy(tmp_path, replace=[('structured_output = "auto"',
+                                           f'structured_output = "{form}"')])  # fmt: skip
+    record = tmp_path / "episode.jsonl"
+    with SchemaServer("openai", wish=WISH, prefer=["eye contact"]) as server:
+        url = server.base_url
+        run = onboard("--robot", robot, "run", "engage", "--llm", url, "--clock", "virtual",
+                      "--record", record, "--scenario", SCENARIO, cwd=tmp_path)  # fmt: skip
+    assert run.code == code, run.out + run.err
+    assert f"LLM {url} (constrained, {form} form)" in run.out
+    records = list(read_recording(record))
+    requests = [r for r in records if r["kind"] == "request"]
+    assert requests and all(r["constrained"] and r["structured_output"] == form for r in requests)
+    replayed = onboard("replay", record, cwd=tmp_path)
+    assert replayed.code == ExitCode.SUCCESS, replayed.out + replayed.err
+    assert "reproduces" in replayed.out
