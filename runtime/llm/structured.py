@@ -16,10 +16,11 @@ of every constrained reply against that schema on our side, whatever the server 
     ``llama-server`` (tools/server: reads ``response_format.json_schema.schema``, and the
     llama-cpp form too; ggml-org/llama.cpp#9522), Ollama's ``/v1`` since 0.5.0
     (ollama/ollama openai/openai.go, ``FromChatRequest``: the schema becomes its native
-    ``format``) and LM Studio (lmstudio.ai/docs/api/structured-output). Each of them reads
-    ``{"type": "json_object"}`` as plain JSON mode, any schema beside it ignored: valid JSON,
-    no enum enforced (vLLM: ``guided_json_object``; Ollama: ``format = "json"``; OpenAI: "JSON
-    mode doesn't guarantee that the output will match your schema").
+    ``format``) and LM Studio (lmstudio.ai/docs/api/structured-output). All but llama-server
+    read ``{"type": "json_object"}`` as plain JSON mode, any schema beside it ignored: valid
+    JSON, no enum enforced (vLLM: ``guided_json_object``; Ollama: ``format = "json"``; OpenAI:
+    "JSON mode doesn't guarantee that the output will match your schema", an OpenAI engineer
+    at community.openai.com/t/json-mode-vs-function-calling/476994/5).
 ``"none"``
     no ``response_format``: a server without constrained decoding.
 ``"auto"`` (the default)
