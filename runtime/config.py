@@ -22,11 +22,14 @@ __all__ = [
     "ModelsConfig",
     "RobotConfig",
     "SimDriverConfig",
+    "StructuredOutput",
     "load_example_robot",
     "load_robot",
 ]
 
 Perception = Literal["activity", "gaze"]
+#: how a constrained request carries its JSON schema (onboard.llm.structured)
+StructuredOutput = Literal["auto", "llama-cpp", "openai", "none"]
 
 
 class _Strict(BaseModel):
@@ -48,6 +51,11 @@ class LLMConfig(_Strict):
     temperature: Annotated[float, Field(ge=0, le=2)] = 0.7
     max_tokens: Annotated[int, Field(gt=0)] = 160
     decoding: Literal["free", "constrained"] = "constrained"
+    structured_output: StructuredOutput = Field(
+        default="auto",
+        description="the response_format shape this server reads (llama-cpp, openai) or none; "
+        "auto: llama-cpp for the embedded local model, openai for any other URL",
+    )
     max_reply_bytes: Annotated[
         int, Field(ge=1024, description="bytes read per reply; more is a failed exchange")
     ] = 262_144

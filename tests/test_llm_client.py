@@ -62,6 +62,8 @@ def test_latency_and_server_timing_reflect_a_slow_server() -> None:
 
 
 def test_schema_is_sent_as_response_format(standin: StandInServer) -> None:
+    """In the OpenAI form for any URL but the embedded model's (tests/test_structured_output.py
+    has every form)."""
     schema = {
         "type": "object",
         "properties": {"action": {"type": "string", "enum": ["pause", "speak"]}},
@@ -70,7 +72,10 @@ def test_schema_is_sent_as_response_format(standin: StandInServer) -> None:
     with ChatClient(FAST, base_url=standin.base_url) as client:
         client.complete(MESSAGES, schema=schema)
     [body] = standin.requests
-    assert body["response_format"] == {"type": "json_object", "schema": schema}
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "reply", "schema": schema, "strict": True},
+    }
 
 
 # ---------------------------------------------------------------------------- retries

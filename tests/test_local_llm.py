@@ -7,6 +7,7 @@ by CI, which sets ONBOARD_REQUIRE_LOCAL_LLM=1 so a missing extra fails instead o
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,12 +15,14 @@ from typing import Any
 
 import pytest
 
-from onboard.config import RobotConfig
+from onboard.base.errors import LLMError
+from onboard.config import LLMConfig, RobotConfig
 from onboard.grounding.mapping import ActionMapper
 from onboard.hri.replay import replay
 from onboard.hri.scenario import load_scenario
 from onboard.hri.session import EpisodeOptions, HttpAsk, run_episode
 from onboard.llm.client import ChatClient
+from onboard.llm.prompts import plan_schema
 from onboard.loop.engine import Outcome
 from onboard.loop.recorder import Recorder, read_recording
 from onboard.loop.skill import Skill
@@ -80,6 +83,26 @@ def test_constrained_episode_records_and_replays(
         assert mapping["clauses"][0]["score"] == 1.0
     recorded, replayed = replay(path)
     assert replayed == recorded
+
+
+def test_the_embedded_server_reads_the_llama_cpp_form_and_refuses_the_openai_one(
+    local_url: str, skill: Skill
+) -> None:
+    """What tests/test_structured_output.py's llama-cpp-python stand-in copies, on the real
+    server: "auto" picks the llama-cpp form for it, and the OpenAI form is refused at once."""
+    schema = plan_schema(list(skill.actions))
+    messages = [{"role": "user", "content": "The person looks at the robot. Answer in JSON."}]
+    patient = {"deadline": 90.0, "read_timeout": 60.0, "temperature": 0.0, "max_tokens": 400}
+    with ChatClient(LLMConfig.model_validate(patient), base_url=local_url) as client:
+        assert client.structured_output == "llama-cpp"
+        assert json.loads(client.complete(messages, schema).text)["action"] in skill.actions
+    openai = LLMConfig.model_validate({**patient, "structured_output": "openai"})
+    with (
+        ChatClient(openai, base_url=local_url) as client,
+        pytest.raises(LLMError, match="HTTP 500; the server refused the openai") as caught,
+    ):
+        client.complete(messages, schema)
+    assert "after" not in str(caught.value)  # refused once, not retried to the deadline
 
 
 def test_free_text_reply_is_parsed_or_falls_back(

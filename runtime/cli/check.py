@@ -30,6 +30,7 @@ def check(robot_path: Path | None) -> int:
     from onboard.catalog import load_robot_skill
     from onboard.drivers.twin.scene import load_scene
     from onboard.hri.scenario import load_scenario
+    from onboard.llm.structured import resolve
 
     robot = load_robot(robot_path) if robot_path is not None else load_example_robot()
     robot_path = robot_path if robot_path is not None else example_robot()
@@ -62,7 +63,11 @@ def check(robot_path: Path | None) -> int:
         )
     if problems:
         raise ConfigError(problems)
-    print(f"{robot_path}: robot {robot.name!r}, llm {robot.llm.base_url} ({robot.llm.decoding}), "
+    decoding: str = robot.llm.decoding
+    if decoding == "constrained":
+        form = resolve(robot.llm.structured_output, local=robot.llm.base_url == "local")
+        decoding += f", {form} form"
+    print(f"{robot_path}: robot {robot.name!r}, llm {robot.llm.base_url} ({decoding}), "
           f"clock {robot.clock}, driver {robot.drivers.robot.kind}")  # fmt: skip
     for skill in skills:
         print(f"  skill {skill.name}: {len(skill.actions)} actions, start {skill.start!r}, "

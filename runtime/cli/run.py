@@ -41,13 +41,13 @@ def run(robot: RobotConfig, args: argparse.Namespace) -> int:
     clock = args.clock or robot.clock
     with llm_endpoint(robot, args.llm) as (url, standin):
         constrained = robot.llm.decoding == "constrained" and not standin
-        mode = "constrained" if constrained else "free"
-        print(f"onboard: {skill.name} on {scenario.name}, LLM {url} ({mode}), {clock} clock")
         latency = robot.eval.standin_latency if standin and clock == "virtual" else None
         options = EpisodeOptions(
             clock, constrained=constrained, latency=latency, handle_signals=True
         )
         with ChatClient(robot.llm, base_url=url) as client, Recorder(path) as recorder:
+            mode = f"constrained, {client.structured_output} form" if constrained else "free"
+            print(f"onboard: {skill.name} on {scenario.name}, LLM {url} ({mode}), {clock} clock")
             ask = HttpAsk(client)
             outcome = run_episode(robot, skill, scenario, ask, mapper, recorder, options)
     success, reason = judge(outcome, scenario)

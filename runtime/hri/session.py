@@ -51,6 +51,12 @@ class HttpAsk:
     def __init__(self, client: ChatClient) -> None:
         self.client = client
 
+    @property
+    def structured_output(self) -> str:
+        """The form a schema goes in ([llm] structured_output, resolved): recorded with each
+        constrained request."""
+        return self.client.structured_output
+
     def __call__(
         self, purpose: str, messages: Sequence[Message], schema: dict[str, Any] | None
     ) -> ChatResult:

@@ -10,6 +10,11 @@ an HTTP date) is waited out when it ends before the deadline, else the exchange 
 once. An optional budget per endpoint (requests a minute, tokens an hour) refuses to ask
 once it is spent. The API key comes from the environment variable that robot.toml names and
 is scrubbed from every reply, error and record.
+
+A request with a JSON schema carries it in the ``response_format`` form the server reads
+(``[llm] structured_output``, onboard.llm.structured), and its reply is checked against the
+schema here whatever the server claims: a reply that is not JSON or breaks the schema is a
+failed exchange (LLMReplyError), as is a server that refuses the form (named in the error).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ import httpx
 from onboard.base.errors import LLMError, LLMRefused, LLMReplyError, LLMTimeout
 from onboard.base.secrets import scrub
 from onboard.config import LLMConfig
+from onboard.llm.local_server import serves
+from onboard.llm.structured import Form, reply_problem, resolve, response_format
 
 __all__ = ["ChatClient", "ChatResult", "Message", "retry_after", "server_timing", "timing_hooks"]
 
@@ -52,6 +59,8 @@ class ChatResult:
     #: perf_counter() when the request left and the response headers came back (0 = unknown)
     sent_at: float = 0.0
     received_at: float = 0.0
+    #: why the server stopped: "stop", "length" (cut at max_tokens), ... ("" = not said)
+    finish_reason: str = ""
 
 
 class ChatClient:
@@ -67,6 +76,10 @@ class ChatClient:
     ) -> None:
         self.config = config
         self.base_url = (base_url or config.base_url).rstrip("/")
+        #: the form a schema is sent in: [llm] structured_output, "auto" resolved for this URL
+        self.structured_output: Form = resolve(
+            config.structured_output, local=serves(self.base_url)
+        )
         headers = {"Content-Type": "application/json"}
         key = config.api_key()
         if key:
@@ -118,8 +131,9 @@ class ChatClient:
             "max_tokens": self.config.max_tokens,
         }
         if schema is not None:
-            # llama.cpp's servers read `schema` from a json_object response format
-            body["response_format"] = {"type": "json_object", "schema": dict(schema)}
+            form = response_format(self.structured_output, schema)
+            if form is not None:
+                body["response_format"] = form
         return body
 
     def complete(
@@ -130,7 +144,8 @@ class ChatClient:
     ) -> ChatResult:
         """One exchange, retried within the deadline; raises LLMTimeout or LLMError.
 
-        The key never leaves in a result or an error: it is scrubbed from both."""
+        With a ``schema`` the reply is JSON matching it, or the exchange fails with
+        LLMReplyError. The key never leaves in a result or an error: it is scrubbed from both."""
         try:
             return self._complete(messages, schema, deadline)
         except LLMError as exc:
@@ -168,9 +183,13 @@ class ChatClient:
                 if reply.status == 200:
                     result = _result(reply, time.monotonic() - start, attempt, self.base_url)
                     self._budget.spend_tokens(result.prompt_tokens + result.completion_tokens)
+                    if schema is not None:
+                        self._check(result, schema)
                     return replace(result, text=scrub(result.text, self._secrets))
-                if reply.status not in _RETRY_STATUS:
-                    raise LLMError(_status_message(reply, self.base_url, self.config))
+                refused = "response_format" in body and "response_format" in reply.text
+                if reply.status not in _RETRY_STATUS or refused:  # asking again changes nothing
+                    form = self.structured_output if refused else None
+                    raise LLMError(_status_message(reply, self.base_url, self.config, form))
                 last = f"HTTP {reply.status}"
                 wait = retry_after(reply.headers.get("retry-after"))
                 if wait is not None and wait > until - time.monotonic():
@@ -182,6 +201,22 @@ class ChatClient:
         raise LLMTimeout(
             f"LLM at {self.base_url}: no answer within {allowed:g} s "
             f"after {attempt} attempt(s) (last: {last})"
+        )
+
+    def _check(self, result: ChatResult, schema: Mapping[str, Any]) -> None:
+        problem = reply_problem(result.text, schema)
+        if problem is None:
+            return
+        form = self.structured_output
+        if result.finish_reason == "length":
+            why = f"the reply was cut off at [llm] max_tokens = {self.config.max_tokens}"
+        elif form == "none":
+            why = '[llm] structured_output = "none" asked the server for no constraint'
+        else:
+            why = (f'asked in the {form} form: if this server reads another, set [llm] '
+                   f"structured_output")  # fmt: skip
+        raise LLMReplyError(
+            f"LLM at {self.base_url}: reply does not match the JSON schema: {problem}; {why}"
         )
 
     def _sleep(self, seconds: float, generation: int) -> None:
@@ -422,7 +457,8 @@ def timing_hooks(
 def _result(response: _Reply, latency: float, attempts: int, url: str) -> ChatResult:
     try:
         payload = json.loads(response.data)
-        text = payload["choices"][0]["message"]["content"]
+        choice = payload["choices"][0]
+        text = choice["message"]["content"]
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, IndexError, TypeError) as exc:
         raise LLMReplyError(f"LLM at {url}: not a chat completion ({exc!r})") from exc
     if not isinstance(text, str):
@@ -438,6 +474,7 @@ def _result(response: _Reply, latency: float, attempts: int, url: str) -> ChatRe
         timings=server_timing(response.headers.get("server-timing", "")),
         sent_at=response.sent_at,
         received_at=response.received_at,
+        finish_reason=str(choice.get("finish_reason") or ""),
     )
 
 
@@ -453,10 +490,18 @@ def server_timing(header: str) -> dict[str, float]:
     return timings
 
 
-def _status_message(response: _Reply, url: str, config: LLMConfig) -> str:
+def _status_message(
+    response: _Reply, url: str, config: LLMConfig, refused: Form | None = None
+) -> str:
+    """``refused``: the form of the response_format the server refused."""
     code = response.status
     hint = ""
-    if code in (401, 403):
+    if refused is not None:
+        hint = (
+            f"; the server refused the {refused} response_format: set [llm] structured_output "
+            f"to the form it reads (llama-cpp, openai or none)"
+        )
+    elif code in (401, 403):
         hint = (
             f"; set the API key in ${config.api_key_env}"
             if config.api_key_env

@@ -22,7 +22,7 @@ import httpx
 
 from onboard.base.errors import LLMError, ModelError
 
-__all__ = ["gguf_path", "local_server"]
+__all__ = ["gguf_path", "local_server", "serves"]
 
 MODEL_ALIAS = "smollm2-135m-instruct"
 _EXTRA = "pip install -e '.[local-llm]'"
@@ -39,6 +39,16 @@ def gguf_path() -> Path:
     if not files:
         raise ModelError(f"local LLM: no .gguf file in {Path(spec.origin).parent}")
     return files[0]
+
+
+#: the base URLs of the embedded servers this process runs
+_serving: set[str] = set()
+
+
+def serves(base_url: str) -> bool:
+    """Whether ``base_url`` is an embedded server this process started and still runs: what
+    ``[llm] structured_output = "auto"`` asks to choose the llama-cpp form."""
+    return base_url.rstrip("/") in _serving
 
 
 def _free_port() -> int:
@@ -64,8 +74,10 @@ def local_server(threads: int = 2, startup_timeout: float = 90.0) -> Iterator[st
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, text=True)
         try:
             _wait_ready(process, log, base_url, startup_timeout)
+            _serving.add(base_url)
             yield base_url
         finally:
+            _serving.discard(base_url)
             process.terminate()
             try:
                 process.wait(timeout=10)

@@ -46,6 +46,10 @@ def lose_person(skill: Skill, activity: str, horizon: float) -> list[Message]:
     return [{"role": "user", "content": text}]
 
 
+# Every schema is closed (additionalProperties false, every property required): OpenAI's strict
+# Structured Outputs accept no other (onboard.llm.structured).
+
+
 def plan_schema(actions: Sequence[str]) -> dict[str, Any]:
     """Constrained decoding: ``action`` must be one of the action names."""
     return {
@@ -55,6 +59,7 @@ def plan_schema(actions: Sequence[str]) -> dict[str, Any]:
             "reason": {"type": "string"},
         },
         "required": ["action", "reason"],
+        "additionalProperties": False,
     }
 
 
@@ -63,6 +68,7 @@ def wait_time_schema() -> dict[str, Any]:
         "type": "object",
         "properties": {"wait_time": {"type": "number"}, "reason": {"type": "string"}},
         "required": ["wait_time", "reason"],
+        "additionalProperties": False,
     }
 
 
@@ -74,4 +80,5 @@ def answer_schema() -> dict[str, Any]:
             "reason": {"type": "string"},
         },
         "required": ["answer", "reason"],
+        "additionalProperties": False,
     }

@@ -65,7 +65,10 @@ __all__ = ["Ask", "Check", "Outcome", "SkillRunner", "Verdict", "Verify", "build
 
 
 class Ask(Protocol):
-    """One LLM exchange, blocking: ``purpose`` is plan, wait_time or lose_person."""
+    """One LLM exchange, blocking: ``purpose`` is plan, wait_time or lose_person.
+
+    An ask may also name ``structured_output``, the form its schemas are sent in
+    (onboard.llm.structured); each constrained request's record then shows it."""
 
     def __call__(
         self, purpose: str, messages: Sequence[Message], schema: dict[str, Any] | None
@@ -305,8 +308,11 @@ class SkillRunner:
         self._request_seq += 1
         self.outcome.llm_requests += 1
         rid = self._request_seq
+        # the response_format form the schema went in, when the ask says (HttpAsk does)
+        form = getattr(self.ask, "structured_output", None) if schema is not None else None
         self.record("request", id=rid, purpose=purpose, reason=reason, messages=list(messages),
-                    constrained=schema is not None)  # fmt: skip
+                    constrained=schema is not None,
+                    **({"structured_output": form} if form else {}))  # fmt: skip
         latency = self.latency() if callable(self.latency) else self.latency
 
         def work() -> ChatResult:

@@ -57,8 +57,9 @@ TABLE: dict[ExitCode, tuple[str, str]] = {
     ),
     ExitCode.LLM_UNREACHABLE: (
         "LLM unreachable",
-        "the episode asked the LLM and not one request got a reply (refused, timed out, HTTP"
-        " errors); the fallback kept the robot safe",
+        "the episode asked the LLM and not one request got a usable reply (refused, timed"
+        " out, HTTP errors, no chat completion, a reply that breaks the JSON schema); the"
+        " fallback kept the robot safe",
     ),
     ExitCode.INCOMPLETE: (
         "incomplete episode",
