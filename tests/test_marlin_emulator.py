@@ -395,3 +395,64 @@ def test_the_fan_output_drives_the_gripper_and_a_reset_lets_go(backend: SimArm) 
         host.banner()
         wait_until(lambda: not backend.state().gripper_closed, "the gripper opened")
         host.close()
+
+
+# -- faults, settings and the serial buffer ---------------------------------------------------
+
+
+def test_a_move_the_arm_cannot_do_stops_the_board_until_m999(backend: SimArm) -> None:
+    stopped = (
+        "Printer stopped due to errors. Fix the error and use M999 to restart. "
+        "(Temperature is reset. Set it after restarting)"
+    )
+    with board(backend) as (emulator, host):
+        host.send("G1 X5000 F3000", "M400")  # 5 m away: out of the arm's reach
+        assert host.answer() == []
+        lines = host.answer()
+        assert lines[-1] == f"Error:{stopped}" and lines[0].startswith("Error:")
+        assert emulator.stopped
+        started = emulator.worker.started
+        host.send("G1 Z400", "M400")  # read by a stopped board: an alert, and not moved
+        assert host.answer() == [stopped]
+        assert host.answer() == []
+        assert emulator.worker.started == started
+        host.send("M999")  # running again; asks for the line after the last one taken
+        assert host.answer() == ["Resend: 1"]
+        assert host.answer() == []  # M999's own ok: flush_and_request_resend sent one too
+        assert not emulator.stopped
+
+
+def test_comments_are_not_answered_and_a_long_line_is_cut(backend: SimArm) -> None:
+    with board(backend) as (_, host):
+        host.send("; a comment alone is no command", "M114 ; position")
+        assert host.answer()[0].startswith("X:")  # the only answer
+        host.send("M110 N0")
+        host.answer()
+        host.send(numbered(1, "M117 " + "x" * 120))  # cut at 95 characters, before its '*'
+        assert host.answer() == ["Error:No Checksum with line number, Last Line: 0", "Resend: 1"]
+
+
+def test_m204_s_sets_the_travel_acceleration_that_moves_without_e_use(backend: SimArm) -> None:
+    with board(backend) as (emulator, host):
+        host.send("M204 P800")
+        host.answer()
+        assert (emulator.acceleration, emulator.travel_acceleration) == (800.0, 3000.0)
+        host.send("M204 S500", "M204")
+        host.answer()
+        assert host.answer() == ["  M204 P500.00 R3000.00 T500.00"]
+        assert emulator.travel_acceleration == 500.0
+
+
+def test_a_full_serial_buffer_drops_what_arrives(backend: SimArm) -> None:
+    """Lines wait in the RX buffer while the command queue is full (M400 and three more)."""
+    line = "M117 " + "x" * 15  # 21 bytes with its newline: three fit in 64
+    with board(backend, rx_buffer=64) as (emulator, host), m400_held(backend, host) as release:
+        host.send("M114", "M114", "M114")
+        wait_until(lambda: len(emulator.queued) == 4, "the command queue is full")
+        host.send(*[line] * 5)
+        wait_until(lambda: emulator.rx_overruns == 2, "two lines were dropped")
+        release()
+        answers = [host.answer() for _ in range(1 + 3 + 3)]
+        assert answers[0] == []  # M400
+        assert all(a[0].startswith("X:") for a in answers[1:4])
+        assert emulator.lines_received == 2 + 3 + 3
