@@ -21,11 +21,13 @@ from onboard.drivers.arm.base import Arm, Pose
 from onboard.drivers.arm.gcode import GcodeArm, GcodeArmConfig
 from onboard.drivers.arm.jaka import JakaArm, JakaArmConfig
 from onboard.drivers.arm.twin_arm import SimArm
-from onboard.drivers.emulators.gcode_pty import GcodePtyEmulator
+from onboard.drivers.emulators.grbl_pty import GrblEmulator
 from onboard.drivers.emulators.jaka_server import JakaServer
+from onboard.drivers.emulators.marlin_pty import MarlinEmulator
 from onboard.drivers.twin import SCENES, Twin
 
 STATE_CALLS = 300
+GRBL_SETTINGS = {22: 1.0, 110: 12000.0, 111: 12000.0, 112: 12000.0}
 MOVES = 20
 
 
@@ -37,10 +39,20 @@ def rig(kind: str) -> Iterator[Arm]:
         try:
             if kind == "sim (direct, reference)":
                 yield backend
-            elif kind == "gcode over pty":
-                with GcodePtyEmulator(backend) as pty:
-                    config = GcodeArmConfig(url=pty.path, timeout=5.0, grip_settle=0.0)
+            elif kind.startswith(("marlin", "grbl")):
+                dialect = "marlin" if kind.startswith("marlin") else "grbl"
+                pty = (
+                    MarlinEmulator(backend, emergency_parser=True)
+                    if dialect == "marlin"
+                    else GrblEmulator(backend, settings=GRBL_SETTINGS, machine_origin=(0, 0, 0))
+                )
+                with pty:
+                    config = GcodeArmConfig(
+                        url=pty.path, dialect=dialect, timeout=5.0, grip_settle=0.0
+                    )
                     with GcodeArm(config) as arm:
+                        if dialect == "grbl":
+                            arm.home()  # boots in alarm
                         yield arm
             else:
                 with JakaServer(backend, port=0, status_port=0) as server:
@@ -78,7 +90,13 @@ def measure(kind: str) -> dict[str, list[float]]:
 
 
 def main() -> None:
-    kinds = ["sim (direct, reference)", "gcode over pty", "jaka, status stream", "jaka, queries"]
+    kinds = [
+        "sim (direct, reference)",
+        "marlin over pty",
+        "grbl over pty",
+        "jaka, status stream",
+        "jaka, queries",
+    ]
     results = {kind: measure(kind) for kind in kinds}
     table = Table(title="Arm command round trip (p50 / p99 / max)")
     table.add_column("metric")

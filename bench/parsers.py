@@ -29,7 +29,8 @@ from rich.console import Console
 from rich.table import Table
 
 from onboard.drivers.arm.jaka import JsonStream
-from onboard.drivers.emulators.gcode_pty import TOO_LONG, LineReader, normalize, parse_line
+from onboard.drivers.emulators.gcode_lines import normalize, parse_line
+from onboard.drivers.emulators.pty_controller import TOO_LONG, LineReader
 
 SIZES_KB = (1, 4, 16, 64, 256)
 REPEATS = 5  # the minimum of these is reported

@@ -19,7 +19,7 @@ from onboard.drivers.arm.base import Arm, Pose
 from onboard.drivers.arm.gcode import GcodeArm, GcodeArmConfig
 from onboard.drivers.arm.safety import Box, SafeArm, SafetyLimits
 from onboard.drivers.arm.twin_arm import SimArm
-from onboard.drivers.emulators.gcode_pty import GcodePtyEmulator
+from onboard.drivers.emulators.marlin_pty import MarlinEmulator
 from onboard.drivers.twin import SCENES, Twin
 
 SCENE = SCENES / "blocks.toml"
@@ -53,7 +53,7 @@ def backend(twin: Twin) -> Iterator[SimArm]:
 
 @dataclass
 class Wire:
-    emulator: GcodePtyEmulator
+    emulator: MarlinEmulator
     arm: GcodeArm
 
     def moves(self) -> list[str]:
@@ -62,7 +62,7 @@ class Wire:
 
 @pytest.fixture
 def wire(backend: SimArm) -> Iterator[Wire]:
-    with GcodePtyEmulator(backend) as emulator:
+    with MarlinEmulator(backend, emergency_parser=True) as emulator:
         config = GcodeArmConfig(url=emulator.path, timeout=BOUND, grip_settle=0.0)
         with GcodeArm(config) as arm:
             yield Wire(emulator, arm)

@@ -8,13 +8,30 @@ PyBullet. Every arm is wrapped in :class:`~onboard.drivers.arm.safety.SafeArm` w
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["ArmConfig", "GcodeArmConfig", "JakaArmConfig", "SimArmConfig"]
+__all__ = ["GCODE_DEFAULTS", "ArmConfig", "GcodeArmConfig", "JakaArmConfig", "SimArmConfig"]
 
 Speed = Annotated[float, Field(gt=0)]
+
+
+Dialect = Literal["marlin", "grbl"]
+
+#: what each dialect uses when robot.toml leaves a key out
+GCODE_DEFAULTS: dict[str, dict[str, Any]] = {
+    # Marlin's default BAUDRATE (Configuration.h); M106/M107 (a fan output) exist in every
+    # stock build, where M3/M5 need SPINDLE_FEATURE or LASER_FEATURE
+    "marlin": {"baudrate": 250000, "grip_on": "M106 S255", "grip_off": "M107", "home": "G28"},
+    # GRBL 1.1 runs at 115200; M3/M5 switch the spindle-enable output; $H homes (G28 only
+    # goes to a stored position)
+    "grbl": {"baudrate": 115200, "grip_on": "M3 S1000", "grip_off": "M5", "home": "$H"},
+}
+
+#: axis letters each dialect may name as rotational axes (Marlin 2.1: up to six more axes,
+#: I J K U V W, or A B C when renamed; grblHAL: A B C; classic GRBL: none)
+ROTARY_LETTERS = {"marlin": "ABCIJKUVW", "grbl": "ABC"}
 
 
 class GcodeArmConfig(BaseModel):
@@ -23,40 +40,88 @@ class GcodeArmConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["gcode"] = "gcode"
+    dialect: Dialect = Field(default="marlin", description="the firmware: marlin or grbl")
     url: str = Field(description="/dev/ttyUSB0, socket://host:port, loop:// or a pty path")
-    baudrate: Annotated[int, Field(gt=0)] = 115200
+    baudrate: Annotated[int, Field(gt=0)] | None = Field(
+        default=None, description="None: the dialect's default (Marlin 250000, GRBL 115200)"
+    )
     timeout: Annotated[float, Field(gt=0, description="seconds to wait for one answer")] = 2.0
     motion_timeout: Annotated[
         float, Field(gt=0, description="upper bound (s) for a homing or a queued motion")
     ] = 120.0
     in_flight: Annotated[int, Field(ge=1, le=32, description="lines awaiting ok at once")] = 4
+    rx_buffer: Annotated[
+        int, Field(ge=16, description="bytes of the controller's serial buffer (both: 128)")
+    ] = 128
     feed_max: Annotated[float, Field(gt=0, description="mm/min")] = 12000.0
     default_feed: Annotated[float, Field(gt=0, description="mm/min when no speed is given")] = (
         3000.0
     )
     joint_feed_max: Annotated[float, Field(gt=0, description="deg/min")] = 6000.0
     joint_axes: str = Field(
-        default="ABCUVWIJK", pattern=r"^[A-Z]+$", description="one letter per joint"
+        default="",
+        pattern=r"^[A-Z]*$",
+        description="letters of the rotational axes the machine has, one per joint; none: ''",
     )
-    grip_on: str = Field(default="M3", description="close the gripper / suction on, e.g. M1000")
-    grip_off: str = Field(default="M5", description="open the gripper / suction off, e.g. M1001")
+    grip_on: str | None = Field(default=None, description="None: the dialect's (M106 S255; M3)")
+    grip_off: str | None = Field(default=None, description="None: the dialect's (M107; M5)")
     grip_settle: Annotated[float, Field(ge=0, description="seconds to let the grip act")] = 0.5
+    check_gripper: bool = Field(
+        default=True, description="send grip_off at connect: an unknown command fails connect"
+    )
     orientation: tuple[float, float, float] = Field(
         default=(0.0, 0.0, 0.0),
         description="rx, ry, rz (rad) reported by state(): the dialect has none",
     )
-    home_command: str = "G28"
-    estop: str = "M112"
-    estop_resume: str | None = Field(
-        default=None, description="sent before the next command, e.g. M999"
-    )
+    home_command: str | None = Field(default=None, description="None: G28 (Marlin), $H (GRBL)")
     startup: tuple[str, ...] = ("G21", "G90")
-    error_then_ok: bool = Field(
-        default=False,
-        description="Marlin: 'Error:<msg>' is followed by 'ok'; GRBL: 'error:<msg>' replaces it",
+    acceleration: bool = Field(
+        default=True, description="set_acceleration writes M204 S (Marlin) or $120-$122 (GRBL)"
     )
-    acceleration: str | None = Field(default="M204 S{mm_s2:.0f}", description="None: not supported")
-    boot_wait: Annotated[float, Field(ge=0, description="seconds the board needs after open")] = 0.0
+    boot_timeout: Annotated[
+        float, Field(ge=0, description="seconds to wait for the boot banner after opening")
+    ] = 5.0
+    line_numbers: bool = Field(
+        default=False, description="Marlin: N<n> ... *<checksum> on every line, one in flight"
+    )
+    unlock_on_connect: bool = Field(
+        default=False, description="GRBL: send $X when it boots in alarm (else home() first)"
+    )
+    hold_timeout: Annotated[
+        float, Field(gt=0, description="GRBL: seconds a feed hold may take to come to rest")
+    ] = 5.0
+
+    @model_validator(mode="after")
+    def _axes_the_dialect_has(self) -> GcodeArmConfig:
+        allowed = ROTARY_LETTERS[self.dialect]
+        wrong = sorted(set(self.joint_axes) - set(allowed))
+        if wrong:
+            raise ValueError(
+                f"joint_axes {self.joint_axes!r}: {self.dialect} has no axis {', '.join(wrong)}"
+                f" (its rotational axes: {' '.join(allowed)})"
+            )
+        if len(set(self.joint_axes)) != len(self.joint_axes):
+            raise ValueError(f"joint_axes {self.joint_axes!r} names an axis twice")
+        if self.line_numbers and self.dialect != "marlin":
+            raise ValueError("line_numbers: only Marlin checks line numbers and checksums")
+        return self
+
+    def default(self, key: str) -> Any:
+        """A key of :data:`GCODE_DEFAULTS` for this dialect."""
+        return GCODE_DEFAULTS[self.dialect][key]
+
+    @property
+    def baud(self) -> int:
+        return self.baudrate or int(self.default("baudrate"))
+
+    @property
+    def grip_codes(self) -> tuple[str, str]:
+        """(close, open)."""
+        return (self.grip_on or self.default("grip_on"), self.grip_off or self.default("grip_off"))
+
+    @property
+    def home(self) -> str:
+        return self.home_command or str(self.default("home"))
 
 
 class JakaArmConfig(BaseModel):

@@ -1,64 +1,58 @@
-"""A desktop arm that speaks the Marlin/GRBL G-code dialect over a serial line.
+"""A desktop arm on a serial line, speaking Marlin's or GRBL's G-code (``dialect``).
 
 The link is a pyserial port opened with ``serial.serial_for_url``, so the same driver runs on
 ``/dev/ttyUSB0``, ``socket://host:port``, ``loop://`` and a pty path such as ``/dev/pts/3``
-(the emulator in :mod:`onboard.drivers.emulators.gcode_pty`). A test may hand in its own port.
+(the emulators in :mod:`onboard.drivers.emulators`). A test may hand in its own port.
 
-The dialect, in millimetres and mm/min on the wire (SI in the API)::
+What the driver sends, in millimetres and mm/min (SI in the API)::
 
     G21 / G90                      millimetres, absolute positions (sent on connect)
-    G0|G1 X Y Z F                  linear move of the tool
-    G0|G1 A B C U V W I J K F      joint move, degrees and deg/min (``joint_axes``)
-    G28                            home
-    M400                           wait until every queued motion is done
-    M3 / M5 (configurable)         suction or gripper on / off; e.g. M280 P0 S<angle> for a servo
-    M204 S<mm/s²>                  acceleration cap
-    M114                           position: "X:.. Y:.. Z:.. A:.. ... Count ..." then "ok"
-    M112                           emergency stop (handled on receipt, not answered)
+    G1 X Y Z F                     linear move of the tool
+    G1 <joint_axes> F              joint move, degrees and deg/min, only on axes the
+                                   configuration says the machine has
+    then, until the motion is done:  M400 (Marlin) | G4 P0, then ? until Idle (GRBL)
+    home:                          G28 + M400 (Marlin) | $H (GRBL)
+    grip:                          grip_on / grip_off (Marlin M106 S255 / M107, GRBL M3 / M5),
+                                   sent at connect once (grip_off) to check the firmware has it
+    position:                      M114 (Marlin, not while moving) | ? (GRBL, any time)
+    acceleration:                  M204 S (Marlin) | $120-$122 when they change (GRBL)
+    stop():                        M410 (Marlin) | feed hold !, then reset (GRBL)
+    emergency_stop():              M112 (Marlin: halts the board until reset) | ctrl-x (GRBL)
 
-Every line is answered by ``ok`` or ``error:<msg>``, in order (with ``error_then_ok``, as
-Marlin does, ``Error:<msg>`` comes before the line's ``ok``). At most ``in_flight`` lines wait
-for their answer at once. A line that is neither an answer nor a position report is skipped,
-logged and counted (``state().extra["garbage_lines"]``). A lost link raises ``LinkLost`` and
-the arm is taken as stopped; ``reconnect()`` reopens it (without homing).
+Answers are matched to lines in order by :class:`~onboard.drivers.arm.gcode_link.SerialLink`;
+the dialect (:mod:`~onboard.drivers.arm.gcode_dialects`) says what each line from the
+controller is. A line that is neither an answer nor a report is skipped, logged and counted
+(``state().extra["garbage_lines"]``). A lost link raises ``LinkLost`` and the arm is taken as
+stopped; ``reconnect()`` reopens it (without homing).
 
-``stop()`` writes the e-stop at once and latches: a motion line is never written after it
-until ``resume()`` (the check and the write share the write lock, so a stop either comes
-before a motion line on the wire and the line is refused, or after it and the controller
-cancels it and the motion call raises). A timeout also writes the e-stop, without latching:
-the link then needs ``reconnect()``.
+``stop()`` writes the recoverable stop at once and latches: a motion line is never written
+after it until ``resume()`` (the check and the write share the write lock, so a stop either
+comes before a motion line on the wire and the line is refused, or after it and the motion
+call raises). A timeout also stops the machine recoverably, never with ``M112``; on Marlin the
+link then needs ``reconnect()``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import re
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 import serial
 
-from onboard.base.errors import ArmError, ArmTimeout, LinkLost, SafetyError
+from onboard.base.errors import ArmError, ArmTimeout, SafetyError
 from onboard.drivers.arm.base import ArmState, Pose
 from onboard.drivers.arm.config import GcodeArmConfig
+from onboard.drivers.arm.gcode_dialects import Dialect, Grbl, Marlin, parse_position
+from onboard.drivers.arm.gcode_link import SerialLink
 from onboard.drivers.device import Device
 
 __all__ = ["WORD_LIMITS", "GcodeArm", "GcodeArmConfig", "fixed", "parse_position", "word_range"]
 
 log = logging.getLogger(__name__)
-
-_POLL = 0.05  # seconds: the reader thread's read timeout, so close() is prompt
-_MAX_LINE = 4096  # bytes: a longer "line" is noise
-_OK = re.compile(r"^ok(\s|$)", re.IGNORECASE)
-_ERROR = re.compile(r"^error\s*:?\s*(.*)$", re.IGNORECASE)
-_POSITION = re.compile(r"^X:\s*-?\d")
-_AXIS_VALUE = re.compile(r"([A-Z]):\s*(\S*)")
-_PLAIN = re.compile(r"-?(?:\d+\.?\d*|\.\d+)")
-_INFO = ("echo:", "//", "busy:", "start", "wait", "grbl", "marlin", "[")
 
 
 #: the values a G-code word may carry, both ways (the emulator refuses the rest with error:):
@@ -94,26 +88,6 @@ def fixed(letter: str, value: float, digits: int = 3) -> str:
     return letter + text
 
 
-@dataclass
-class _Pending:
-    line: str
-    done: threading.Event = field(default_factory=threading.Event)
-    error: str | None = None
-    info: list[str] = field(default_factory=list)
-
-
-def parse_position(line: str) -> dict[str, float]:
-    """``"X:1.00 Y:2.00 Z:3.00 E:0.00 Count X:..."`` -> ``{"X": 1.0, "Y": 2.0, ...}``; a value
-    that is not a plain decimal (an exponent, nan) raises ArmError."""
-    head = line.split("Count", 1)[0]
-    position = {}
-    for axis, value in _AXIS_VALUE.findall(head):
-        if not (_PLAIN.fullmatch(value) and math.isfinite(float(value))):  # 1e9 is not 1
-            raise ArmError(f"GcodeArm: the position report has {axis}:{value[:20]!r}: {line!r}")
-        position[axis] = float(value)
-    return position
-
-
 class GcodeArm(Device):
     """An :class:`~onboard.drivers.arm.base.Arm` over a G-code serial link.
 
@@ -123,93 +97,81 @@ class GcodeArm(Device):
 
     def __init__(self, config: GcodeArmConfig, port: serial.SerialBase | None = None) -> None:
         self.config = config
-        self._port = port
-        self._write_lock = threading.Lock()
+        self.dialect: Dialect = Grbl(self) if config.dialect == "grbl" else Marlin(self)
+        self.link = SerialLink(
+            url=config.url,
+            baudrate=config.baud,
+            in_flight=1 if config.line_numbers else config.in_flight,
+            rx_buffer=config.rx_buffer,
+            classify=self.dialect.classify,
+            on_status=self.dialect.on_status,
+            port=port,
+        )
         self._counter_lock = threading.Lock()
-        self._fifo: deque[_Pending] = deque()
-        self._window = threading.BoundedSemaphore(config.in_flight)
-        self._reader: threading.Thread | None = None
-        self._running = threading.Event()
-        self._lost: str | None = None
-        self._desync: str | None = None
         self._stop_count = 0
         self._latched = threading.Event()
-        self._resume_needed = False
         self._motions = 0
         self._gripper_closed = False
-        self._last_command: str | None = None
         self._position: dict[str, float] = {}
-        self.garbage_lines = 0
-        self.stray_answers = 0
+
+    @property
+    def gripper_closed(self) -> bool:
+        return self._gripper_closed
 
     # -- link -----------------------------------------------------------------------------
 
     def connect(self) -> None:
-        """Open the port, start the reader, send the startup lines. Does not home."""
-        if self._running.is_set():
+        """Open the port, wait for the controller to boot, check it, send the startup
+        lines and switch the gripper output off. Does not home."""
+        if self.link.is_open:
             return
-        port = self._open_port()
-        self._lost = None
-        self._desync = None
-        self._fifo.clear()
-        self._window = threading.BoundedSemaphore(self.config.in_flight)
-        self._running.set()
-        self._reader = threading.Thread(
-            target=self._read_loop, args=(port,), name="gcode-reader", daemon=True
-        )
-        self._reader.start()
-        if self.config.boot_wait:
-            time.sleep(self.config.boot_wait)
+        self.link.open()
         try:
-            for line in self.config.startup:
-                self.command(line)
+            self.dialect.connect()
+            if not self.dialect.locked:
+                self._prepare()
         except ArmError:
             self.close()
             raise
 
+    def _prepare(self) -> None:
+        """The startup lines and the gripper check: G-code a locked controller (GRBL in
+        alarm) refuses, so they wait for home()."""
+        for line in self.config.startup:
+            self.command(line)
+        if self.config.check_gripper:
+            self._check_gripper()
+        self.dialect.locked = False
+
+    def _check_gripper(self) -> None:
+        open_code = self.config.grip_codes[1]
+        try:
+            self.command(open_code)
+        except ArmError as exc:
+            raise ArmError(
+                f"GcodeArm: the firmware refused the gripper's {open_code!r} ({exc}): set "
+                f"grip_on/grip_off in [drivers.arm] to commands this {self.config.dialect} "
+                "build has (e.g. M106 S255/M107 for a fan output, M280 for a servo)"
+            ) from None
+        self._gripper_closed = False
+
     def close(self) -> None:
-        self._running.clear()
-        port = self._port
-        if port is not None and port.is_open and hasattr(port, "cancel_read"):
-            with contextlib.suppress(OSError, serial.SerialException):
-                port.cancel_read()
-        if self._reader is not None and self._reader is not threading.current_thread():
-            self._reader.join(timeout=2.0)
-        self._reader = None
-        if port is not None:
-            port.close()
-        self._fail_pending("the port was closed")
+        self.link.close()
 
     def reconnect(self) -> None:
         """Close and reopen the link (after a timeout or a lost link). Does not home."""
         self.close()
         self.connect()
 
-    def _open_port(self) -> serial.SerialBase:
-        cfg = self.config
-        try:
-            if self._port is None:
-                self._port = serial.serial_for_url(
-                    cfg.url, baudrate=cfg.baudrate, timeout=_POLL, write_timeout=cfg.timeout
-                )
-            elif not self._port.is_open:
-                self._port.open()
-            self._port.timeout = _POLL  # the reader polls, so close() is prompt
-            self._port.reset_input_buffer()
-        except (serial.SerialException, OSError, ValueError) as exc:
-            raise LinkLost(
-                f"GcodeArm: cannot open {cfg.url!r}: {exc}; check the cable and the url "
-                "in [drivers.arm]"
-            ) from exc
-        return self._port
-
     # -- the Arm --------------------------------------------------------------------------
 
     def home(self) -> None:
         self._before_motion()
-        cfg = self.config
-        self._run([cfg.home_command, "M400"], cfg.timeout, motion=cfg.motion_timeout)
+        locked = self.dialect.locked
+        self._run(self.dialect.home_lines(), motion=self.config.motion_timeout)
         self._position = {}
+        if locked:
+            self._prepare()
 
     def move_to(self, pose: Pose, speed: float | None = None) -> None:
         feed = self._feed(speed)
@@ -219,8 +181,7 @@ class GcodeArm(Device):
         if not {"X", "Y", "Z"} <= self._position.keys() and self._motions == 0:
             self.state()  # where from, for the time the move may take
         distance = self._distance_mm((x, y, z))
-        self._before_motion()
-        self._run([line, "M400"], self.config.timeout, motion=self._motion_timeout(distance / feed))
+        self._motion(line, distance / feed)
         self._position.update(X=x, Y=y, Z=z)
 
     def move_joints(self, joints: tuple[float, ...], speed: float | None = None) -> None:
@@ -228,7 +189,8 @@ class GcodeArm(Device):
         if not 0 < len(joints) <= len(axes):
             raise ArmError(
                 f"GcodeArm: move_joints got {len(joints)} joints; joint_axes {axes!r} names "
-                f"{len(axes)}: add axis letters to joint_axes in [drivers.arm]"
+                f"{len(axes)}: list the machine's rotational axes in joint_axes in "
+                "[drivers.arm] (none: this arm moves in X Y Z only)"
             )
         degrees = [math.degrees(q) for q in joints]
         feed = self._joint_feed(speed)
@@ -239,57 +201,49 @@ class GcodeArm(Device):
         travel = max(
             abs(d - self._position.get(a, d + 360.0)) for a, d in zip(used, degrees, strict=True)
         )
-        self._before_motion()
-        timeout = self._motion_timeout(travel / feed)
-        line = f"G1 {words} {fixed('F', feed, 0)}"
-        self._run([line, "M400"], self.config.timeout, motion=timeout)
+        self._motion(f"G1 {words} {fixed('F', feed, 0)}", travel / feed)
+        self._position.update(zip(used, degrees, strict=True))
 
     def grip(self, close: bool) -> None:
-        code = self.config.grip_on if close else self.config.grip_off
+        code = self.config.grip_codes[0 if close else 1]
+        sync = list(self.dialect.sync_lines)
         self._before_motion()
-        self._run(["M400", code, "M400"], self.config.timeout, motion=self.config.motion_timeout)
+        self._run([*sync, code, *sync], motion=self.config.motion_timeout)
         if self.config.grip_settle:
             time.sleep(self.config.grip_settle)
         self._gripper_closed = close
 
     def stop(self) -> None:
-        """Emergency stop: written at once, past the window of lines awaiting ``ok``; motion
-        calls raise until :meth:`resume`."""
+        """Stop now, recoverably (Marlin ``M410``, GRBL feed hold), and latch: motion calls
+        raise until :meth:`resume`. Never ``M112``."""
         self._latched.set()  # before the count: see _run
         self._stop_count += 1
-        self._estop()
+        self.dialect.stop()
+
+    def emergency_stop(self) -> None:
+        """The operator's emergency stop: Marlin ``M112`` halts the board until it is reset
+        or power-cycled (then ``reconnect()`` and ``home()``); GRBL resets (``ALARM:3``:
+        home again)."""
+        self._latched.set()
+        self._stop_count += 1
+        self.dialect.emergency_stop()
 
     def resume(self) -> None:
-        """Clear the stop latch; ``estop_resume`` (e.g. M999) goes before the next motion."""
+        """Clear the stop latch; the controller is made ready at the next command."""
         self._latched.clear()
 
-    def _estop(self) -> None:
-        self._resume_needed = self.config.estop_resume is not None
-        port = self._port
-        if self._lost is not None or port is None or not port.is_open:
-            return  # a lost link is a stopped arm
-        try:
-            with self._write_lock:
-                port.write((self.config.estop + "\n").encode())
-                port.flush()
-        except (serial.SerialException, OSError) as exc:
-            self._link_lost(f"write failed: {exc}")
-        self._last_command = self.config.estop
-
     def state(self) -> ArmState:
-        """Position from M114; while a motion runs, the last known one (M114 would queue
-        behind M400), with ``moving=True`` and ``extra["stale"] = 1``."""
-        stale = self._motions > 0 or self._lost is not None
+        """Where the tool is. Marlin answers ``M114`` only between motions: while one runs,
+        the last known position, with ``moving=True`` and ``extra["stale"] = 1``; GRBL's
+        ``?`` is answered at any time."""
+        link = self.link
+        stale = link.lost is not None or (self._motions > 0 and not self.dialect.live_position)
         if not stale:
-            info = self._run(["M114"], self.config.timeout)
-            position = next((parse_position(i) for i in info if _POSITION.match(i)), None)
-            if position is None or not {"X", "Y", "Z"} <= position.keys():
-                raise ArmError(
-                    "GcodeArm: M114 was answered without a position line: check that the "
-                    "firmware reports 'X:.. Y:.. Z:..'"
-                )
-            self._position.update(position)
+            self._position.update(self._read_position())
         p = self._position
+        moving = self._motions > 0
+        if isinstance(self.dialect, Grbl) and not stale:
+            moving = moving or self.dialect.state.startswith(("Run", "Jog", "Home", "Hold:1"))
         return ArmState(
             pose=Pose(
                 p.get("X", 0.0) / 1000.0,
@@ -299,26 +253,33 @@ class GcodeArm(Device):
             ),
             joints=tuple(math.radians(p[a]) for a in self.config.joint_axes if a in p),
             gripper_closed=self._gripper_closed,
-            moving=self._motions > 0,
+            moving=moving,
             stopped=self._latched.is_set(),
-            error=self._lost,
-            last_command=self._last_command,
+            error=self.dialect.error,
+            last_command=link.last_written,
             extra={
-                "garbage_lines": float(self.garbage_lines),
-                "stray_answers": float(self.stray_answers),
+                "garbage_lines": float(link.garbage_lines),
+                "stray_answers": float(link.stray_answers),
+                "keepalives": float(link.keepalives),
                 "stale": float(stale),
             },
         )
 
+    def _read_position(self) -> dict[str, float]:
+        if not self.dialect.live_position:
+            self.dialect.before_command()
+        return self.dialect.position()
+
     def set_acceleration(self, linear: float, joint: float) -> None:
-        """Cap the acceleration (``linear`` in m/s²); ``joint`` is not in the dialect."""
+        """Cap the acceleration (``linear`` in m/s²); ``joint`` is not in either dialect."""
         del joint
-        if self.config.acceleration is not None:
-            mm_s2 = linear * 1000.0
-            fixed("S", mm_s2)  # refuses a negative or non-finite one before it is written
-            if not mm_s2 > 0:
-                raise SafetyError(f"GcodeArm: acceleration {linear!r} m/s² must be positive")
-            line = self.config.acceleration.format(mm_s2=mm_s2)
+        if not self.config.acceleration:
+            return
+        mm_s2 = linear * 1000.0
+        fixed("S", mm_s2)  # refuses a negative or non-finite one before it is written
+        if not mm_s2 > 0:
+            raise SafetyError(f"GcodeArm: acceleration {linear!r} m/s² must be positive")
+        for line in self.dialect.acceleration_lines(mm_s2):
             if re.search(r"\d[eE][-+]?\d|nan|inf", line, re.IGNORECASE):
                 raise SafetyError(f"GcodeArm: {line!r} has a number in exponent form")
             self.command(line)
@@ -326,91 +287,64 @@ class GcodeArm(Device):
     # -- lines and answers ----------------------------------------------------------------
 
     def command(self, line: str, timeout: float | None = None) -> list[str]:
-        """Send one line and wait for its ``ok``; returns the report lines that came before."""
-        return self._run([line], timeout or self.config.timeout)
+        """Send one line and wait for its answer; returns the report lines that came with it."""
+        return self._run([line], timeout=timeout)
 
     def stream(self, lines: list[str], timeout: float | None = None) -> None:
-        """Send a program, keeping at most ``in_flight`` lines awaiting ``ok``."""
-        self._run(lines, timeout or self.config.timeout)
+        """Send a program, keeping at most ``in_flight`` lines awaiting their answer."""
+        self._run(lines, timeout=timeout)
 
-    def _run(self, lines: list[str], timeout: float, *, motion: float | None = None) -> list[str]:
+    def _motion(self, line: str, minutes: float) -> None:
+        self._before_motion()
+        self._run([line, *self.dialect.sync_lines], motion=self._motion_timeout(minutes))
+
+    def _run(
+        self, lines: list[str], *, timeout: float | None = None, motion: float | None = None
+    ) -> list[str]:
         """Send ``lines`` and wait for each answer: ``timeout`` s each, or ``motion`` s for
-        the lines that wait for motion (M400, homing); ``motion`` also marks the arm moving
-        and refuses to send after a stop.
+        the lines that wait for motion; ``motion`` also marks the arm moving, refuses to
+        send after a stop, and waits for the dialect's end of motion.
 
         The stop count is read before any line is sent and stop() latches before it counts,
-        so a stop either is seen by :meth:`_send` (nothing more is sent) or changes the count
-        (the call raises): it cannot fall between the two unnoticed."""
-        self._check_link()
+        so a stop either is seen by the send's guard (nothing more is sent) or changes the
+        count (the call raises): it cannot fall between the two unnoticed."""
+        each = timeout or self.config.timeout
+        self.dialect.before_command()
         stops = self._stop_count
         moving = motion is not None
-        slow = max(timeout, motion or 0.0)
-        waits_for_motion = {"M400", self.config.home_command.split()[0].upper()}
+        slow = max(each, motion or 0.0)
+        guard: Callable[[], None] | None = self._check_latch if moving else None
         with self._counter_lock:
             self._motions += moving
         try:
-            pending = [self._send(line, slow, moving) for line in lines]
+            pending = [self.link.send(line, slow, guard) for line in lines]
+            info: list[str] = []
             for p in pending:
                 head = p.line.split()[0].upper() if p.line.strip() else ""
-                self._wait(p, slow if head in waits_for_motion else timeout)
+                info += self.link.wait(p, slow if head in self.dialect.blocking else each)
+                if moving and head in ("G0", "G1") and self._stop_count != stops:
+                    self.dialect.stop_again()
+            if moving:
+                self.dialect.after_sync(slow)
+        except ArmTimeout:
+            if self._stop_count == stops:
+                self.dialect.on_timeout()
+                raise ArmTimeout(
+                    f"GcodeArm: no answer to {lines[0]!r} in time; the machine was stopped "
+                    f"({'feed hold and reset' if self.config.dialect == 'grbl' else 'M410'}), "
+                    "call reconnect() before the next command"
+                ) from None
+            raise ArmError(f"GcodeArm: {lines[0]!r} was interrupted by stop()") from None
+        except ArmError:
+            if moving and self._stop_count != stops:
+                raise ArmError(f"GcodeArm: {lines[0]!r} was interrupted by stop()") from None
+            raise
         finally:
             with self._counter_lock:
                 self._motions -= moving
         if moving and self._stop_count != stops:
             raise ArmError(f"GcodeArm: {lines[0]!r} was interrupted by stop()")
-        return [i for p in pending for i in p.info]
-
-    def _send(self, line: str, timeout: float, motion: bool = False) -> _Pending:
-        if not self._window.acquire(timeout=timeout):
-            self._timed_out(line, timeout, "a free slot in the window")
-        pending = _Pending(line)
-        try:
-            with self._write_lock:
-                self._check_link()
-                if motion:
-                    self._check_latch()
-                port = self._port
-                if port is None:  # pragma: no cover - _check_link covers it
-                    raise ArmError("GcodeArm: not connected: call connect() first")
-                self._fifo.append(pending)
-                port.write((line + "\n").encode())
-                self._last_command = line
-        except (serial.SerialException, OSError) as exc:
-            self._link_lost(f"write failed: {exc}")
-            self._check_link()
-        except ArmError:
-            self._window.release()
-            raise
-        return pending
-
-    def _wait(self, pending: _Pending, timeout: float) -> None:
-        if not pending.done.wait(timeout):
-            self._timed_out(pending.line, timeout, "its ok")
-        self._check_link()
-        if pending.error is not None:
-            raise ArmError(f"GcodeArm: the controller refused {pending.line!r}: {pending.error}")
-
-    def _timed_out(self, line: str, timeout: float, what: str) -> None:
-        self._desync = line
-        self._estop()
-        raise ArmTimeout(
-            f"GcodeArm: no answer to {line!r} within {timeout:.1f} s (waiting for {what}); "
-            "stop was sent; call reconnect() before the next command"
-        )
-
-    def _check_link(self) -> None:
-        if self._lost is not None:
-            raise LinkLost(
-                f"GcodeArm: the link to {self.config.url!r} is lost ({self._lost}); the arm "
-                "is taken as stopped: call reconnect()"
-            )
-        if self._port is None or not self._running.is_set():
-            raise ArmError("GcodeArm: not connected: call connect() first")
-        if self._desync is not None:
-            raise ArmTimeout(
-                f"GcodeArm: {self._desync!r} was never answered, so answers may be out of step:"
-                " call reconnect()"
-            )
+        return info
 
     def _check_latch(self) -> None:
         if self._latched.is_set():
@@ -418,84 +352,18 @@ class GcodeArm(Device):
 
     def _before_motion(self) -> None:
         self._check_latch()
-        if self._resume_needed and self.config.estop_resume is not None:
-            self._resume_needed = False
-            self.command(self.config.estop_resume)
-
-    # -- the reader thread ----------------------------------------------------------------
-
-    def _read_loop(self, port: serial.SerialBase) -> None:
-        buffer = b""
-        while self._running.is_set():
-            try:
-                chunk = port.read(max(1, port.in_waiting))
-            except (serial.SerialException, OSError, TypeError, AttributeError) as exc:
-                if self._running.is_set():
-                    self._link_lost(f"read failed: {exc}")
-                return
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            if len(buffer) > _MAX_LINE:  # noise without an end of line
-                lines.append(buffer)
-                buffer = b""
-            for raw in lines:
-                self._on_line(raw.decode("ascii", errors="replace").strip())
-
-    def _on_line(self, line: str) -> None:
-        if not line:
-            return
-        error = _ERROR.match(line)
-        if error and self.config.error_then_ok:  # Marlin: "Error:..." and then "ok"
-            if self._fifo:
-                self._fifo[0].error = error.group(1).strip() or "error"
-        elif _OK.match(line) or error:
-            self._answer(line, error.group(1).strip() if error else None)
-        elif _POSITION.match(line):
-            if self._fifo:
-                self._fifo[0].info.append(line)
-        elif line.lower().startswith(_INFO):
-            log.debug("gcode: %s", line)
-        else:
-            self.garbage_lines += 1
-            log.warning("GcodeArm: skipped an unreadable line from the controller: %r", line)
-
-    def _answer(self, line: str, error: str | None) -> None:
-        try:
-            pending = self._fifo.popleft()
-        except IndexError:
-            self.stray_answers += 1
-            log.warning("GcodeArm: an answer with no line awaiting it: %r", line)
-            return
-        if error is not None:
-            pending.error = error or "error"
-        self._window.release()
-        pending.done.set()
-
-    def _link_lost(self, reason: str) -> None:
-        if self._lost is None:
-            self._lost = reason
-            log.error("GcodeArm: link to %s lost: %s", self.config.url, reason)
-        self._fail_pending(reason)
-
-    def _fail_pending(self, reason: str) -> None:
-        while self._fifo:
-            try:
-                pending = self._fifo.popleft()
-            except IndexError:
-                break
-            pending.error = reason
-            with contextlib.suppress(ValueError):  # released already
-                self._window.release()
-            pending.done.set()
 
     # -- units ----------------------------------------------------------------------------
 
     def _feed(self, speed: float | None) -> float:
+        """mm/min: the speed asked for, capped by ``feed_max`` and by what the controller
+        says it runs at most (so the time a move may take is known)."""
+        cap = min(self.config.feed_max, self.dialect.max_feed() or math.inf)
         if speed is None:
-            return min(self.config.default_feed, self.config.feed_max)
+            return min(self.config.default_feed, cap)
         if speed <= 0 or not math.isfinite(speed):
             raise ArmError(f"GcodeArm: speed {speed} m/s must be positive")
-        return min(speed * 60_000.0, self.config.feed_max)
+        return min(speed * 60_000.0, cap)
 
     def _joint_feed(self, speed: float | None) -> float:
         if speed is None:

@@ -1,14 +1,17 @@
 """Protocol emulators backed by any Arm, so the real drivers can be tested over a real link.
 
-- :mod:`onboard.drivers.emulators.gcode_pty`: a Marlin/GRBL-style controller on a pty
-  (``/dev/pts/N``).
-- :mod:`onboard.drivers.emulators.grbl_pty`: GRBL 1.1h as the firmware behaves (gnea/grbl),
-  on a pty, with its G-code reading in :mod:`onboard.drivers.emulators.grbl_gcode`.
-- :mod:`onboard.drivers.emulators.jaka_server`: a JAKA-style JSON controller on TCP (10001 + 10000).
-- :mod:`onboard.drivers.emulators.serve`: both on one physics twin, until SIGTERM.
+Each is written from its firmware's or controller's public source, cited rule by rule:
 
-Both run the backend arm's blocking calls in order on one thread (:class:`BackendWorker`), as a
-controller's motion planner does, so their command channels stay free for ``stop``. A stop
+- :mod:`onboard.drivers.emulators.marlin_pty`: Marlin 2.1 (MarlinFirmware/Marlin) on a pty;
+- :mod:`onboard.drivers.emulators.grbl_pty`: GRBL 1.1h (gnea/grbl) on a pty, with its G-code
+  reading in :mod:`onboard.drivers.emulators.grbl_gcode`;
+- :mod:`onboard.drivers.emulators.jaka_server`: a JAKA controller's JSON protocol on TCP
+  (10001 + 10000);
+- :mod:`onboard.drivers.emulators.pty_controller`: the pty plumbing the two G-code ones share;
+- :mod:`onboard.drivers.emulators.serve`: all three on one physics twin, until SIGTERM.
+
+They run the backend arm's blocking calls in order on one thread (:class:`BackendWorker`), as a
+controller's motion planner does, so their command links stay free for ``stop``. A stop
 latches the backend arm; the worker resumes it only to run a motion accepted after the stop.
 ``worker.wait_started(n)`` lets a test wait until the controller has begun its n-th motion.
 """

@@ -283,6 +283,7 @@ class GrblEmulator(PtyController):
         self._spindle_cw = False
         self._coolant = 0  # the coolant outputs (COOLANT_FLOOD | COOLANT_MIST)
         self._grip_closed = False  # what the backend's gripper was last told
+        self._muted_bytes = b""
         self._planner: deque[_Block] = deque()
         self._pl_position = [0.0] * n
         self._under_way: object | None = None  # the block (or homing) on the worker now
@@ -468,8 +469,11 @@ class GrblEmulator(PtyController):
         """``ISR(SERIAL_RX)`` (gnea/grbl grbl/serial.c): real-time bytes are picked off and
         acted on wherever they fall; other extended-ASCII bytes are thrown away; the rest goes
         into the receive buffer."""
-        if self._muted:
-            self.dropped += chunk.count(b"\n")
+        if self._muted:  # a hung board: the bytes arrive (listed in received), nothing acts
+            self._muted_bytes += chunk
+            *lines, self._muted_bytes = self._muted_bytes.split(b"\n")
+            self.received.extend(x.decode("ascii", "replace").strip() for x in lines if x.strip())
+            self.dropped += len(lines)
             return
         start = 0
         for i, byte in enumerate(chunk):

@@ -147,7 +147,8 @@ class PtyController:
         self._fail_next = message
 
     def mute(self, on: bool = True) -> None:
-        """Stop answering (and acting on) anything, as a hung controller would."""
+        """Stop answering (and acting on) anything, as a hung controller would; the lines
+        that arrive meanwhile are still listed in :attr:`received`."""
         self._muted = on
 
     def close_link(self) -> None:
@@ -238,7 +239,8 @@ class PtyController:
 
     def _feed(self, data: bytes) -> None:
         for line in self._reader.feed(data):
-            if self._muted:
+            if self._muted:  # a hung controller: the bytes arrive, nothing acts on them
+                self.received.append(line)
                 self.dropped += 1
             elif line == TOO_LONG or self.on_line(line):
                 self._enqueue(line)

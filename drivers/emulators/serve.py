@@ -1,11 +1,15 @@
-"""Serve the twin's arm over the real protocols: JAKA JSON on TCP, and G-code on a pty.
+"""Serve the twin's arm over the real protocols: JAKA JSON on TCP, Marlin and GRBL on ptys.
 
-``serve(scene, ...)`` builds one physics twin, puts the JAKA emulator and the G-code emulator
-in front of the same simulated arm, prints where they listen and runs until SIGTERM or SIGINT
-(or until ``stop`` is set). The lead wires it as ``onboard sim serve``. Connect a driver::
+``serve(scene, ...)`` builds one physics twin, puts the JAKA emulator and the two G-code
+emulators in front of the same simulated arm, prints where they listen and runs until SIGTERM
+or SIGINT (or until ``stop`` is set). ``onboard sim serve`` runs it. Connect a driver::
 
-    GcodeArmConfig(url="/dev/pts/N")                     # the printed pty path
+    GcodeArmConfig(url="/dev/pts/N")                     # the printed Marlin pty
+    GcodeArmConfig(url="/dev/pts/M", dialect="grbl")     # the printed GRBL pty
     JakaArmConfig(host="127.0.0.1", port=10001, status_port=10000)
+
+The Marlin emulator is a build with ``EMERGENCY_PARSER`` (what the README asks of the firmware)
+and a fan output for the gripper; the GRBL one is set up as :data:`GRBL_ARM` says.
 """
 
 from __future__ import annotations
@@ -18,11 +22,16 @@ from pathlib import Path
 from onboard.base.listen import check_port, listen_error
 from onboard.base.signals import on_stop_signals
 from onboard.drivers.arm.twin_arm import SimArm, SimArmConfig
-from onboard.drivers.emulators.gcode_pty import GcodePtyEmulator
+from onboard.drivers.emulators.grbl_pty import GrblEmulator
 from onboard.drivers.emulators.jaka_server import JakaServer
+from onboard.drivers.emulators.marlin_pty import MarlinEmulator
 from onboard.drivers.twin import Scene, Twin
 
-__all__ = ["serve"]
+__all__ = ["GRBL_ARM", "serve"]
+
+#: the served GRBL machine: homing on ($22, so it boots in alarm until home()), the max rates
+#: of an arm ($110-$112, mm/min; GRBL's default is 500); its machine zero is the twin's base
+GRBL_ARM = {22: 1.0, 110: 12000.0, 111: 12000.0, 112: 12000.0}
 
 
 def serve(
@@ -55,8 +64,12 @@ def serve(
         host, port = jaka.address
         say(f"jaka: {host}:{port} (status stream {host}:{jaka.status_address[1]})")
         if gcode:
-            pty = stack.enter_context(GcodePtyEmulator(arm))
-            say(f"gcode: {pty.path}")
+            marlin = stack.enter_context(MarlinEmulator(arm, emergency_parser=True))
+            say(f"gcode (marlin): {marlin.path}")
+            grbl = stack.enter_context(
+                GrblEmulator(arm, settings=GRBL_ARM, machine_origin=(0.0, 0.0, 0.0))
+            )
+            say(f"gcode (grbl): {grbl.path}")
         say("serving the twin's arm; stop with SIGTERM or Ctrl-C")
         with on_stop_signals(lambda _name: stop.set()):
             while not stop.wait(0.5):

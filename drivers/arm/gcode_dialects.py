@@ -1,0 +1,444 @@
+"""What differs between Marlin and GRBL: their answers, how a motion ends, position, homing,
+stops and accelerations. :class:`~onboard.drivers.arm.gcode.GcodeArm` asks its dialect.
+
+Marlin 2.1 (MarlinFirmware/Marlin):
+
+- boots printing ``start`` (an Arduino board resets when the port opens); ``M110 N0`` then
+  syncs, ``M115`` reports ``Cap:EMERGENCY_PARSER``;
+- answers ``ok``; an error is ``Error:<text>`` *then* ``ok``; an unknown command is
+  ``echo:Unknown command: "M3"`` then ``ok`` (an error here, never success); with line
+  numbers, a bad line is answered ``Error:...``, ``Resend: N``, ``ok``;
+- ``echo:busy: processing`` every 2 s while a command blocks: a keepalive;
+- a motion is done when ``M400`` is answered; position is ``M114``; ``G28`` homes;
+  ``M204 S`` sets acceleration;
+- the recoverable stop is ``M410`` (quickstop): it empties the planner but not the command
+  queue, so a move line answered after it gets a second ``M410``. ``M112`` kills the board:
+  it prints ``Error:Printer halted. kill() called!`` and answers nothing until it is reset or
+  power-cycled (``M999`` cannot undo a kill). The driver sends ``M112`` only from
+  :meth:`~onboard.drivers.arm.gcode.GcodeArm.emergency_stop`, never on a timeout. With
+  ``EMERGENCY_PARSER`` (off in stock builds) both act the moment they arrive; without it,
+  when Marlin reads the line (it reads during ``M400`` too, while its 4-line command queue
+  has room; a numbered line waits its turn): build the firmware with it.
+
+GRBL 1.1 (gnea/grbl, doc/markdown/interface.md and commands.md):
+
+- boots printing ``Grbl 1.1h ['$' for help]``, in alarm when homing is enabled
+  (``[MSG:'$H'|'$X' to unlock]``); ``$$`` lists the settings;
+- answers ``ok`` or ``error:N`` (numbers only: :mod:`~onboard.drivers.arm.grbl_codes`);
+  ``ALARM:N`` locks G-code out;
+- has no M400/M114/M112/M204 (``error:20``) and no A/B/C axes (grblHAL has);
+- a motion is done when ``G4 P0`` is answered (a dwell waits for the planner to empty) and
+  the real-time ``?`` reports ``Idle``; position comes from the same report (``MPos`` less
+  ``WCO``, or ``WPos``, per ``$10``; inches per ``$13``), at any time, even while moving;
+- ``$H`` homes (``G28`` only goes to a stored position); accelerations are the
+  ``$120``-``$122`` settings (mm/s², stored in EEPROM: written only when they change);
+- the recoverable stop is the real-time feed hold ``!``; the motion is then cancelled by a
+  soft reset (ctrl-x) once the hold has come to rest, which keeps the position, before the
+  next command. The reset switches the spindle and coolant outputs off: the driver switches
+  a closed gripper's output back on at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+import time
+from typing import Protocol
+
+from onboard.base.errors import ArmError, ArmTimeout
+from onboard.drivers.arm.config import GcodeArmConfig
+from onboard.drivers.arm.gcode_link import Heard, Kind, SerialLink
+from onboard.drivers.arm.grbl_codes import alarm_text, error_text
+
+__all__ = ["Dialect", "Grbl", "Host", "Marlin", "parse_position"]
+
+log = logging.getLogger(__name__)
+
+_AXIS_VALUE = re.compile(r"([A-Z]):\s*(\S*)")
+_PLAIN = re.compile(r"-?(?:\d+\.?\d*|\.\d+)")
+_POLL = 0.05
+
+
+class Host(Protocol):
+    """What a dialect needs of the arm it speaks for."""
+
+    config: GcodeArmConfig
+    link: SerialLink
+
+    def command(self, line: str, timeout: float | None = None) -> list[str]: ...
+
+    @property
+    def gripper_closed(self) -> bool: ...
+
+
+def parse_position(line: str) -> dict[str, float]:
+    """``"X:1.00 Y:2.00 Z:3.00 E:0.00 Count X:..."`` -> ``{"X": 1.0, "Y": 2.0, ...}``; a value
+    that is not a plain decimal (an exponent, nan) raises ArmError."""
+    head = line.split("Count", 1)[0]
+    position = {}
+    for axis, value in _AXIS_VALUE.findall(head):
+        if not (_PLAIN.fullmatch(value) and math.isfinite(float(value))):  # 1e9 is not 1
+            raise ArmError(f"GcodeArm: the position report has {axis}:{value[:20]!r}: {line!r}")
+        position[axis] = float(value)
+    return position
+
+
+class Dialect:
+    """The firmware-specific half of a G-code arm."""
+
+    name = ""
+    #: lines whose answer comes only when the motion before them is done
+    sync_lines: tuple[str, ...] = ()
+    #: commands whose answer waits for a motion (given the motion's time-out)
+    blocking: frozenset[str] = frozenset()
+    #: a position is known while the arm moves
+    live_position = False
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.config = host.config
+        #: G-code is refused until home() (GRBL booted in alarm)
+        self.locked = False
+
+    def classify(self, line: str) -> Heard:
+        raise NotImplementedError
+
+    def on_status(self, text: str) -> None:
+        """A status report (GRBL)."""
+
+    def connect(self) -> None:
+        raise NotImplementedError
+
+    def after_sync(self, timeout: float) -> None:
+        """Anything more to know the motion is done, once the sync lines are answered."""
+
+    def before_command(self) -> None:
+        """Put the controller back in a state to take lines (after a stop)."""
+
+    def position(self) -> dict[str, float]:
+        """Axis -> millimetres (degrees for rotational axes), in work coordinates."""
+        raise NotImplementedError
+
+    def home_lines(self) -> list[str]:
+        raise NotImplementedError
+
+    def max_feed(self) -> float | None:
+        """The fastest feed (mm/min) the controller will run a linear move at, if it says."""
+        return None
+
+    def acceleration_lines(self, mm_s2: float) -> list[str]:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """The recoverable stop, written at once (any thread)."""
+        raise NotImplementedError
+
+    def on_timeout(self) -> None:
+        """A line went unanswered: stop the machine recoverably."""
+        self.stop()
+
+    def stop_again(self) -> None:
+        """A motion line was taken after a stop had been sent: stop what it started."""
+
+    def emergency_stop(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def error(self) -> str | None:
+        """A controller state that refuses motion (an alarm, a kill), worded."""
+        link = self.host.link
+        return link.halted or link.alarm or link.lost
+
+
+class Marlin(Dialect):
+    name = "marlin"
+    sync_lines = ("M400",)
+    blocking = frozenset({"M400", "G28", "G4", "G29"})
+
+    def __init__(self, host: Host) -> None:
+        super().__init__(host)
+        self.emergency_parser: bool | None = None  # from M115; None: not reported
+
+    def classify(self, line: str) -> Heard:
+        lower = line.lower()
+        if line.startswith("ok") and (len(line) == 2 or line[2] == " "):
+            return Heard(Kind.OK)
+        if lower.startswith("error:"):
+            text = line[len("error:") :].strip()
+            # MarlinCore.cpp kill() / minkill(): "Printer halted. kill() called!"; no ok follows
+            if "halted" in lower or "kill() called" in lower:
+                return Heard(Kind.HALTED, f"{text}: reset or power-cycle the board")
+            return Heard(Kind.ERROR_THEN_OK, text or "error")
+        if lower.startswith(("resend:", "rs ")):
+            return Heard(Kind.RESEND, line.split(":" if ":" in line else " ", 1)[1].strip())
+        if lower.startswith("echo:unknown command"):
+            # gcode.cpp GcodeSuite::process_parsed_command: unknown -> echo, then ok
+            return Heard(Kind.ERROR_THEN_OK, line[len("echo:") :].strip())
+        if lower.startswith(("echo:busy:", "busy:")):
+            return Heard(Kind.KEEPALIVE)
+        if re.match(r"^X:\s*-?\d", line) or lower.startswith(("firmware_name:", "cap:")):
+            return Heard(Kind.INFO)
+        if lower == "start":
+            return Heard(Kind.BOOT)
+        # MarlinCore.cpp setup(): the reset's cause, the version, then echo: lines
+        if lower.startswith(("echo:", "//", "wait", "marlin", "t:")) or lower.endswith(
+            ("reset", "power-up")
+        ):
+            return Heard(Kind.NOISE)
+        return Heard(Kind.GARBAGE)
+
+    def connect(self) -> None:
+        link, cfg = self.host.link, self.config
+        if not link.wait_boot(0, cfg.boot_timeout):
+            log.info("GcodeArm: no 'start' within %.1f s: a board without reset", cfg.boot_timeout)
+        self.host.command("M110 N0")  # in step from here, with or without line numbers
+        if cfg.line_numbers:
+            link.number_lines_from(0)
+        info = self.host.command("M115")
+        caps = dict(
+            c.split(":")[1:3] for c in info if c.lower().startswith("cap:") and c.count(":") >= 2
+        )
+        if "EMERGENCY_PARSER" in caps:
+            self.emergency_parser = caps["EMERGENCY_PARSER"].strip() == "1"
+        if self.emergency_parser is False:
+            log.warning(
+                "GcodeArm: the firmware has no EMERGENCY_PARSER: a stop (M410) acts only when "
+                "Marlin reads it, late if its command queue is full; build it with "
+                "EMERGENCY_PARSER"
+            )
+
+    def position(self) -> dict[str, float]:
+        info = self.host.command("M114")
+        position = next((parse_position(i) for i in info if re.match(r"^X:\s*-?\d", i)), None)
+        if position is None or not {"X", "Y", "Z"} <= position.keys():
+            raise ArmError(
+                "GcodeArm: M114 was answered without a position line: check that the "
+                "firmware reports 'X:.. Y:.. Z:..'"
+            )
+        return position
+
+    def home_lines(self) -> list[str]:
+        return [self.config.home, "M400"]
+
+    def acceleration_lines(self, mm_s2: float) -> list[str]:
+        return [f"M204 S{mm_s2:.0f}"]
+
+    def stop(self) -> None:
+        if self.host.link.is_open and self.host.link.lost is None:
+            try:
+                self.host.link.urgent("M410")  # answered in turn, like any line
+            except ArmError as exc:  # out of step or halted: nothing more to send
+                log.warning("GcodeArm: M410 not sent: %s", exc)
+
+    def stop_again(self) -> None:
+        # M410 empties the planner, not the command queue (planner.cpp quick_stop): a G1
+        # still queued when the first M410 came is planned after it; its ok says so
+        self.stop()
+
+    def on_timeout(self) -> None:
+        # the answers are out of step (reconnect() resets the board); stop it regardless
+        self.host.link.write_now(b"M410\n")
+
+    def emergency_stop(self) -> None:
+        self.host.link.write_now(b"M112\n")  # never answered: the board halts
+
+
+class Grbl(Dialect):
+    name = "grbl"
+    sync_lines = ("G4 P0",)
+    blocking = frozenset({"G4", "$H", "G28", "G30"})
+    live_position = True
+
+    def __init__(self, host: Host) -> None:
+        super().__init__(host)
+        self.settings: dict[int, float] = {}
+        self._status = threading.Condition()
+        self._reports = 0
+        self.state = ""
+        self._machine: dict[str, float] = {}
+        self._work: dict[str, float] | None = None
+        self._offset: dict[str, float] = {}
+        self._held = False  # a feed hold awaits its reset
+
+    # -- lines ----------------------------------------------------------------------------
+
+    def classify(self, line: str) -> Heard:
+        if line == "ok":
+            return Heard(Kind.OK)
+        if line.startswith("error:"):
+            return Heard(Kind.ERROR, error_text(line[len("error:") :]))
+        if line.startswith("<") and line.endswith(">"):
+            return Heard(Kind.STATUS, line[1:-1])
+        if line.startswith("ALARM:"):
+            return Heard(Kind.ALARM, alarm_text(line[len("ALARM:") :]))
+        if line.startswith("Grbl ") or line.startswith("GrblHAL "):
+            return Heard(Kind.BOOT)
+        if (line.startswith("[") and line.endswith("]")) or re.match(r"^\$\d+=", line):
+            return Heard(Kind.INFO)
+        return Heard(Kind.GARBAGE)
+
+    def on_status(self, text: str) -> None:
+        fields = text.split("|")
+        inches = self.settings.get(13, 0.0) == 1.0
+        scale = 25.4 if inches else 1.0
+        values: dict[str, dict[str, float]] = {}
+        for item in fields[1:]:
+            key, _, raw = item.partition(":")
+            if key in ("MPos", "WPos", "WCO"):
+                try:
+                    numbers = [float(v) * scale for v in raw.split(",")]
+                except ValueError:
+                    log.warning("GcodeArm: an unreadable status report: <%s>", text)
+                    return
+                if not all(math.isfinite(v) for v in numbers):
+                    return
+                values[key] = dict(zip(self._axes(), numbers, strict=False))
+        with self._status:
+            self.state = fields[0]
+            if "WCO" in values:
+                self._offset = values["WCO"]
+            if "MPos" in values:
+                self._machine, self._work = values["MPos"], None
+            elif "WPos" in values:
+                self._work = values["WPos"]
+            self._reports += 1
+            self._status.notify_all()
+
+    def _axes(self) -> str:
+        return "XYZ" + self.config.joint_axes
+
+    # -- status ---------------------------------------------------------------------------
+
+    def query(self, timeout: float | None = None) -> str:
+        """Ask ``?`` and wait for the report; the state's name (``Idle``, ``Run``...)."""
+        timeout = timeout or self.config.timeout
+        with self._status:
+            seen = self._reports
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.host.link.write_now(b"?"):
+                self.host.link.check()
+                raise ArmError("GcodeArm: the link is down")
+            with self._status:
+                if self._status.wait_for(lambda: self._reports > seen, 0.25):
+                    return self.state
+        link = self.host.link
+        link.write_now(b"!")  # it may be hung mid-motion: hold it
+        link.desync = "?"
+        raise ArmTimeout(
+            f"GcodeArm: no status report to '?' within {timeout:.1f} s (is it GRBL 1.1?); a "
+            "feed hold was sent: call reconnect() before the next command"
+        )
+
+    def wait_state(self, done: tuple[str, ...], timeout: float) -> str:
+        """Poll ``?`` until the state begins with one of ``done``; the last state."""
+        deadline = time.monotonic() + timeout
+        state = self.query()
+        while not state.startswith(done):
+            if time.monotonic() > deadline:
+                raise ArmTimeout(
+                    f"GcodeArm: GRBL stayed {state!r} for {timeout:.1f} s (awaited {done})"
+                )
+            time.sleep(_POLL)
+            state = self.query()
+        return state
+
+    def position(self) -> dict[str, float]:
+        if self.host.link.lost is None:
+            self.query()
+        with self._status:
+            if self._work is not None:
+                return dict(self._work)
+            return {a: v - self._offset.get(a, 0.0) for a, v in self._machine.items()}
+
+    # -- the sequences --------------------------------------------------------------------
+
+    def connect(self) -> None:
+        link, cfg = self.host.link, self.config
+        self._held, self.locked, self.state = False, False, ""
+        if not link.wait_boot(0, cfg.boot_timeout):
+            boots = link.boots
+            link.write_now(b"\x18")  # a board that did not reset on open: reset it
+            if not link.wait_boot(boots, cfg.boot_timeout):
+                raise ArmError(
+                    f"GcodeArm: no GRBL banner from {cfg.url!r} within {cfg.boot_timeout:.1f} s"
+                    f" after a reset: check the baud rate ({cfg.baud}) and that it runs GRBL 1.1"
+                )
+        self._read_settings()
+        state = self.query()
+        if state.startswith("Alarm") and cfg.unlock_on_connect:
+            self.host.command("$X")
+        elif state.startswith("Alarm"):
+            self.locked = True  # G-code gives error:9 until $H
+            log.info("GcodeArm: GRBL is in alarm after boot: home() ($H) before anything else")
+
+    def _read_settings(self) -> None:
+        for line in self.host.command("$$"):
+            match = re.match(r"^\$(\d+)=([-\d.]+)", line)
+            if match:
+                self.settings[int(match.group(1))] = float(match.group(2))
+
+    def after_sync(self, timeout: float) -> None:
+        state = self.wait_state(("Idle", "Alarm", "Hold", "Door"), timeout)
+        if not state.startswith("Idle"):
+            raise ArmError(f"GcodeArm: the motion ended with GRBL in {state!r}")
+
+    def home_lines(self) -> list[str]:
+        return [self.config.home]
+
+    def max_feed(self) -> float | None:
+        rates = [self.settings[n] for n in (110, 111, 112) if self.settings.get(n)]
+        return min(rates) if rates else None  # $110-$112: GRBL caps every move's feed
+
+    def acceleration_lines(self, mm_s2: float) -> list[str]:
+        lines = []
+        for n in (120, 121, 122):  # EEPROM settings: written only when they change
+            if self.settings.get(n) is None or abs(self.settings[n] - mm_s2) > 0.0005:
+                lines.append(f"${n}={mm_s2:.3f}")
+                self.settings[n] = round(mm_s2, 3)
+        return lines
+
+    def stop(self) -> None:
+        link = self.host.link
+        if not link.write_now(b"!"):  # feed hold: decelerates to rest, position kept
+            return
+        self._held = True
+        link.abandon("cancelled by stop()")  # GRBL answers them only after cycle start
+
+    def on_timeout(self) -> None:
+        # a hold stops the machine with its position kept; the link is out of step until
+        # reconnect(), which reopens the port (and a board that resets on open reboots)
+        self.host.link.write_now(b"!")
+
+    def before_command(self) -> None:
+        """After a feed hold: wait until it is at rest, then reset to drop what was queued.
+        A reset at rest keeps the position; if the hold never came to rest, GRBL alarms
+        (position lost) and stays locked until home()."""
+        if not self._held:
+            return
+        link, cfg = self.host.link, self.config
+        try:
+            self.wait_state(("Hold:0", "Idle", "Alarm", "Door"), cfg.hold_timeout)
+        except ArmTimeout:
+            log.error("GcodeArm: the feed hold did not come to rest; resetting anyway")
+        boots = link.boots
+        link.write_now(b"\x18")
+        if not link.wait_boot(boots, cfg.boot_timeout):
+            raise ArmTimeout(
+                f"GcodeArm: GRBL did not come back from its reset in {cfg.boot_timeout:.1f} s"
+            )
+        self._held = False
+        link.desync = None
+        link.alarm = None
+        state = self.query()
+        if state.startswith("Alarm"):
+            log.error("GcodeArm: GRBL is in alarm after the reset: home() before moving")
+        for line in cfg.startup:
+            self.host.command(line)
+        if self.host.gripper_closed:  # the reset switched the output off
+            self.host.command(cfg.grip_codes[0])
+
+    def emergency_stop(self) -> None:
+        self.host.link.write_now(b"\x18")  # a reset in motion: ALARM:3, home again
