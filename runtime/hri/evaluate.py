@@ -10,29 +10,47 @@ from typing import Any
 from onboard.config import RobotConfig
 from onboard.grounding.mapping import ActionMapper
 from onboard.hri.scenario import Scenario
-from onboard.hri.session import EpisodeOptions, episode_exit_code, judge, run_episode
+from onboard.hri.session import (
+    EpisodeOptions,
+    JudgementKind,
+    episode_exit_code,
+    judge,
+    run_episode,
+)
 from onboard.loop.engine import Ask
 from onboard.loop.exitcodes import ExitCode
 from onboard.loop.paths import inside, safe_name
 from onboard.loop.recorder import MemoryRecorder, Recorder
 from onboard.loop.skill import Skill
 
-__all__ = ["SEED_SCENARIOS", "Trial", "action_counts", "evaluate", "evaluation_exit_code"]
+__all__ = [
+    "SEED_SCENARIOS",
+    "Trial",
+    "action_counts",
+    "evaluate",
+    "evaluation_exit_code",
+    "kind_counts",
+]
 
 SEED_SCENARIOS = ("person-robot", "person-object", "person-environment", "person-person")
 
 
 @dataclass(frozen=True)
 class Trial:
-    success: bool
+    kind: JudgementKind
     reason: str
     actions: list[tuple[float, str]]
     phrase: str | None
     code: ExitCode = ExitCode.SUCCESS
 
+    @property
+    def success(self) -> bool:
+        return self.kind is JudgementKind.SUCCESS
+
     def to_json(self) -> dict[str, Any]:
         return {
             "success": self.success,
+            "kind": self.kind.value,
             "reason": self.reason,
             "actions": [{"t": round(t, 3), "action": a} for t, a in self.actions],
             "phrase": self.phrase,
@@ -58,9 +76,11 @@ def evaluate(
             path = inside(record_dir, record_dir / name) if record_dir else None
             with Recorder(path) if path else MemoryRecorder() as recorder:
                 outcome = run_episode(robot, skill, scenario, ask, mapper, recorder, options)
-            success, reason = judge(outcome, scenario)
-            code = episode_exit_code(outcome, success)
-            runs.append(Trial(success, reason, list(outcome.actions), outcome.phrase, code))
+            verdict = judge(outcome, scenario)
+            code = episode_exit_code(outcome, verdict.success)
+            runs.append(
+                Trial(verdict.kind, verdict.reason, list(outcome.actions), outcome.phrase, code)
+            )
             if outcome.signal is not None:
                 return results
     return results
@@ -81,3 +101,9 @@ def evaluation_exit_code(results: dict[str, list[Trial]]) -> ExitCode:
 def action_counts(skill: Skill, runs: list[Trial]) -> dict[str, float]:
     counts: Counter[str] = Counter(a for trial in runs for _, a in trial.actions)
     return {name: counts[name] / max(1, len(runs)) for name in skill.actions}
+
+
+def kind_counts(runs: list[Trial]) -> dict[str, int]:
+    """How many trials ended as each kind (every kind, zeros included)."""
+    counts = Counter(trial.kind for trial in runs)
+    return {kind.value: counts[kind] for kind in JudgementKind}

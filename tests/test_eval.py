@@ -1,0 +1,139 @@
+"""Honest evaluation: the judge tells failures apart.
+
+The judge's kinds come from real episodes (the real stand-in over HTTP, the real embedder, the
+virtual clock) on hand-built scenarios; the stand-in's answers follow its documented policy
+(runtime/testing/standin_policy.py) with noise 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from test_cli import ROOT, SCENARIOS
+
+from onboard.config import RobotConfig
+from onboard.grounding.mapping import ActionMapper
+from onboard.hri.scenario import Scenario
+from onboard.hri.session import EpisodeOptions, HttpAsk, JudgementKind, judge, run_episode
+from onboard.llm.client import ChatClient
+from onboard.loop.engine import Check, Outcome, SkillRunner
+from onboard.loop.recorder import MemoryRecorder
+from onboard.loop.skill import Skill
+from onboard.testing.standin_server import StandInServer
+
+HELD_OUT_SOURCE = ROOT / "bench" / "data" / "heldout-v2" / "scenarios"
+HELD_OUT = SCENARIOS / "heldout"
+SEED = ["person-robot", "person-object", "person-environment", "person-person"]
+HELD_OUT_NAMES = sorted(p.stem for p in HELD_OUT_SOURCE.glob("*.toml"))
+KINDS = [kind.value for kind in JudgementKind]
+NOTE = "the stand-in's tables test the runtime, not a model"
+
+
+def person(
+    activity: str,
+    looking: bool,
+    labels: Sequence[tuple[float, float, str]],
+    *,
+    end: float = 20.0,
+    motion: Sequence[tuple[float, float]] = (),
+) -> Scenario:
+    """A hand-built scenario: one activity and gaze from t = 0, 4 m from the robot."""
+    return Scenario.model_validate(
+        {
+            "scenario": {"name": "hand-built", "end": end, "distance": 4.0},
+            "activity": [{"at": 0.0, "text": activity}],
+            "gaze": [{"at": 0.0, "toward": looking}],
+            "label": [{"from": a, "to": b, "state": s} for a, b, s in labels],
+            "motion": [{"at": a, "speed": v} for a, v in motion],
+        }
+    )
+
+
+def episode(
+    robot: RobotConfig,
+    skill: Skill,
+    mapper: ActionMapper,
+    sc: Scenario,
+    *,
+    checks: Sequence[Check] | None = None,
+    on_runner: Callable[[SkillRunner], None] | None = None,
+) -> Outcome:
+    """One real episode, constrained as the shipped robot decodes, 1 virtual s per reply."""
+    options = EpisodeOptions(latency=1.0, constrained=True, keep_candidates=False)
+    with (
+        StandInServer(seed=0, noise=0.0, format_noise=0.0) as standin,
+        ChatClient(robot.llm, base_url=standin.base_url) as client,
+    ):
+        return run_episode(robot, skill, sc, HttpAsk(client), mapper, MemoryRecorder(), options,
+                           checks=checks, on_runner=on_runner)  # fmt: skip
+
+
+# -- the judge -----------------------------------------------------------------------------------
+
+
+def test_a_busy_person_in_words_the_stand_in_does_not_know_is_spoken_to(
+    robot_tmp: RobotConfig, skill: Skill, mapper: ActionMapper
+) -> None:
+    """ "knitting" is in none of the stand-in's keyword lists: it reads an idle person."""
+    sc = person("The person is knitting a scarf on a bench.", False, [(0.0, 20.0, "not-ready")])
+    out = episode(robot_tmp, skill, mapper, sc)
+    verdict = judge(out, sc)
+    assert verdict.kind is JudgementKind.SPOKE_NOT_READY and not verdict.success
+    assert (
+        out.spoke_at is not None and verdict.reason == f"spoke at {out.spoke_at:.1f} s (not-ready)"
+    )
+
+
+def test_a_busy_person_in_words_the_stand_in_knows_is_never_spoken_to(
+    robot_tmp: RobotConfig, skill: Skill, mapper: ActionMapper
+) -> None:
+    sc = person("The person is talking on a phone.", False, [(0.0, 20.0, "not-ready")])
+    out = episode(robot_tmp, skill, mapper, sc)
+    assert "wait" in [a for _, a in out.actions] and out.spoke_at is None
+    verdict = judge(out, sc)
+    assert (verdict.kind, verdict.reason) == (
+        JudgementKind.NEVER_SPOKE,
+        "timeout: no speak by 20 s",
+    )
+
+
+def test_a_ready_person_is_a_success_and_an_unlabelled_time_is_its_own_failure(
+    robot_tmp: RobotConfig, skill: Skill, mapper: ActionMapper
+) -> None:
+    sc = person("The person is sitting on a bench.", True, [(0.0, 20.0, "ready")])
+    out = episode(robot_tmp, skill, mapper, sc)
+    assert judge(out, sc).kind is JudgementKind.SUCCESS and judge(out, sc).success
+    assert out.spoke_at is not None
+    gap = person("The person is sitting on a bench.", True, [(0.0, 1.0, "ready")])
+    verdict = judge(out, gap)
+    assert verdict.kind is JudgementKind.SPOKE_UNLABELLED and not verdict.success
+    assert verdict.reason == f"spoke at {out.spoke_at:.1f} s (unlabelled)"
+
+
+def test_speaking_after_the_person_left_sight_is_apart_from_speaking_while_busy(
+    robot_tmp: RobotConfig, skill: Skill, mapper: ActionMapper
+) -> None:
+    """Without the visibility check, the speak planned while the person was in sight runs
+    after they ran out of the camera's range (8 m), whatever the label says."""
+    sc = person("The person is sitting on a bench.", True, [(0.0, 20.0, "ready")],
+                motion=[(8.6, 8.0)])  # fmt: skip
+    out = episode(robot_tmp, skill, mapper, sc, checks=[])
+    assert out.spoke_visible is False and out.spoke_at is not None
+    verdict = judge(out, sc)
+    assert verdict.kind is JudgementKind.SPOKE_OUT_OF_SIGHT
+    assert verdict.reason == f"spoke at {out.spoke_at:.1f} s with the person out of sight"
+
+
+def test_an_episode_stopped_before_speaking_is_not_one_that_never_spoke(
+    robot_tmp: RobotConfig, skill: Skill, mapper: ActionMapper
+) -> None:
+    sc = person("The person is sitting on a bench.", True, [(0.0, 20.0, "ready")])
+
+    def stop_at_3_s(runner: SkillRunner) -> None:
+        runner.clock.call_later(3.0, lambda: runner.stop("driver failed: base offline"))
+
+    out = episode(robot_tmp, skill, mapper, sc, on_runner=stop_at_3_s)
+    assert out.spoke_at is None and out.reason == "driver failed: base offline"
+    verdict = judge(out, sc)
+    assert verdict.kind is JudgementKind.STOPPED
+    assert verdict.reason == "stopped before speaking: driver failed: base offline"
