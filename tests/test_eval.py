@@ -1,4 +1,5 @@
-"""Honest evaluation: the judge tells failures apart.
+"""Honest evaluation: the judge tells failures apart, and eval decodes as robot.toml says, the
+stand-in's requests included.
 
 The judge's kinds come from real episodes (the real stand-in over HTTP, the real embedder, the
 virtual clock) on hand-built scenarios; the stand-in's answers follow its documented policy
@@ -7,14 +8,18 @@ virtual clock) on hand-built scenarios; the stand-in's answers follow its docume
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
-from test_cli import ROOT, SCENARIOS
+from test_cli import ROOT, SCENARIOS, onboard, robot_copy
 
 from onboard.config import RobotConfig
 from onboard.grounding.mapping import ActionMapper
 from onboard.hri.scenario import Scenario
 from onboard.hri.session import EpisodeOptions, HttpAsk, JudgementKind, judge, run_episode
+from onboard.llm import prompts
 from onboard.llm.client import ChatClient
 from onboard.loop.engine import Check, Outcome, SkillRunner
 from onboard.loop.recorder import MemoryRecorder
@@ -137,3 +142,83 @@ def test_an_episode_stopped_before_speaking_is_not_one_that_never_spoke(
     verdict = judge(out, sc)
     assert verdict.kind is JudgementKind.STOPPED
     assert verdict.reason == "stopped before speaking: driver failed: base offline"
+
+
+# -- the decoding robot.toml sets ----------------------------------------------------------------
+
+
+def schema_of(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON schema a request constrains its reply to (either response_format shape)."""
+    rf = body.get("response_format")
+    if rf is None:
+        return None
+    assert rf["type"] in ("json_object", "json_schema"), rf
+    schema = rf.get("schema") or rf["json_schema"]["schema"]
+    assert isinstance(schema, dict)
+    return schema
+
+
+def eval_against(server: StandInServer, tmp_path: Path, *replace: tuple[str, str]) -> Any:
+    robot = robot_copy(tmp_path, replace=list(replace))
+    result = onboard("--robot", robot, "eval", "engage", "--trials", "1", "--llm",
+                     server.base_url, "--latency", "1.0", "--json", "--record", tmp_path / "rec",
+                     "--scenario", "person-object", "--scenario", "person-environment",
+                     cwd=tmp_path)  # fmt: skip
+    assert result.code == 0, result.err
+    return json.loads(result.out)
+
+
+def test_eval_sends_every_request_constrained_as_robot_toml_says(
+    tmp_path: Path, skill: Skill
+) -> None:
+    with StandInServer(seed=0, noise=0.0) as server:
+        report = eval_against(server, tmp_path)
+        requests = server.requests
+    assert report["decoding"] == "constrained" and "note" not in report
+    schemas = [schema_of(body) for body in requests]
+    expected = [
+        prompts.plan_schema(list(skill.actions)),
+        prompts.wait_time_schema(),
+        prompts.answer_schema(),
+    ]
+    assert requests and all(s is not None for s in schemas)
+    # the first-stage plan and both second-stage questions, each with its own schema
+    assert {json.dumps(s, sort_keys=True) for s in schemas} == {
+        json.dumps(s, sort_keys=True) for s in expected
+    }
+    # and every reply the stand-in sent is the schema's plain JSON: nothing fell back
+    records = [json.loads(line) for f in sorted((tmp_path / "rec").glob("*.jsonl"))
+               for line in f.read_text(encoding="utf-8").splitlines()]  # fmt: skip
+    replies = [r for r in records if r["kind"] == "reply"]
+    assert len(replies) == len(requests)
+    assert not [r for r in records if r["kind"] in ("error", "fallback", "candidate")]
+    for record in replies:
+        reply = json.loads(record["text"])
+        if record["purpose"] == "plan":
+            assert reply["action"] in skill.actions
+        elif record["purpose"] == "wait_time":
+            assert isinstance(reply["wait_time"], float)
+        else:
+            assert reply["answer"] in ("yes", "no")
+
+
+def test_eval_sends_free_text_requests_when_robot_toml_says_free(tmp_path: Path) -> None:
+    with StandInServer(seed=0, noise=0.0) as server:
+        report = eval_against(server, tmp_path, ('decoding = "constrained"', 'decoding = "free"'))
+        requests = server.requests
+    assert report["decoding"] == "free"
+    assert requests and not [body for body in requests if "response_format" in body]
+
+
+def test_the_default_stand_in_eval_decodes_as_robot_toml_says(tmp_path: Path) -> None:
+    """The stand-in eval starts its own server: its requests are in the recordings."""
+    result = onboard("eval", "engage", "--trials", "1", "--json", "--record", tmp_path,
+                     "--scenario", "person-object")  # fmt: skip
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["decoding"] == "constrained"
+    text = (tmp_path / "person-object-00.jsonl").read_text(encoding="utf-8")
+    records = [json.loads(line) for line in text.splitlines()]
+    assert records[0]["options"]["constrained"] is True
+    requests = [r for r in records if r["kind"] == "request"]
+    assert requests and all(r["constrained"] is True for r in requests)
+    assert {r["purpose"] for r in requests} == {"plan", "wait_time", "lose_person"}

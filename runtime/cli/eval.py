@@ -1,4 +1,8 @@
-"""``onboard eval``: run scenarios N times on the virtual clock; print the seed's Tables III-VI."""
+"""``onboard eval``: run scenarios N times on the virtual clock; print the seed's Tables III-VI.
+
+Every episode decodes as robot.toml's ``[llm] decoding`` says, the stand-in's too: the tables
+measure what the robot runs.
+"""
 
 from __future__ import annotations
 
@@ -25,16 +29,24 @@ from onboard.hri.evaluate import (
 from onboard.hri.scenario import Scenario, find_scenario, load_scenario
 from onboard.hri.session import EpisodeOptions, HttpAsk, load_robot_skill, make_mapper
 from onboard.llm.client import ChatClient
+from onboard.llm.local_server import MODEL_ALIAS
 from onboard.loop.exitcodes import TABLE, ExitCode
 from onboard.loop.skill import Skill
 
-__all__ = ["evaluate_command"]
+__all__ = ["STANDIN_NOTE", "evaluate_command"]
+
+STANDIN_NOTE = "the stand-in's tables test the runtime, not a model"
 
 
-def _tables(skill: Skill, results: dict[str, list[Trial]], ablation: bool) -> tuple[Table, Table]:
+def _tables(
+    skill: Skill, results: dict[str, list[Trial]], ablation: bool, what: str, standin: bool
+) -> tuple[Table, Table]:
     first, second = ("V", "VI") if ablation else ("III", "IV")
     suffix = " (without action text)" if ablation else ""
-    success = Table(title=f"Table {first}: successes over trials{suffix}")
+    success = Table(
+        title=f"Table {first}: successes over trials{suffix}; {what}",
+        caption=STANDIN_NOTE if standin else None,
+    )
     success.add_column("scenario")
     success.add_column("success rate", justify="right")
     for name, runs in results.items():
@@ -64,7 +76,8 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     if args.seed is not None:
         robot = robot.model_copy(update={"eval": robot.eval.model_copy(update={"seed": args.seed})})
     began = time.monotonic()
-    with llm_endpoint(robot, args.llm or "standin") as (url, standin):
+    choice = args.llm or "standin"
+    with llm_endpoint(robot, choice) as (url, standin):
         latency = (
             args.latency
             if args.latency is not None
@@ -74,7 +87,7 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
             clock="virtual",
             action_text=not args.no_action_text,
             second_stage=not args.no_second_stage,
-            constrained=robot.llm.decoding == "constrained" and not standin,
+            constrained=robot.llm.decoding == "constrained",
             latency=latency,
             keep_candidates=False,
             handle_signals=True,
@@ -84,24 +97,35 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
                                options, args.record)  # fmt: skip
     wall = time.monotonic() - began
     code = evaluation_exit_code(results)
+    decoding = "constrained" if options.constrained else "free"
+    llm = "standin" if standin else ("local" if choice == "local" else url)
     if args.json:
-        print(json.dumps(_json(skill, url, standin, options, results, scenarios, wall, code)))
+        print(json.dumps(_json(skill, llm, options, results, scenarios, wall, code)))
         return code
+    named = {"standin": "stand-in (a runtime test, not a model)", "local": f"local {MODEL_ALIAS}"}
+    what = f"LLM {named.get(llm, llm)}, {decoding} decoding"
+    tables = _tables(skill, results, args.no_action_text, what, standin)
     console = Console()
-    for table in _tables(skill, results, ablation=args.no_action_text):
+    if not console.is_terminal:  # to a file or a pipe (a README): no wrapping
+        console = Console(width=max(console.width, *(_natural_width(t) for t in tables)))
+    for table in tables:
         console.print(table)
-    what = "stand-in" if standin else url
-    console.print(f"LLM: {what}; second-stage questions {'on' if options.second_stage else 'off'}; "
-                  f"{args.trials} trials per scenario; {wall:.1f} s wall time")  # fmt: skip
+    console.print(f"LLM: {'stand-in' if standin else url}; {decoding} decoding; second-stage "
+                  f"questions {'on' if options.second_stage else 'off'}; {args.trials} trials "
+                  f"per scenario; {wall:.1f} s wall time", soft_wrap=True)  # fmt: skip
     if code != ExitCode.SUCCESS:
         console.print(f"exit {int(code)}: {TABLE[code][0]}")
     return code
 
 
+def _natural_width(table: Table) -> int:
+    wide = Console(width=1000)
+    return wide.measure(table).maximum
+
+
 def _json(
     skill: Skill,
-    url: str,
-    standin: bool,
+    llm: str,
     options: EpisodeOptions,
     results: dict[str, list[Trial]],
     scenarios: list[Scenario],
@@ -111,7 +135,9 @@ def _json(
     return {
         "skill": skill.name,
         "exit_code": int(code),
-        "llm": "standin" if standin else url,
+        "llm": llm,
+        **({"note": STANDIN_NOTE} if llm == "standin" else {}),
+        "decoding": "constrained" if options.constrained else "free",
         "action_text": options.action_text,
         "second_stage": options.second_stage,
         "wall_seconds": round(wall, 2),
