@@ -1,5 +1,6 @@
-"""Honest evaluation: the judge tells failures apart, and eval decodes as robot.toml says, the
-stand-in's requests included.
+"""Honest evaluation: the judge tells failures apart, eval reports them per scenario and per
+group (the seed's four ``shipped`` scenarios, the ``held-out`` ones), and eval decodes as
+robot.toml says, the stand-in's requests included.
 
 The judge's kinds come from real episodes (the real stand-in over HTTP, the real embedder, the
 virtual clock) on hand-built scenarios; the stand-in's answers follow its documented policy
@@ -9,11 +10,12 @@ virtual clock) on hand-built scenarios; the stand-in's answers follow its docume
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from test_cli import ROOT, SCENARIOS, onboard, robot_copy
+from test_cli import ACTIONS, ROOT, SCENARIOS, onboard, robot_copy
 
 from onboard.config import RobotConfig
 from onboard.grounding.mapping import ActionMapper
@@ -142,6 +144,80 @@ def test_an_episode_stopped_before_speaking_is_not_one_that_never_spoke(
     verdict = judge(out, sc)
     assert verdict.kind is JudgementKind.STOPPED
     assert verdict.reason == "stopped before speaking: driver failed: base offline"
+
+
+# -- the held-out scenarios ----------------------------------------------------------------------
+
+
+def test_the_shipped_held_out_scenarios_are_the_held_out_set_byte_for_byte() -> None:
+    """skills/scenarios/heldout/ ships bench/data/heldout-v2/scenarios (never edited)."""
+    assert len(HELD_OUT_NAMES) == 9
+    assert sorted(p.stem for p in HELD_OUT.glob("*.toml")) == HELD_OUT_NAMES
+    for name in HELD_OUT_NAMES:
+        shipped = (HELD_OUT / f"{name}.toml").read_bytes()
+        assert shipped == (HELD_OUT_SOURCE / f"{name}.toml").read_bytes(), name
+
+
+def test_eval_runs_the_shipped_and_the_held_out_groups_and_reports_them_apart() -> None:
+    result = onboard("eval", "engage", "--trials", "2", "--json")
+    assert result.code == 0, result.err
+    report = json.loads(result.out)  # one JSON object and nothing else
+    assert report["skill"] == "engage" and report["exit_code"] == 0
+    assert report["llm"] == "standin" and report["note"] == NOTE
+    assert report["decoding"] == "constrained"
+    scenarios = report["scenarios"]
+    assert [s["name"] for s in scenarios] == SEED + HELD_OUT_NAMES
+    assert [s["group"] for s in scenarios] == ["shipped"] * 4 + ["held-out"] * 9
+    for s in scenarios:
+        assert list(s["kinds"]) == KINDS and sum(s["kinds"].values()) == 2
+        assert s["kinds"]["success"] == s["successes"]
+        found = Counter(t["kind"] for t in s["trials"])
+        assert found == Counter({k: n for k, n in s["kinds"].items() if n})
+        assert len(s["trials"]) == 2
+        for trial in s["trials"]:
+            assert isinstance(trial["reason"], str) and trial["reason"]
+            assert trial["success"] == (trial["kind"] == "success")
+            actions = trial["actions"]
+            assert actions[0] == {"t": 0.0, "action": "approach"}
+            assert all(a["action"] in ACTIONS for a in actions)
+            times = [a["t"] for a in actions]
+            assert times == sorted(times) and all(isinstance(t, float) for t in times)
+            spoke = actions[-1]["action"] == "speak"
+            assert spoke == (trial["kind"] == "success" or trial["kind"].startswith("spoke"))
+    for group, names in (("shipped", SEED), ("held-out", HELD_OUT_NAMES)):
+        total = report["groups"][group]
+        members = [s for s in scenarios if s["group"] == group]
+        assert total["scenarios"] == names and total["trials"] == 2 * len(names)
+        assert total["successes"] == sum(s["successes"] for s in members)
+        assert total["kinds"] == {k: sum(s["kinds"][k] for s in members) for k in KINDS}
+    assert list(report["groups"]) == ["shipped", "held-out"]
+
+
+def test_eval_tables_show_the_kinds_the_groups_and_the_decoding() -> None:
+    result = onboard("eval", "engage", "--trials", "1")
+    assert result.code == 0, result.err
+    out = result.out
+    assert "Table III: outcomes over trials; LLM stand-in (a runtime test, not a model), " \
+        "constrained decoding" in out  # fmt: skip
+    assert NOTE in out and "shipped total" in out and "held-out total" in out
+    for header in ("spoke while", "not ready", "spoke out", "of sight", "stopped before"):
+        assert header in out
+    assert "Table IV: average count of each action; shipped" in out
+    assert "Table IV: average count of each action; held-out" in out
+    assert "-coat-exit" in out and "-robot" in out
+    assert "constrained decoding" in out.splitlines()[-1]
+
+
+def test_a_held_out_scenario_is_found_by_name_and_reported_in_its_group() -> None:
+    result = onboard("eval", "engage", "--trials", "1", "--json", "--scenario", "heldout-coins",
+                     "--scenario", "person-robot")  # fmt: skip
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    assert [(s["name"], s["group"]) for s in report["scenarios"]] == [
+        ("heldout-coins", "held-out"),
+        ("person-robot", "shipped"),
+    ]
+    assert list(report["groups"]) == ["held-out", "shipped"]
 
 
 # -- the decoding robot.toml sets ----------------------------------------------------------------

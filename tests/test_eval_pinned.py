@@ -2,7 +2,8 @@
 
 The embedder computes in fp32 (models/minilm/CARD.md) and the mapper refuses near ties, so
 the stand-in's seeded episodes make the same decisions everywhere. The whole JSON, less its
-wall time, must equal tests/data/eval-engage-10.json (38/40 successes when written).
+wall time, must equal tests/data/eval-engage-10.json (when written: shipped 38/40, held-out
+45/90).
 After an intended change of the episodes, rewrite that file with
 ``ONBOARD_UPDATE_GOLDEN=1 pytest tests/test_eval_pinned.py`` and review its diff.
 """

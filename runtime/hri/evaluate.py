@@ -1,4 +1,10 @@
-"""Run scenarios N times on the virtual clock and count what the seed's Tables III-VI count."""
+"""Run scenarios N times on the virtual clock and count what the seed's Tables III-VI count.
+
+The default evaluation is two groups of scenarios, reported apart: the seed's four
+(``shipped``) and the held-out ones (``skills/scenarios/heldout/``, written by someone who
+saw only the action texts; bench/data/heldout-v2 is their source and a test holds the copies
+to it).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from typing import Any
 
 from onboard.config import RobotConfig
 from onboard.grounding.mapping import ActionMapper
-from onboard.hri.scenario import Scenario
+from onboard.hri.scenario import HELD_OUT, Scenario
 from onboard.hri.session import (
     EpisodeOptions,
     JudgementKind,
@@ -24,15 +30,35 @@ from onboard.loop.recorder import MemoryRecorder, Recorder
 from onboard.loop.skill import Skill
 
 __all__ = [
+    "HELD_OUT_GROUP",
+    "OTHER_GROUP",
     "SEED_SCENARIOS",
+    "SHIPPED_GROUP",
     "Trial",
     "action_counts",
+    "default_scenarios",
     "evaluate",
     "evaluation_exit_code",
     "kind_counts",
+    "scenario_group",
 ]
 
 SEED_SCENARIOS = ("person-robot", "person-object", "person-environment", "person-person")
+SHIPPED_GROUP, HELD_OUT_GROUP, OTHER_GROUP = "shipped", "held-out", "other"
+
+
+def default_scenarios(folder: Path) -> list[Path]:
+    """The seed's four in ``folder`` (a robot's scenarios folder), then its held-out ones."""
+    seed = [folder / f"{name}.toml" for name in SEED_SCENARIOS]
+    return seed + sorted((folder / HELD_OUT).glob("*.toml"))
+
+
+def scenario_group(path: Path, folder: Path) -> str:
+    """``held-out`` in ``folder/heldout``, ``shipped`` in ``folder``, else ``other``."""
+    parent = path.resolve().parent
+    if parent == (folder / HELD_OUT).resolve():
+        return HELD_OUT_GROUP
+    return SHIPPED_GROUP if parent == folder.resolve() else OTHER_GROUP
 
 
 @dataclass(frozen=True)
