@@ -108,5 +108,8 @@ def test_a_scenario_is_a_path_or_a_name_in_the_robots_folder(
     (problem,) = caught.value.problems
     assert str(problem) == (
         f"{folder}: no scenario named 'person-cat' (scenarios here: person-environment, "
-        "person-object, person-person, person-robot)"
+        "person-object, person-person, person-robot, "
+        + ", ".join(sorted(p.stem for p in (folder / "heldout").glob("*.toml")))
+        + ")"
     )
+    assert find_scenario("heldout-coins", folder) == folder / "heldout" / "heldout-coins.toml"

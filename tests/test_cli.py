@@ -226,27 +226,6 @@ def test_map_an_out_of_set_reply_is_no_match() -> None:
 # -- eval --------------------------------------------------------------------------------------
 
 
-def test_eval_json_has_every_trial() -> None:
-    result = onboard("eval", "engage", "--trials", "2", "--json")
-    assert result.code == 0, result.err
-    report = json.loads(result.out)  # one JSON object and nothing else
-    assert report["skill"] == "engage" and report["llm"] == "standin"
-    assert [s["name"] for s in report["scenarios"]] == SEED_SCENARIOS
-    for scenario in report["scenarios"]:
-        trials = scenario["trials"]
-        assert len(trials) == 2
-        assert scenario["successes"] == sum(t["success"] for t in trials)
-        for trial in trials:
-            assert isinstance(trial["success"], bool)
-            assert isinstance(trial["reason"], str) and trial["reason"]
-            actions = trial["actions"]
-            assert actions[0] == {"t": 0.0, "action": "approach"}
-            assert all(a["action"] in ACTIONS for a in actions)
-            times = [a["t"] for a in actions]
-            assert times == sorted(times) and all(isinstance(t, float) for t in times)
-            assert trial["success"] == (actions[-1]["action"] == "speak")
-
-
 def test_eval_scenarios_are_selected_by_repeating_the_option() -> None:
     result = onboard(
         "eval", "engage", "--trials", "1", "--json",

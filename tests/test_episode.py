@@ -24,7 +24,14 @@ from onboard.grounding.candidates import CandidateStore
 from onboard.grounding.mapping import ActionMapper
 from onboard.hri.checks import PersonVisible
 from onboard.hri.scenario import Scenario, load_scenario
-from onboard.hri.session import EpisodeOptions, HttpAsk, judge, run_episode
+from onboard.hri.session import (
+    EpisodeOptions,
+    HttpAsk,
+    Judgement,
+    JudgementKind,
+    judge,
+    run_episode,
+)
 from onboard.hri.world import SimRobot, SimWorld
 from onboard.llm.client import ChatClient, ChatResult, Message
 from onboard.loop.clock import VirtualClock
@@ -37,6 +44,7 @@ from onboard.testing.standin_server import StandInServer
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "skills" / "scenarios"
 QUIET = {"noise": 0.0, "format_noise": 0.0}
+NEVER_SPOKE = JudgementKind.NEVER_SPOKE
 
 
 def scenario(name: str) -> Scenario:
@@ -98,8 +106,8 @@ def assert_engages(ep: Episode, sc: Scenario) -> None:
     assert sc.label_at(out.spoke_at) in ("ok-to-engage", "ready")
     assert out.spoke_visible is True
     assert (out.finished, out.reason) == (True, "end action completed")
-    success, reason = judge(out, sc)
-    assert success, reason
+    verdict = judge(out, sc)
+    assert verdict.success, verdict
     assert out.phrase and [r["text"] for r in ep.kind("speech")] == [out.phrase]
     assert ep.records[-1]["kind"] == "end" and ep.records[-1]["finished"] is True
     times = [t for t, _ in out.actions]
@@ -247,11 +255,11 @@ def test_without_action_text_person_environment_fails(
     sc = scenario("person-environment")
     ep = episode(robot_tmp, skill, mapper, sc, action_text=False)
     assert "speak" not in ep.names
-    assert judge(ep.outcome, sc) == (False, "timeout: no speak by 10 s")
+    assert judge(ep.outcome, sc) == Judgement(NEVER_SPOKE, "timeout: no speak by 10 s")
     assert ep.outcome.reason == "scenario ended" and not ep.outcome.finished
     assert ep.names.count("wait for cue") >= 2
     # the same scenario with the action text succeeds (see test_seed_scenarios_engage)
-    assert judge(episode(robot_tmp, skill, mapper, sc).outcome, sc)[0]
+    assert judge(episode(robot_tmp, skill, mapper, sc).outcome, sc).success
 
 
 def test_without_second_stage_person_environment_never_replans(
@@ -263,7 +271,7 @@ def test_without_second_stage_person_environment_never_replans(
     assert not any("human activity" in b["messages"][-1]["content"] for b in ep.requests)
     assert ep.kind("second_stage") == [] and ep.kind("request") == []
     assert ep.outcome.actions == [(0.0, "approach")]
-    assert judge(ep.outcome, sc)[0] is False
+    assert judge(ep.outcome, sc).kind is NEVER_SPOKE
     on = episode(robot_tmp, skill, mapper, sc)
     first = on.kind("second_stage")[0]
     assert (first["purpose"], first["value"]) == ("lose_person", True)
@@ -308,7 +316,7 @@ def test_out_of_set_replies_become_candidates_and_the_fallback_runs(
     assert {c.reply for c in store.list("engage")} == {c["reply"] for c in candidates}
     # none of the out-of-set actions is a greeting: the robot never speaks
     assert "speak" not in ep.names and ep.kind("speech") == [] and ep.outcome.spoke_at is None
-    assert judge(ep.outcome, sc) == (False, "timeout: no speak by 20 s")
+    assert judge(ep.outcome, sc) == Judgement(NEVER_SPOKE, "timeout: no speak by 20 s")
 
 
 @pytest.mark.xfail(

@@ -17,6 +17,9 @@ SHIPPED = [
     "scenarios/person-object.toml",
     "scenarios/person-person.toml",
     "scenarios/person-robot.toml",
+    *sorted(
+        f"scenarios/heldout/{p.name}" for p in (ROOT / "skills/scenarios/heldout").glob("*.toml")
+    ),
 ]
 
 

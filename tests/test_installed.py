@@ -11,6 +11,7 @@ PYTHONPATH: nothing of the checkout is reachable.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -104,8 +105,16 @@ def test_check_runs_the_bundled_example(venv: Venv, tmp_path: Path) -> None:
     example = venv.site_packages / "onboard" / "example-robot.toml"
     assert done.stdout.startswith(f"{example}: robot 'example'")
     assert f"({venv.site_packages / 'onboard' / 'skills' / 'engage.toml'})" in done.stdout
-    assert "skill engage: 6 actions" in done.stdout and "4 scenarios" in done.stdout
+    assert "skill engage: 6 actions" in done.stdout and "\n  4 scenarios" in done.stdout
+    assert "\n  9 held-out scenarios: heldout-coat-exit, " in done.stdout
     assert done.stdout.splitlines()[-1] == "ok"
+
+
+def test_eval_runs_the_shipped_and_the_held_out_scenarios(venv: Venv, tmp_path: Path) -> None:
+    done = _ok(venv.onboard("eval", "engage", "--trials", "1", "--json", cwd=tmp_path))
+    report = json.loads(done.stdout)
+    assert report["groups"]["shipped"]["trials"] == 4
+    assert report["groups"]["held-out"]["trials"] == 9
 
 
 def test_run_engage_with_the_standin(venv: Venv, tmp_path: Path) -> None:
@@ -125,6 +134,7 @@ def test_init_writes_a_robot_that_checks(venv: Venv, tmp_path: Path) -> None:
     checked = _ok(venv.onboard("--robot", "robot1/robot.toml", "check", cwd=tmp_path))
     assert checked.stderr == "" and checked.stdout.startswith("robot1/robot.toml: robot 'robot1'")
     assert f"({tmp_path / 'robot1' / 'skills' / 'engage.toml'})" in checked.stdout
+    assert "\n  9 held-out scenarios: " in checked.stdout
     again = venv.onboard("init", "robot1", cwd=tmp_path)
     assert again.returncode == 2
     assert again.stderr.splitlines() == [

@@ -34,6 +34,7 @@ DATA = (
     "skills/__init__.py",
     "skills/*.toml",
     "skills/scenarios/*.toml",
+    "skills/scenarios/heldout/*.toml",
     "models/__init__.py",
     "models/minilm/model.onnx",
     "models/minilm/tokenizer.json",
@@ -94,6 +95,7 @@ def test_every_module_and_data_file_is_in_the_wheel(wheel: zipfile.ZipFile) -> N
     assert "onboard/drivers/twin/scenes/calibration.toml" in data
     assert {"onboard/skills/engage.toml", "onboard/models/minilm/model.onnx"} <= data
     assert "onboard/skills/scenarios/person-object.toml" in data
+    assert "onboard/skills/scenarios/heldout/heldout-coins.toml" in data
     assert sorted(modules - names) == []
     assert sorted(data - names) == []
 

@@ -16,7 +16,14 @@ from test_cli import Signalled, robot_copy, signal_when, started
 from onboard.config import RobotConfig
 from onboard.grounding.mapping import ActionMapper
 from onboard.hri.scenario import Scenario, load_scenario
-from onboard.hri.session import EpisodeOptions, HttpAsk, judge, run_episode
+from onboard.hri.session import (
+    EpisodeOptions,
+    HttpAsk,
+    Judgement,
+    JudgementKind,
+    judge,
+    run_episode,
+)
 from onboard.llm.client import ChatClient
 from onboard.loop.engine import Outcome
 from onboard.loop.exitcodes import ExitCode
@@ -111,7 +118,7 @@ def test_the_robot_speaks_within_the_scenario_on_wall_time(
     run = wall_episode(robot_tmp, skill, mapper, sc, latency=0.3)
     out = run.outcome
     assert out.spoke_at is not None and out.spoke_at < 3.0, out
-    assert judge(out, sc)[0], judge(out, sc)
+    assert judge(out, sc).success, judge(out, sc)
     assert out.actions[0][1] == "approach" and out.actions[-1][1] == "speak"
     # every LLM answer really took the stand-in's 0.3 s of wall time
     replies = [r for r in run.records if r["kind"] == "reply"]
@@ -132,7 +139,7 @@ def test_a_slow_llm_blocks_neither_perception_nor_the_end(
     assert run.seconds < 5.0
     out = run.outcome
     assert (out.finished, out.reason) == (False, "scenario ended")
-    assert judge(out, sc) == (False, "timeout: no speak by 1 s")
+    assert judge(out, sc) == Judgement(JudgementKind.NEVER_SPOKE, "timeout: no speak by 1 s")
     assert [a for _, a in out.actions] == ["approach"]
     kinds = [r["kind"] for r in run.records]
     assert "reply" not in kinds and kinds[-1] == "end"

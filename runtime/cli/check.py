@@ -16,6 +16,7 @@ from onboard.base.errors import ConfigError, Problem
 from onboard.config import RobotConfig, load_example_robot, load_robot
 
 if TYPE_CHECKING:
+    from onboard.hri.scenario import Scenario
     from onboard.loop.skill import Skill
 
 __all__ = ["check"]
@@ -29,7 +30,7 @@ def check(robot_path: Path | None) -> int:
     from onboard.bundled import example_robot
     from onboard.catalog import load_robot_skill
     from onboard.drivers.twin.scene import load_scene
-    from onboard.hri.scenario import load_scenario
+    from onboard.hri.scenario import HELD_OUT, load_scenario, scenario_files
     from onboard.llm.structured import resolve
 
     robot = load_robot(robot_path) if robot_path is not None else load_example_robot()
@@ -39,15 +40,16 @@ def check(robot_path: Path | None) -> int:
         line = _line_of(robot_path, "skills")
         what = "does not exist" if not robot.skills_dir.exists() else "is not a folder"
         problems.append(Problem(robot_path, "skills", line, f"{robot.skills_dir} {what}"))
-    skills, scenarios = [], []
+    skills: list[Skill] = []
+    scenarios: list[tuple[bool, Scenario]] = []
     for path in sorted(robot.skills_dir.glob("*.toml")):
         try:
             skills.append(load_robot_skill(robot, str(path)))
         except ConfigError as exc:
             problems += exc.problems
-    for path in sorted((robot.skills_dir / "scenarios").glob("*.toml")):
+    for path in scenario_files(robot.skills_dir / "scenarios"):
         try:
-            scenarios.append(load_scenario(path))
+            scenarios.append((path.parent.name == HELD_OUT, load_scenario(path)))
         except ConfigError as exc:
             problems += exc.problems
     scenes = []
@@ -72,7 +74,11 @@ def check(robot_path: Path | None) -> int:
     for skill in skills:
         print(f"  skill {skill.name}: {len(skill.actions)} actions, start {skill.start!r}, "
               f"end {skill.end!r}  ({skill.path})")  # fmt: skip
-    print(f"  {len(scenarios)} scenarios: {', '.join(s.name for s in scenarios)}")
+    own = [s.name for held_out, s in scenarios if not held_out]
+    held = [s.name for held_out, s in scenarios if held_out]
+    print(f"  {len(own)} scenarios: {', '.join(own)}")
+    if held:
+        print(f"  {len(held)} held-out scenarios: {', '.join(held)}")
     print(f"  {len(scenes)} scenes: {', '.join(p.stem for p in scenes)}")
     _warn_ambiguous(robot, skills)
     print("ok")

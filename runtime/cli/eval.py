@@ -1,4 +1,9 @@
-"""``onboard eval``: run scenarios N times on the virtual clock; print the seed's Tables III-VI."""
+"""``onboard eval``: run scenarios N times on the virtual clock; print the seed's Tables III-VI.
+
+Every episode decodes as robot.toml's ``[llm] decoding`` says, the stand-in's too: the tables
+measure what the robot runs. Table III tells the failures apart (the judge's kinds), per
+scenario and per group (the seed's four ``shipped`` scenarios, the ``held-out`` ones).
+"""
 
 from __future__ import annotations
 
@@ -16,37 +21,103 @@ from onboard.base.errors import UsageError
 from onboard.cli.endpoint import llm_endpoint
 from onboard.config import RobotConfig
 from onboard.hri.evaluate import (
-    SEED_SCENARIOS,
     Trial,
     action_counts,
+    default_scenarios,
     evaluate,
     evaluation_exit_code,
+    kind_counts,
+    scenario_group,
 )
 from onboard.hri.scenario import Scenario, find_scenario, load_scenario
-from onboard.hri.session import EpisodeOptions, HttpAsk, load_robot_skill, make_mapper
+from onboard.hri.session import (
+    EpisodeOptions,
+    HttpAsk,
+    JudgementKind,
+    load_robot_skill,
+    make_mapper,
+)
 from onboard.llm.client import ChatClient
+from onboard.llm.local_server import MODEL_ALIAS
 from onboard.loop.exitcodes import TABLE, ExitCode
 from onboard.loop.skill import Skill
 
-__all__ = ["evaluate_command"]
+__all__ = ["STANDIN_NOTE", "evaluate_command"]
+
+STANDIN_NOTE = "the stand-in's tables test the runtime, not a model"
+
+#: Table III's column per failure kind (success is the "success rate" column)
+FAILURE_COLUMNS: dict[JudgementKind, str] = {
+    JudgementKind.SPOKE_NOT_READY: "spoke while\nnot ready",
+    JudgementKind.SPOKE_OUT_OF_SIGHT: "spoke out\nof sight",
+    JudgementKind.NEVER_SPOKE: "never\nspoke",
+    JudgementKind.STOPPED: "stopped before\nspeaking",
+    JudgementKind.SPOKE_UNLABELLED: "spoke\nunlabelled",
+}
 
 
-def _tables(skill: Skill, results: dict[str, list[Trial]], ablation: bool) -> tuple[Table, Table]:
+def _by_group(
+    results: dict[str, list[Trial]], groups: dict[str, str]
+) -> dict[str, dict[str, list[Trial]]]:
+    grouped: dict[str, dict[str, list[Trial]]] = {}
+    for name, runs in results.items():
+        grouped.setdefault(groups[name], {})[name] = runs
+    return grouped
+
+
+def _short(names: list[str]) -> dict[str, str]:
+    """Column headers: what tells a group's scenarios apart ("person-robot" -> "-robot")."""
+    if len(names) < 2:
+        return {n: n for n in names}
+    prefix = names[0]
+    for name in names[1:]:
+        while not name.startswith(prefix):
+            prefix = prefix[:-1]
+    cut = prefix.rfind("-")
+    return {n: n[cut:] if cut > 0 and n[cut:] != "-" else n for n in names}
+
+
+def _outcome_row(label: str, runs: list[Trial]) -> list[str]:
+    counts = kind_counts(runs)
+    return [label, f"{counts[JudgementKind.SUCCESS]} / {len(runs)}"] + [
+        str(counts[kind]) for kind in FAILURE_COLUMNS
+    ]
+
+
+def _tables(
+    skill: Skill,
+    grouped: dict[str, dict[str, list[Trial]]],
+    ablation: bool,
+    what: str,
+    standin: bool,
+) -> list[Table]:
     first, second = ("V", "VI") if ablation else ("III", "IV")
     suffix = " (without action text)" if ablation else ""
-    success = Table(title=f"Table {first}: successes over trials{suffix}")
-    success.add_column("scenario")
-    success.add_column("success rate", justify="right")
-    for name, runs in results.items():
-        success.add_row(name, f"{sum(t.success for t in runs)} / {len(runs)}")
-    counts = Table(title=f"Table {second}: average count of each action{suffix}")
-    counts.add_column("action")
-    averages = {name: action_counts(skill, runs) for name, runs in results.items()}
-    for name in results:
-        counts.add_column(name.removeprefix("person"), justify="right")
-    for action in skill.actions:
-        counts.add_row(action, *[f"{averages[n][action]:.1f}" for n in results])
-    return success, counts
+    outcomes = Table(
+        title=f"Table {first}: outcomes over trials{suffix}; {what}",
+        caption=STANDIN_NOTE if standin else None,
+    )
+    outcomes.add_column("scenario")
+    outcomes.add_column("success rate", justify="right")
+    for header in FAILURE_COLUMNS.values():
+        outcomes.add_column(header, justify="right")
+    for group, results in grouped.items():
+        for name, runs in results.items():
+            outcomes.add_row(*_outcome_row(name, runs))
+        every = [t for runs in results.values() for t in runs]
+        outcomes.add_row(*_outcome_row(f"{group} total", every), style="bold", end_section=True)
+    tables = [outcomes]
+    for group, results in grouped.items():
+        counts = Table(title=f"Table {second}: average count of each action{suffix}; {group}")
+        counts.add_column("action")
+        averages = {name: action_counts(skill, runs) for name, runs in results.items()}
+        headers = _short(list(results))
+        for name in results:
+            counts.add_column(headers[name], justify="right")
+        for action in skill.actions:
+            counts.add_row(action, *[f"{averages[n][action]:.1f}" for n in results])
+        tables.append(counts)
+    return tables
 
 
 def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
@@ -56,15 +127,17 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
         raise UsageError(f"--latency {args.latency}: must be a finite number of seconds >= 0")
     skill = load_robot_skill(robot, args.skill)
     folder = robot.skills_dir / "scenarios"
-    files = [find_scenario(f, folder) for f in args.scenarios or []] or [
-        folder / f"{name}.toml" for name in SEED_SCENARIOS
-    ]
+    files = [find_scenario(f, folder) for f in args.scenarios or []] or default_scenarios(folder)
     scenarios = [load_scenario(Path(f)) for f in files]
+    groups = {
+        s.name: scenario_group(Path(f), folder) for s, f in zip(scenarios, files, strict=True)
+    }
     mapper = make_mapper(robot, skill)
     if args.seed is not None:
         robot = robot.model_copy(update={"eval": robot.eval.model_copy(update={"seed": args.seed})})
     began = time.monotonic()
-    with llm_endpoint(robot, args.llm or "standin") as (url, standin):
+    choice = args.llm or "standin"
+    with llm_endpoint(robot, choice) as (url, standin):
         latency = (
             args.latency
             if args.latency is not None
@@ -74,7 +147,7 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
             clock="virtual",
             action_text=not args.no_action_text,
             second_stage=not args.no_second_stage,
-            constrained=robot.llm.decoding == "constrained" and not standin,
+            constrained=robot.llm.decoding == "constrained",
             latency=latency,
             keep_candidates=False,
             handle_signals=True,
@@ -84,41 +157,69 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
                                options, args.record)  # fmt: skip
     wall = time.monotonic() - began
     code = evaluation_exit_code(results)
+    grouped = _by_group(results, groups)
+    decoding = "constrained" if options.constrained else "free"
+    llm = "standin" if standin else ("local" if choice == "local" else url)
     if args.json:
-        print(json.dumps(_json(skill, url, standin, options, results, scenarios, wall, code)))
+        print(json.dumps(_json(skill, llm, options, grouped, scenarios, wall, code)))
         return code
+    named = {"standin": "stand-in (a runtime test, not a model)", "local": f"local {MODEL_ALIAS}"}
+    what = f"LLM {named.get(llm, llm)}, {decoding} decoding"
+    tables = _tables(skill, grouped, args.no_action_text, what, standin)
     console = Console()
-    for table in _tables(skill, results, ablation=args.no_action_text):
+    if not console.is_terminal:  # to a file or a pipe (a README): no wrapping
+        console = Console(width=max(console.width, *(_natural_width(t) for t in tables)))
+    for table in tables:
         console.print(table)
-    what = "stand-in" if standin else url
-    console.print(f"LLM: {what}; second-stage questions {'on' if options.second_stage else 'off'}; "
-                  f"{args.trials} trials per scenario; {wall:.1f} s wall time")  # fmt: skip
+    console.print(f"LLM: {'stand-in' if standin else url}; {decoding} decoding; second-stage "
+                  f"questions {'on' if options.second_stage else 'off'}; {args.trials} trials "
+                  f"per scenario; {wall:.1f} s wall time", soft_wrap=True)  # fmt: skip
     if code != ExitCode.SUCCESS:
         console.print(f"exit {int(code)}: {TABLE[code][0]}")
     return code
 
 
+def _natural_width(table: Table) -> int:
+    wide = Console(width=1000)
+    return wide.measure(table).maximum
+
+
 def _json(
     skill: Skill,
-    url: str,
-    standin: bool,
+    llm: str,
     options: EpisodeOptions,
-    results: dict[str, list[Trial]],
+    grouped: dict[str, dict[str, list[Trial]]],
     scenarios: list[Scenario],
     wall: float,
     code: ExitCode,
 ) -> dict[str, Any]:
+    group_of = {name: group for group, results in grouped.items() for name in results}
+    results = {name: runs for group in grouped.values() for name, runs in group.items()}
+    totals = {}
+    for group, members in grouped.items():
+        every = [t for runs in members.values() for t in runs]
+        totals[group] = {
+            "scenarios": list(members),
+            "trials": len(every),
+            "successes": sum(t.success for t in every),
+            "kinds": kind_counts(every),
+        }
     return {
         "skill": skill.name,
         "exit_code": int(code),
-        "llm": "standin" if standin else url,
+        "llm": llm,
+        **({"note": STANDIN_NOTE} if llm == "standin" else {}),
+        "decoding": "constrained" if options.constrained else "free",
         "action_text": options.action_text,
         "second_stage": options.second_stage,
         "wall_seconds": round(wall, 2),
+        "groups": totals,
         "scenarios": [
             {
                 "name": s.name,
+                "group": group_of[s.name],
                 "successes": sum(t.success for t in results[s.name]),
+                "kinds": kind_counts(results[s.name]),
                 "action_counts": action_counts(skill, results[s.name]),
                 "trials": [t.to_json() for t in results[s.name]],
             }

@@ -2,8 +2,9 @@
 
 Writes ``DIR/robot.toml`` (the commented example robot that runs when no robot.toml is
 found, with the robot's name) and copies the shipped skills into ``DIR/skills``
-(``engage.toml``, ``scenarios/*.toml``). Nothing is overwritten without ``--force``: an
-existing file is one error line naming it, and nothing is written.
+(``engage.toml``, ``scenarios/*.toml``, ``scenarios/heldout/*.toml``). Nothing is
+overwritten without ``--force``: an existing file is one error line naming it, and nothing
+is written.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import tomlkit
 from onboard import bundled
 from onboard.base.errors import ConfigError, Problem
 from onboard.config import load_robot
+from onboard.hri.scenario import HELD_OUT, scenario_files
 
 __all__ = ["init"]
 
@@ -34,7 +36,7 @@ def init(folder: Path, name: str | None, force: bool, out: TextIO | None = None)
         raise ConfigError([Problem(folder, "", None, "exists and is not a folder")])
     shipped = bundled.skills_dir()
     skills = [p.relative_to(shipped) for p in sorted(shipped.glob("*.toml"))]
-    skills += [p.relative_to(shipped) for p in sorted(shipped.glob("scenarios/*.toml"))]
+    skills += [p.relative_to(shipped) for p in scenario_files(shipped / "scenarios")]
     targets = [robot_toml, *(folder / "skills" / p for p in skills)]
     if not force:
         for target in targets:
@@ -44,7 +46,7 @@ def init(folder: Path, name: str | None, force: bool, out: TextIO | None = None)
     document = tomlkit.parse(bundled.example_robot().read_text(encoding="utf-8"))
     document["name"] = name
     try:
-        (folder / "skills" / "scenarios").mkdir(parents=True, exist_ok=True)
+        (folder / "skills" / "scenarios" / HELD_OUT).mkdir(parents=True, exist_ok=True)
         robot_toml.write_text(tomlkit.dumps(document), encoding="utf-8")
         for path in skills:
             shutil.copyfile(shipped / path, folder / "skills" / path)

@@ -50,13 +50,13 @@ def run(robot: RobotConfig, args: argparse.Namespace) -> int:
             print(f"onboard: {skill.name} on {scenario.name}, LLM {url} ({mode}), {clock} clock")
             ask = HttpAsk(client)
             outcome = run_episode(robot, skill, scenario, ask, mapper, recorder, options)
-    success, reason = judge(outcome, scenario)
+    verdict = judge(outcome, scenario)
     sequence = " -> ".join(f"{a}@{t:.1f}s" for t, a in outcome.actions)
     print(f"actions: {sequence}")
     print(f"said: {outcome.phrase!r}" if outcome.phrase else "said nothing")
-    print(f"{'success' if success else 'failure'}: {reason}")
+    print(f"{'success' if verdict.success else 'failure'}: {verdict.reason}")
     print(f"recorded: {path}  (onboard replay {path})")
-    code = episode_exit_code(outcome, success)
+    code = episode_exit_code(outcome, verdict.success)
     print(f"exit {int(code)}: {TABLE[code][0]}")
     return code
 

@@ -1,4 +1,10 @@
-"""Run scenarios N times on the virtual clock and count what the seed's Tables III-VI count."""
+"""Run scenarios N times on the virtual clock and count what the seed's Tables III-VI count.
+
+The default evaluation is two groups of scenarios, reported apart: the seed's four
+(``shipped``) and the held-out ones (``skills/scenarios/heldout/``, written by someone who
+saw only the action texts; bench/data/heldout-v2 is their source and a test holds the copies
+to it).
+"""
 
 from __future__ import annotations
 
@@ -9,30 +15,68 @@ from typing import Any
 
 from onboard.config import RobotConfig
 from onboard.grounding.mapping import ActionMapper
-from onboard.hri.scenario import Scenario
-from onboard.hri.session import EpisodeOptions, episode_exit_code, judge, run_episode
+from onboard.hri.scenario import HELD_OUT, Scenario
+from onboard.hri.session import (
+    EpisodeOptions,
+    JudgementKind,
+    episode_exit_code,
+    judge,
+    run_episode,
+)
 from onboard.loop.engine import Ask
 from onboard.loop.exitcodes import ExitCode
 from onboard.loop.paths import inside, safe_name
 from onboard.loop.recorder import MemoryRecorder, Recorder
 from onboard.loop.skill import Skill
 
-__all__ = ["SEED_SCENARIOS", "Trial", "action_counts", "evaluate", "evaluation_exit_code"]
+__all__ = [
+    "HELD_OUT_GROUP",
+    "OTHER_GROUP",
+    "SEED_SCENARIOS",
+    "SHIPPED_GROUP",
+    "Trial",
+    "action_counts",
+    "default_scenarios",
+    "evaluate",
+    "evaluation_exit_code",
+    "kind_counts",
+    "scenario_group",
+]
 
 SEED_SCENARIOS = ("person-robot", "person-object", "person-environment", "person-person")
+SHIPPED_GROUP, HELD_OUT_GROUP, OTHER_GROUP = "shipped", "held-out", "other"
+
+
+def default_scenarios(folder: Path) -> list[Path]:
+    """The seed's four in ``folder`` (a robot's scenarios folder), then its held-out ones."""
+    seed = [folder / f"{name}.toml" for name in SEED_SCENARIOS]
+    return seed + sorted((folder / HELD_OUT).glob("*.toml"))
+
+
+def scenario_group(path: Path, folder: Path) -> str:
+    """``held-out`` in ``folder/heldout``, ``shipped`` in ``folder``, else ``other``."""
+    parent = path.resolve().parent
+    if parent == (folder / HELD_OUT).resolve():
+        return HELD_OUT_GROUP
+    return SHIPPED_GROUP if parent == folder.resolve() else OTHER_GROUP
 
 
 @dataclass(frozen=True)
 class Trial:
-    success: bool
+    kind: JudgementKind
     reason: str
     actions: list[tuple[float, str]]
     phrase: str | None
     code: ExitCode = ExitCode.SUCCESS
 
+    @property
+    def success(self) -> bool:
+        return self.kind is JudgementKind.SUCCESS
+
     def to_json(self) -> dict[str, Any]:
         return {
             "success": self.success,
+            "kind": self.kind.value,
             "reason": self.reason,
             "actions": [{"t": round(t, 3), "action": a} for t, a in self.actions],
             "phrase": self.phrase,
@@ -58,9 +102,11 @@ def evaluate(
             path = inside(record_dir, record_dir / name) if record_dir else None
             with Recorder(path) if path else MemoryRecorder() as recorder:
                 outcome = run_episode(robot, skill, scenario, ask, mapper, recorder, options)
-            success, reason = judge(outcome, scenario)
-            code = episode_exit_code(outcome, success)
-            runs.append(Trial(success, reason, list(outcome.actions), outcome.phrase, code))
+            verdict = judge(outcome, scenario)
+            code = episode_exit_code(outcome, verdict.success)
+            runs.append(
+                Trial(verdict.kind, verdict.reason, list(outcome.actions), outcome.phrase, code)
+            )
             if outcome.signal is not None:
                 return results
     return results
@@ -81,3 +127,9 @@ def evaluation_exit_code(results: dict[str, list[Trial]]) -> ExitCode:
 def action_counts(skill: Skill, runs: list[Trial]) -> dict[str, float]:
     counts: Counter[str] = Counter(a for trial in runs for _, a in trial.actions)
     return {name: counts[name] / max(1, len(runs)) for name in skill.actions}
+
+
+def kind_counts(runs: list[Trial]) -> dict[str, int]:
+    """How many trials ended as each kind (every kind, zeros included)."""
+    counts = Counter(trial.kind for trial in runs)
+    return {kind.value: counts[kind] for kind in JudgementKind}

@@ -11,7 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from onboard.base.errors import Problem, ScenarioError
 from onboard.base.tomlfile import KeyLines, ProblemAt, format_key, load_model
 
-__all__ = ["Label", "Scenario", "find_scenario", "load_scenario"]
+__all__ = ["HELD_OUT", "Label", "Scenario", "find_scenario", "load_scenario", "scenario_files"]
+
+#: the held-out scenarios' folder inside a robot's scenarios folder
+HELD_OUT = "heldout"
 
 Seconds = Annotated[float, Field(ge=0)]
 LabelState = Literal["not-ready", "ok-to-engage", "ready"]
@@ -74,23 +77,29 @@ class Scenario(_Strict):
         return self.model_dump(by_alias=True)
 
 
+def scenario_files(folder: Path) -> list[Path]:
+    """The scenario files of a robot's scenarios folder: its own, then the held-out ones."""
+    return sorted(folder.glob("*.toml")) + sorted((folder / HELD_OUT).glob("*.toml"))
+
+
 def find_scenario(scenario: Path | str, folder: Path) -> Path:
-    """A scenario file's path, or a scenario's name in ``folder`` (a robot's skills/scenarios).
+    """A scenario file's path, or a scenario's name in ``folder`` (a robot's skills/scenarios)
+    or its held-out folder.
 
     An existing file wins (a relative path starts from the working folder, as always); a bare
-    name (no folder, no suffix) is ``folder/NAME.toml`` and raises ScenarioError listing the
-    names there when it does not exist; any other path is returned for :func:`load_scenario`
-    to report.
+    name (no folder, no suffix) is ``folder/NAME.toml``, else ``folder/heldout/NAME.toml``,
+    and raises ScenarioError listing the names there when neither exists; any other path is
+    returned for :func:`load_scenario` to report.
     """
     path = Path(scenario)
     if path.exists() or len(path.parts) != 1 or path.suffix:
         return path
-    named = folder / f"{path}.toml"
-    if not named.is_file():
-        there = ", ".join(sorted(p.stem for p in folder.glob("*.toml"))) or "none"
-        message = f"no scenario named {str(path)!r} (scenarios here: {there})"
-        raise ScenarioError([Problem(folder, "", None, message)])
-    return named
+    for named in (folder / f"{path}.toml", folder / HELD_OUT / f"{path}.toml"):
+        if named.is_file():
+            return named
+    there = ", ".join(p.stem for p in scenario_files(folder)) or "none"
+    message = f"no scenario named {str(path)!r} (scenarios here: {there})"
+    raise ScenarioError([Problem(folder, "", None, message)])
 
 
 def load_scenario(path: Path) -> Scenario:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import partial
 from typing import Any
 
@@ -34,6 +35,8 @@ __all__ = [
     "SCENARIO_ENDED",
     "EpisodeOptions",
     "HttpAsk",
+    "Judgement",
+    "JudgementKind",
     "episode_exit_code",
     "judge",
     "load_robot_skill",
@@ -201,19 +204,48 @@ def _keep_candidate(
         print(f"onboard: warning: candidate not kept: {exc}", file=sys.stderr)
 
 
-def judge(outcome: Outcome, scenario: Scenario) -> tuple[bool, str]:
-    """Success and failure exactly as the seed's section IV."""
+class JudgementKind(StrEnum):
+    """What a judged episode did; only SUCCESS is a success, each failure is its own kind."""
+
+    SUCCESS = "success"
+    #: speak ran inside a not-ready label: the person was busy
+    SPOKE_NOT_READY = "spoke_not_ready"
+    #: speak ran with the person out of sight (whatever the label)
+    SPOKE_OUT_OF_SIGHT = "spoke_out_of_sight"
+    #: speak ran at a time no label covers
+    SPOKE_UNLABELLED = "spoke_unlabelled"
+    #: the scenario ran to its end without speak
+    NEVER_SPOKE = "never_spoke"
+    #: the episode was stopped before speak (a signal, a driver fault, the fallback timing out)
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    kind: JudgementKind
+    reason: str
+
+    @property
+    def success(self) -> bool:
+        return self.kind is JudgementKind.SUCCESS
+
+
+def judge(outcome: Outcome, scenario: Scenario) -> Judgement:
+    """Success and failure exactly as the seed's section IV, the failures told apart."""
     if outcome.spoke_at is None:
         if outcome.reason and outcome.reason != SCENARIO_ENDED:
-            return False, f"stopped before speaking: {outcome.reason}"
-        return False, f"timeout: no speak by {scenario.end:g} s"
+            return Judgement(JudgementKind.STOPPED, f"stopped before speaking: {outcome.reason}")
+        return Judgement(JudgementKind.NEVER_SPOKE, f"timeout: no speak by {scenario.end:g} s")
     t = outcome.spoke_at
     if outcome.spoke_visible is False:
-        return False, f"spoke at {t:.1f} s with the person out of sight"
+        reason = f"spoke at {t:.1f} s with the person out of sight"
+        return Judgement(JudgementKind.SPOKE_OUT_OF_SIGHT, reason)
     label = scenario.label_at(t)
     if label in ("ok-to-engage", "ready"):
-        return True, f"spoke at {t:.1f} s ({label})"
-    return False, f"spoke at {t:.1f} s ({label or 'unlabelled'})"
+        return Judgement(JudgementKind.SUCCESS, f"spoke at {t:.1f} s ({label})")
+    if label == "not-ready":
+        return Judgement(JudgementKind.SPOKE_NOT_READY, f"spoke at {t:.1f} s (not-ready)")
+    return Judgement(JudgementKind.SPOKE_UNLABELLED, f"spoke at {t:.1f} s (unlabelled)")
 
 
 def episode_exit_code(outcome: Outcome, success: bool) -> ExitCode:
