@@ -82,6 +82,18 @@ def test_engage_reproduces_table_ii() -> None:
             "actions.pause.references[4]",
             "duplicate reference",
         ),
+        (
+            'lexicon.verbs = ["stop", "halt",',
+            'lexicon.verbs = ["Stop!", "halt",',
+            "actions.pause.lexicon.verbs[0]",
+            "is not a phrase",
+        ),
+        (
+            'lexicon.verbs = ["stop", "halt",',
+            'lexicon.verbs = ["wait", "halt",',
+            "actions.pause.lexicon.verbs[0]",
+            "'wait' is also a lexicon phrase of 'wait'",
+        ),
     ],
 )
 def test_each_mistake_is_one_line_with_key_and_line(

@@ -1,33 +1,47 @@
 """Map an LLM's free-text answer onto the skill's action set (the seed's NLP component).
 
-A reply is normalised (the shared "The robot should" frame and trailing reasons removed),
-split into clauses (strong connectors always; commas and "and" only when the parts are
-clearly different actions), and each clause is compared by cosine similarity with every
-action's reference responses. A clause is accepted when its best action scores at least
-``threshold`` and beats the nearest out-of-set anchor (the skill's ``[mapping] reject``
-replies) by ``margin``. A margin between the two best *actions* was tried and rejected: the
-dev set showed it refuses correct answers between close actions (wait / wait for cue)
-without rejecting more out-of-set replies. One clause that matches no
-action makes the whole reply "no match" (a bottom-up candidate), because acting on part
-of a plan is not what the LLM asked for.
+A reply is normalised (the shared "The robot should" frame, hedges such as "I think it
+would be wise for the robot to", and trailing reasons removed), split into clauses (strong
+connectors always; commas and "and" only when the parts are clearly different actions), and
+each clause is compared by cosine similarity with every action's reference responses (and
+its action text). A clause is accepted when its best action scores at least ``threshold``
+and beats the nearest out-of-set anchor (the skill's ``[mapping] reject`` replies) by
+``margin``. A margin between the two best *actions* was tried and rejected: the dev set
+showed it refuses correct answers between close actions (wait / wait for cue) without
+rejecting more out-of-set replies. One clause that matches no action makes the whole reply
+"no match" (a bottom-up candidate), because acting on part of a plan is not what the LLM
+asked for. A clause addressed to someone else ("the other robot should ...") matches no
+action. A clause that only says what not to do ("do not interrupt") or describes the person
+("she is still eating") is no step of the plan when the reply has steps beside it.
 
-A decision has three boundaries: the best action against the second, the score against
-``threshold`` and the lead over the out-of-set anchors against ``margin``. A clause that
+The second stage, the skill's lexicon (:class:`Lexicon`, ``[actions.<name>.lexicon]``),
+reads the clause's words: its verb ("stop approaching" is a stop), what it waits for
+("until the person *looks*" against "until the person *finishes*"), what it must not do.
+When the action it names is among those the embeddings shortlist (within ``shortlist`` of
+the best), it decides; whether the clause belongs to the skill at all stays the embeddings'
+call (its best score against ``lexicon_threshold`` and the anchors). A phrase that names an
+action alone but beside a waiting step only says how to wait ("stay put and wait until
+...", the lexicon's ``holds``) is no step of its own there.
+
+Every decision boundary is guarded: the best action against the second, the score against
+the threshold, the lead over the out-of-set anchors against ``margin``, the lexicon's action
+against the shortlist's edge, and a split clause's parts against the whole. A clause that
 lies within ``near_tie`` of any of them is refused too, recorded as a near tie: the
 embedder's int8-stored weights move these quantities by up to 0.0075 from the full fp32
 model, and kernels of different CPUs by about 1e-6. With ``near_tie`` above both (robot.toml
 ``[mapping] near_tie``, 0.01 by default), a clause the robot acts on is one the fp32 model
 would accept with the same action, and no CPU maps it to another action
-(models/minilm/CARD.md has the measurements).
+(models/minilm/CARD.md has the measurements). The lexicon reads text only, so it is the same
+on every CPU.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Protocol
+from typing import Literal, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -35,10 +49,14 @@ import numpy.typing as npt
 __all__ = [
     "ActionMapper",
     "ClauseMatch",
+    "Cues",
     "Embeds",
+    "Lexicon",
     "MappingResult",
+    "Reading",
     "Refusal",
     "normalise",
+    "phrase_pattern",
     "split_clauses",
 ]
 
@@ -47,38 +65,91 @@ class Embeds(Protocol):
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
 
 
+_HEDGE = (
+    r"(?:best|wise|wiser|better|good|a good idea|advisable|appropriate|polite|reasonable|"
+    r"important|sensible|preferable|courteous|respectful|safest|safer|ideal|necessary|kind|"
+    r"considerate|helpful|prudent|fine|okay)"
+)
+_MODAL = (
+    r"(?:should|could|must|can|will|would|shall|may|might|ought to|has to|have to|had better|"
+    r"needs? to|is going to|am going to|is to|is supposed to|'ll)"
+)
+_ADVERB = (
+    r"(?:now|first|then|probably|just|simply|immediately|carefully|gently|politely|quietly|"
+    r"calmly|slowly|perhaps|maybe|definitely|still|also|instead|ideally|really|at this point|"
+    r"for now|right now)"
+)
 _FRAME = re.compile(
-    r"^(?:i (?:would )?(?:suggest|recommend)(?: that)?(?: the robot)?\s+|"
-    r"it (?:would|might) be (?:best|wise|good)(?: for the robot)? to\s+|"
-    r"in this situation,?\s+|first,?\s+|next,?\s+|"
-    r"(?:the |this )?(?:humanoid )?robot (?:should|could|must|needs to|can|will|would)(?:\s+|$)"
-    r"(?:now\s+|first\s+|probably\s+|just\s+)?|"
-    r"(?:it|you) (?:should|could|must|needs to|can)\s+(?:now\s+|first\s+|then\s+)?|"
-    r"please\s+|let's\s+)+",
+    rf"^(?:(?:robot|action|answer|response|plan|output|suggestion|recommendation)\s*:\s*|"
+    r"i (?:would |'d )?(?:suggest|recommend|propose|think|believe|feel)(?: that)?"
+    rf"(?: (?:the|this) (?:humanoid )?robot(?! {_MODAL}\b))?\s+|"
+    r"(?:perhaps|maybe|probably|possibly|ideally|preferably|okay|ok|alright|yes|so|well),?\s+|"
+    rf"(?:it|this) (?:is|would be|might be|may be|could be|seems|'s|'d be) {_HEDGE}"
+    r"(?: for (?:the |this )?(?:humanoid )?robot)? to\s+|"
+    r"the best (?:thing to do|action|course of action|option|response|approach|move|next step) "
+    r"(?:is|would be|here is) (?:for (?:the |this )?robot )?to\s+|"
+    r"(?:my|the) (?:suggestion|recommendation|advice) (?:is|would be) (?:for the robot )?to\s+|"
+    r"in this (?:situation|case|scenario),?\s+|for now,?\s+|at this point,?\s+|right now,?\s+|"
+    r"first(?: of all)?,?\s+|next,?\s+|now,?\s+|then,?\s+|"
+    rf"(?:the |this )?(?:humanoid )?robot {_MODAL}(?:\s+|$)(?:{_ADVERB}\s+)*|"
+    r"(?:the |this )?(?:humanoid )?robot (?:is |was |will be |'s )?(?=\w+(?:ing|ed)\b|made\b)|"
+    r"(?:the |this )?(?:humanoid )?robot (?!is\b|was\b|has\b|does\b)(?=\w+s\b)|"
+    rf"(?:it|you|we|i) {_MODAL}(?:\s+|$)(?:{_ADVERB}\s+)*|"
+    r"(?:please|kindly|let's|let us)\s+)+",
     re.IGNORECASE,
 )
-_LEADING_REASON = re.compile(r"^(?:since|because|as|given that|if|when)\b[^,]*,\s*", re.IGNORECASE)
+_LEADING_REASON = re.compile(
+    r"^(?:(?:since|because|as|given(?: that)?|considering(?: that)?|seeing that|now that|if|"
+    r"when|while|instead of|rather than)\b[^,]*,\s*|"
+    r"(?:the person|the \w+|they|he|she) (?:is|are|has|have|seems|appears|looks)\b[^,]*,\s*"
+    r"(?:so|therefore|thus|hence)\s+)",
+    re.IGNORECASE,
+)
 _PERSON = re.compile(
     r"\b(?:(?:the|this|that) (?:man|woman|lady|gentleman|guy|customer|visitor|guest|user|human|"
     r"individual|elderly (?:man|woman|gentleman|lady|person))|him|her|them|he|she|they)\b",
     re.IGNORECASE,
 )
 _REASON = re.compile(
-    r"(?:(?:^|,?\s+)(?:since|because|so that|as the person|as they|in order to|to avoid|"
-    r"to show|to let|to make sure|such as|for example|e\.g\.|"
-    r"before (?:continuing|proceeding|moving on|going on|doing anything)|"
-    r"so (?:they|the person|it|as))\b.*)$",
+    r"(?:(?:^|,?\s+)(?:since|because|so that|as the person|as they|in order to|so as to|"
+    r"to avoid|(?<!for the person )(?:to show|to let)|to make sure|such as|for example|e\.g\.|"
+    r"before (?:continuing|proceeding|moving on|going on|doing anything|engaging)|"
+    r"so (?:they|the person|it|as))\b.*|,\s*(?:without|which|while|as)\b.*)$",
     re.IGNORECASE,
 )
 _STRONG = re.compile(
     r"\s*(?:;|\.\s+|,?\s*\band then\b|,?\s*\bthen\b|,?\s*\bafter that\b,?|"
     r",?\s*\bafterwards\b,?|,?\s*\bfollowed by\b|,?\s*(?:\band\s+)?\b(?:finally|lastly)\b,?|"
-    r",?\s*\bbefore\b(?!\s+(?:doing|the person|they|continuing|proceeding|moving on|going on)))\s*",
+    r",?\s*\bbefore\b(?!\s+(?:doing|the person|they|continuing|proceeding|moving on|going on|"
+    r"engaging)))\s*",
     re.IGNORECASE,
 )
 _WEAK = re.compile(r"\s*(?:,\s*and\b|,|:|\band\b)\s*", re.IGNORECASE)
 _LEADING_BEFORE = re.compile(r"^before\s+([^,]+),\s*(.+)$", re.IGNORECASE)
 _QUOTE = re.compile(r""""[^"]{2,}?"|“[^”]*”|(?<![A-Za-z])'[^']{2,}?'(?![A-Za-z])""")
+_QUOTE_LEAD = re.compile(r"[,:]\s*(?=something\b)")
+# a clause that tells what not to do, and one that describes the person: neither is a step
+# of the plan when the reply has others ("do not interrupt; wait ...", "..; she is busy")
+_NEGATED = re.compile(
+    r"^(?:not|never|do not|don't|does not|doesn't|avoid|refrain from|no need to|instead of|"
+    r"rather than)\b",
+    re.IGNORECASE,
+)
+# "stop approaching": for the lexicon, what the robot must no longer do
+_CEASES = re.compile(r"^(?:stop|cease|quit)\s+(?=\w+ing\b)", re.IGNORECASE)
+# a clause addressed to someone else ("the other robot should ...", "staff must ...")
+_OTHER_AGENT = re.compile(
+    r"^(?!the person (?:\w+ )?be\b)(?:(?:someone|somebody|anyone|everyone)(?: else)?|"
+    r"(?:the|a|an|another|some|one|other|any) (?:[a-z'-]+ ){0,2}[a-z'-]+) "
+    rf"{_MODAL}\b",
+    re.IGNORECASE,
+)
+_DESCRIBES = re.compile(
+    r"^(?:the person(?:'s \w+)?|this|that|it|there|doing so|otherwise)\s+"
+    r"(?:is|are|was|were|has|have|had|seems?|appears?|looks? (?:busy|lost|like)|might|may|"
+    r"will|would|can|could|does|did|isn't|aren't|won't|wants?|needs?)\b",
+    re.IGNORECASE,
+)
 OUT_OF_SET = "(out of set)"
 
 
@@ -90,6 +161,10 @@ class Refusal(StrEnum):
     NEAR_TIE = "near tie: two actions"
     NEAR_THRESHOLD = "near tie: threshold"
     NEAR_MARGIN = "near tie: out-of-set margin"
+    NEAR_SHORTLIST = "near tie: shortlist"
+    NEAR_SPLIT = "near tie: one step or several"
+    CONTEXT = "not a step: a prohibition or a description beside other steps"
+    OTHER_AGENT = "addressed to someone else"
 
 
 def normalise(text: str) -> str:
@@ -97,10 +172,11 @@ def normalise(text: str) -> str:
     text = " ".join(text.strip().split())
     text = _LEADING_REASON.sub("", text)
     text = _FRAME.sub("", text)
-    text = _REASON.sub("", text)
     text = _PERSON.sub("the person", text)
+    text = _REASON.sub("", text)
     text = _QUOTE.sub("something", text)
-    return text.strip(" .!,;:").lower()
+    text = _QUOTE_LEAD.sub(" ", text)
+    return " ".join(text.strip(" .!,;:").lower().split())
 
 
 def split_clauses(reply: str) -> list[list[str]]:
@@ -132,6 +208,117 @@ def split_clauses(reply: str) -> list[list[str]]:
     return out
 
 
+_CONDITION = re.compile(r"\b(?:until|till|unless|for|to be|if|whether)\b")
+
+
+def phrase_pattern(phrase: str) -> str:
+    """A lexicon phrase as a regular expression: each word with its regular inflections
+    (stop: stops, stopped, stopping; notice: notices, noticed, noticing), ``...`` for up to
+    three other words ("let ... finish")."""
+    space = r"\s+"
+    words = []
+    for word in phrase.split():
+        if word == "...":
+            words.append(r"(?:\S+\s+){0,3}?")
+            continue
+        stem = re.escape(word)
+        forms = rf"{stem}(?:s|es|d|ed|ing|[bdgklmnprt](?:ed|ing))?"
+        if word.endswith("e") and len(word) > 2:
+            forms = rf"(?:{forms}|{re.escape(word[:-1])}ing)"
+        words.append(forms + space)
+    body = "".join(words).removesuffix(space)
+    return rf"(?<![\w']){body}(?![\w'])"
+
+
+@dataclass(frozen=True)
+class Cues:
+    """One action's phrases for the rule stage (a skill's ``[actions.<name>.lexicon]``).
+
+    ``verbs`` name what the robot does ("walk up", "meet ... gaze"); ``until`` what it waits
+    for ("until the person *finishes*"); ``negated`` what it is told not to do when that
+    means this action ("do not *move* any closer"); ``holds`` name the action alone but,
+    beside a waiting step, only say how the robot waits ("*stay put* and wait until ...").
+    An action with ``until`` phrases is a waiting action.
+    """
+
+    verbs: Sequence[str] = ()
+    until: Sequence[str] = ()
+    negated: Sequence[str] = ()
+    holds: Sequence[str] = ()
+
+
+Kind = Literal["verbs", "until", "negated", "holds"]
+
+
+class Reading(NamedTuple):
+    """The action a clause's words name, and which of its phrases named it."""
+
+    action: str
+    kind: Kind
+
+
+class Lexicon:
+    """The rule stage's reading of a clause: the action its words name, or None.
+
+    The clause's verb names an action: the earliest phrase of any action's ``verbs`` or
+    ``holds`` (the longest at one position), or after "do not", "instead of" and the like,
+    the earliest of ``negated``. When the clause has a condition ("until ...", "for the
+    person to ...", "if ...") and its verb is not an active one (none, a waiting action's, a
+    hold, a negated one), the condition names the action instead, if its words belong to one
+    action's ``until``. Two actions named at once leave no reading.
+    """
+
+    def __init__(self, cues: Mapping[str, Cues]) -> None:
+        def compiled(*fields: Kind) -> list[tuple[Reading, re.Pattern[str]]]:
+            return [
+                (Reading(name, kind), re.compile(phrase_pattern(p)))
+                for kind in fields
+                for name, c in cues.items()
+                for p in getattr(c, kind)
+            ]
+
+        self._verbs = compiled("verbs", "holds")
+        self._until = compiled("until")
+        self._negated = compiled("negated")
+        self.waiting = frozenset(name for name, c in cues.items() if c.until)
+
+    def reading(self, clause: str) -> Reading | None:
+        condition = _CONDITION.search(clause)
+        # a verb starts before the condition, though it may run into it ("look for")
+        limit = len(clause) if condition is None else condition.start()
+        negated = _NEGATED.match(clause) or _CEASES.match(clause)
+        if negated is not None:
+            doing = self._earliest(self._negated, clause, negated.end(), limit)
+        else:
+            doing = self._earliest(self._verbs, clause, 0, limit)
+        if condition is None:
+            return doing
+        # "wait / stay put / do not approach until ...": the condition names the action;
+        # "greet them if ...", "approach until ...": the verb does
+        if doing is not None and doing.kind == "verbs" and doing.action not in self.waiting:
+            return doing
+        named = {r.action for r, p in self._until if p.search(clause[condition.end() :])}
+        if len(named) == 1:
+            return Reading(named.pop(), "until")
+        return doing if not named else None
+
+    @staticmethod
+    def _earliest(
+        patterns: list[tuple[Reading, re.Pattern[str]]], text: str, start: int, limit: int
+    ) -> Reading | None:
+        found: list[tuple[int, int, Reading]] = []
+        for reading, pattern in patterns:
+            match = pattern.search(text, start)
+            if match is not None and match.start() < limit:
+                found.append((match.start(), -len(match.group(0)), reading))
+        if not found:
+            return None
+        found.sort(key=lambda f: f[:2])
+        first = found[0]
+        rivals = {r for start, length, r in found if (start, length) == first[:2]}
+        return first[2] if len(rivals) == 1 else None
+
+
 @dataclass(frozen=True)
 class ClauseMatch:
     clause: str
@@ -141,6 +328,7 @@ class ClauseMatch:
     runner_up_score: float
     out_of_set_score: float = -1.0
     refused: Refusal | None = None
+    reading: Reading | None = None
 
     def to_record(self) -> dict[str, object]:
         return {
@@ -151,6 +339,7 @@ class ClauseMatch:
             "runner_up_score": round(self.runner_up_score, 4),
             "out_of_set_score": round(self.out_of_set_score, 4),
             "refused": None if self.refused is None else str(self.refused),
+            "lexicon": None if self.reading is None else self.reading.action,
         }
 
 
@@ -175,6 +364,9 @@ class MappingResult:
 class ActionMapper:
     """Nearest-action search over reference responses, with threshold, margin and near-tie band."""
 
+    #: a clause splits at a comma or "and" when its parts score at most this below it
+    SPLIT = 0.12
+
     def __init__(
         self,
         embedder: Embeds,
@@ -184,12 +376,20 @@ class ActionMapper:
         reject: Sequence[str] = (),
         ambiguity: float = 0.9,
         near_tie: float = 0.0,
+        lexicon: Lexicon | None = None,
+        shortlist: float = 0.0,
+        lexicon_threshold: float | None = None,
+        top_k: int = 1,
     ) -> None:
         self.embedder = embedder
         self.threshold = threshold
         self.margin = margin
         self.ambiguity = ambiguity
         self.near_tie = near_tie
+        self.lexicon = lexicon
+        self.shortlist = shortlist
+        self.lexicon_threshold = threshold if lexicon_threshold is None else lexicon_threshold
+        self.top_k = top_k
         self._names = list(references)
         references = {**references, OUT_OF_SET: list(reject)}
         self._lookup = {" ".join(n.lower().split()): n for n in self._names}
@@ -215,7 +415,13 @@ class ActionMapper:
         chosen: list[ClauseMatch] = []
         for whole, *parts in segments:
             chosen += self._choose(matches[whole], [matches[p] for p in parts])
-        if any(m.action is None for m in chosen):
+        steps = [not _NEGATED.match(m.clause) and not _DESCRIBES.match(m.clause) for m in chosen]
+        if any(steps) and not all(steps):
+            chosen = [
+                m if step else replace(m, action=None, refused=Refusal.CONTEXT)
+                for m, step in zip(chosen, steps, strict=True)
+            ]
+        if any(m.action is None and m.refused is not Refusal.CONTEXT for m in chosen):
             return MappingResult(reply, [], chosen)
         actions: list[str] = []
         for match in chosen:
@@ -229,12 +435,35 @@ class ActionMapper:
             return [whole]
         if any(p.action is None for p in parts):
             return [whole]
+        if self.lexicon is not None:
+            waiting = self.lexicon.waiting
+            steps = [
+                p
+                for p in parts
+                if p.reading is None
+                or p.reading.kind != "holds"
+                or not any(q.action in waiting for q in parts if q is not p)
+            ]
+            if len(steps) == 1:
+                return steps
+            if len(steps) < len(parts):
+                return self._choose(whole, steps)
+            if whole.action is not None and all(p.action in waiting for p in parts):
+                return [whole]  # "wait and see if the person looks over": one wait
         distinct = {p.action for p in parts}
-        if whole.action is None or (
-            len(distinct) > 1 and min(p.score for p in parts) >= whole.score - 0.12
+        if len(distinct) > 1 and all(
+            p.reading is not None and p.reading.action == p.action for p in parts
         ):
             return parts
-        return [whole]
+        if whole.action is None:
+            return parts
+        if len(distinct) == 1:
+            return [whole]
+        # the parts' weakest score against the whole's, less SPLIT: a boundary like the others
+        lead = min(p.score for p in parts) - (whole.score - self.SPLIT)
+        if abs(lead) < self.near_tie:
+            return [replace(whole, action=None, refused=Refusal.NEAR_SPLIT)]
+        return parts if lead >= 0 else [whole]
 
     def scores(self, clauses: Sequence[str]) -> npt.NDArray[np.float32]:
         """Each clause's best cosine per action, in skill order, then over the reject anchors.
@@ -245,26 +474,79 @@ class ActionMapper:
         vectors = self.embedder.embed(list(clauses))
         sims = vectors @ self._refs.T
         per_action = np.full((len(clauses), len(self._names) + 1), -1.0, dtype=np.float32)
-        for col, owner in enumerate(self._owner):
-            per_action[:, owner] = np.maximum(per_action[:, owner], sims[:, col])
+        owners = np.asarray(self._owner)
+        for index in range(len(self._names) + 1):
+            columns = sims[:, owners == index]
+            if columns.shape[1] == 0:
+                continue
+            k = 1 if index == len(self._names) else min(self.top_k, columns.shape[1])
+            top = -np.sort(-columns, axis=1)[:, :k]
+            per_action[:, index] = top.mean(axis=1, dtype=np.float32)
         return per_action
 
     def _score(self, clauses: Sequence[str]) -> list[ClauseMatch]:
         per_action = self.scores(clauses)
         out = []
         for row, clause in enumerate(clauses):
+            reading = None if self.lexicon is None else self.lexicon.reading(clause)
+            exact = self._lookup.get(clause)
+            if exact is not None:
+                out.append(ClauseMatch(clause, exact, 1.0, None, 0.0, reading=reading))
+                continue
             in_set = per_action[row, :-1]
             # stable: equal scores keep skill order, whatever order numpy's sort visits them
             order = np.argsort(-in_set, kind="stable")
             best, second = int(order[0]), int(order[1])
             score, runner = float(in_set[best]), float(in_set[second])
             rejected = float(per_action[row, -1])
-            refused = self._refusal(score, runner, rejected)
-            action = self._names[best] if refused is None else None
+            chosen, refused = best, self._refusal(score, runner, rejected)
+            if _OTHER_AGENT.match(clause):
+                refused = Refusal.OTHER_AGENT
+            elif reading is not None:
+                chosen, refused = self._second_stage(in_set, best, reading, rejected, refused)
+            if chosen != best:
+                score, runner, second = float(in_set[chosen]), float(in_set[best]), best
+            action = self._names[chosen] if refused is None else None
             out.append(
-                ClauseMatch(clause, action, score, self._names[second], runner, rejected, refused)
+                ClauseMatch(
+                    clause, action, score, self._names[second], runner, rejected, refused, reading
+                )
             )
         return out
+
+    def _second_stage(
+        self,
+        in_set: npt.NDArray[np.float32],
+        best: int,
+        reading: Reading,
+        rejected: float,
+        refused: Refusal | None,
+    ) -> tuple[int, Refusal | None]:
+        """The lexicon's action when the embeddings shortlist it, else the plain decision.
+
+        The embeddings cannot read negation ("do not come closer" is nearest "come closer"),
+        so what a clause forbids is read from its words alone, whatever their ranking.
+        """
+        band = self.near_tie
+        named = self._names.index(reading.action)
+        behind = float(in_set[best] - in_set[named])
+        if reading.kind != "negated":
+            if behind > self.shortlist + band:
+                return best, refused
+            if behind > self.shortlist - band and named != best:
+                return named, Refusal.NEAR_SHORTLIST
+        # whether the clause is about this skill at all is the embeddings' call, whichever
+        # action the lexicon names
+        score = float(in_set[best])
+        if score < self.lexicon_threshold:
+            return named, Refusal.BELOW_THRESHOLD
+        if score - rejected < self.margin:
+            return named, Refusal.OUT_OF_SET
+        if score < self.lexicon_threshold + band:
+            return named, Refusal.NEAR_THRESHOLD
+        if score - rejected < self.margin + band:
+            return named, Refusal.NEAR_MARGIN
+        return named, None
 
     def _refusal(self, score: float, runner: float, rejected: float) -> Refusal | None:
         """None to accept the best action, else why not (the plain rule first)."""
