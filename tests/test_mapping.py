@@ -71,6 +71,12 @@ KERNEL_NOISE = 1e-5
         ("The man looks lost, so the robot should wave.", "wave"),
         ("Instead of shouting, the robot should wave.", "wave"),
         ("The robot should wave, without saying a word.", "wave"),
+        ("In my opinion, the robot should wave.", "wave"),
+        ("It would be best if the robot were to wave.", "wave"),
+        ("The robot's next step should be to wave.", "wave"),
+        ("The humanoid should wave at the old man.", "wave at the person"),
+        ("I'll wave at the young shopper.", "wave at the person"),
+        ("Wave at the seated customer's child.", "wave at the person's child"),
     ],
 )
 def test_normalise(reply: str, normalised: str) -> None:
@@ -89,6 +95,13 @@ def test_split_clauses_keeps_order_and_weak_parts() -> None:
     assert split_clauses("Before greeting, the robot should stop.") == [["stop"], ["greeting"]]
     # a quoted phrase is never split at its own commas or "and"
     assert split_clauses('Say "hi, and welcome" to them.') == [["say something to the person"]]
+    assert split_clauses("Say 'Hi, I'm here, can I help?' to her.") == [
+        ["say something to the person"]
+    ]
+    # nor are the words after a speech verb and a colon
+    assert split_clauses("Ask: Hello, are you lost? Can I help?")[0][0] == "ask something"
+    # list numbers and asides are no clauses
+    assert split_clauses("1. Stop. 2. Wave (politely).") == [["stop"], ["wave"]]
 
 
 # ---------------------------------------------------------------------------- map
@@ -263,14 +276,14 @@ def test_ambiguities_report_near_identical_references_of_different_actions(
         embedder,
         {
             "greet": ["The robot should say hello to the person."],
-            "welcome": ["The robot should say hello to that person."],
+            "welcome": ["The robot should say hello to the person there."],
             "halt": ["The robot should stop moving."],
         },
         reject=["The robot should clean the floor."],
     )
     [(first, second, text_a, text_b, score)] = mapper.ambiguities()
     assert (first, second) == ("greet", "welcome")
-    assert (text_a, text_b) == ("say hello to the person", "say hello to that person")
+    assert (text_a, text_b) == ("say hello to the person", "say hello to the person there")
     assert mapper.ambiguity <= score <= 1.0 + 1e-6
 
 
@@ -280,7 +293,7 @@ def test_ambiguities_ignore_references_of_one_action(embedder: Embedder) -> None
         {
             "greet": [
                 "The robot should say hello to the person.",
-                "The robot should say hello to that person.",
+                "The robot should say hello to the person there.",
             ],
             "halt": ["The robot should stop moving."],
         },
@@ -445,7 +458,7 @@ def lexicon() -> Lexicon:
         ("look for the person", ("approach", "verbs")),  # a verb may run into "for"
         ("do not move any closer", ("pause", "negated")),
         ("stay put", ("pause", "holds")),
-        ("wait until the person finishes and looks up", None),  # two conditions
+        ("wait until the person finishes looking at the map", ("wait", "until")),  # earliest
         ("do not sing", None),
         ("sing a song", None),
     ],
@@ -563,6 +576,24 @@ def test_prohibitions_and_descriptions_beside_steps_are_no_steps(
     result = mapper.map(reply)
     assert result.actions == ["wait"], result.to_record()
     assert Refusal.CONTEXT in [c.refused for c in result.clauses]
+
+
+@pytest.mark.parametrize(
+    ("reply", "actions"),
+    [
+        ("The robot should wait. Interrupting her call would be rude.", ["wait"]),
+        ("It is important to respect personal space. The robot should stop.", ["pause"]),
+        ("Greet the visitor. That way the visitor will feel welcome.", ["speak"]),
+        ("Wave to the man before walking over to him.", []),  # a later step: wave is none
+        ("Look at the lady before greeting her.", ["eye contact", "speak"]),
+        ("Stop, then sing a song.", []),  # an order that names no action is never dropped
+        ("Stop. Sing a song.", []),
+    ],
+)
+def test_reasons_and_remarks_beside_steps_are_no_steps(
+    mapper: ActionMapper, reply: str, actions: list[str]
+) -> None:
+    assert mapper.map(reply).actions == actions, mapper.map(reply).to_record()
 
 
 def test_a_prohibition_alone_is_mapped(mapper: ActionMapper) -> None:

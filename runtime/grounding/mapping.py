@@ -79,23 +79,44 @@ _ADVERB = (
     r"calmly|slowly|perhaps|maybe|definitely|still|also|instead|ideally|really|at this point|"
     r"for now|right now)"
 )
+# the robot as the subject: "the robot", "this humanoid robot", "our robot", "the humanoid"
+_SELF = r"(?:(?:the|this|our|your) )?(?:(?:humanoid|service|assistant) )?(?:robot|humanoid)"
 _FRAME = re.compile(
-    rf"^(?:(?:robot|action|answer|response|plan|output|suggestion|recommendation)\s*:\s*|"
+    rf"^(?:(?:robot|action|answer|response|plan|output|suggestion|recommendation|"
+    r"decision|next action|next step)\s*:\s*|"
+    r"(?:step )?(?:\d+[.):]|[-*\u2022])\s+|"
     r"i (?:would |'d )?(?:suggest|recommend|propose|think|believe|feel)(?: that)?"
-    rf"(?: (?:the|this) (?:humanoid )?robot(?! {_MODAL}\b))?\s+|"
-    r"(?:perhaps|maybe|probably|possibly|ideally|preferably|okay|ok|alright|yes|so|well),?\s+|"
+    rf"(?: {_SELF}(?! {_MODAL}\b))?\s+|"
+    r"(?:perhaps|maybe|probably|possibly|ideally|preferably|okay|ok|alright|yes|sure|so|"
+    r"well|hmm|honestly|personally)(?:,?\s+|,?$)|(?:no|right)(?:,\s+|,?$)|"
     rf"(?:it|this) (?:is|would be|might be|may be|could be|seems|'s|'d be) {_HEDGE}"
-    r"(?: for (?:the |this )?(?:humanoid )?robot)? to\s+|"
-    r"the best (?:thing to do|action|course of action|option|response|approach|move|next step) "
-    r"(?:is|would be|here is) (?:for (?:the |this )?robot )?to\s+|"
-    r"(?:my|the) (?:suggestion|recommendation|advice) (?:is|would be) (?:for the robot )?to\s+|"
-    r"in this (?:situation|case|scenario),?\s+|for now,?\s+|at this point,?\s+|right now,?\s+|"
-    r"first(?: of all)?,?\s+|next,?\s+|now,?\s+|then,?\s+|"
-    rf"(?:the |this )?(?:humanoid )?robot {_MODAL}(?:\s+|$)(?:{_ADVERB}\s+)*|"
-    r"(?:the |this )?(?:humanoid )?robot (?:is |was |will be |'s )?(?=\w+(?:ing|ed)\b|made\b)|"
-    r"(?:the |this )?(?:humanoid )?robot (?!is\b|was\b|has\b|does\b)(?=\w+s\b)|"
-    rf"(?:it|you|we|i) {_MODAL}(?:\s+|$)(?:{_ADVERB}\s+)*|"
-    r"(?:please|kindly|let's|let us)\s+)+",
+    rf"(?: for {_SELF})? to\s+|"
+    rf"(?:it|this) (?:is|would be|might be|'s|'d be) {_HEDGE} if {_SELF} "
+    r"(?:were to|would|could|will|can|did)\s+|"
+    rf"{_SELF} would do well to\s+|"
+    r"(?:in my (?:opinion|view)|from my (?:perspective|point of view)|if you ask me|"
+    r"as i see it|in this (?:situation|case|scenario)|given the (?:situation|circumstances|"
+    r"context)|for now|at this point|right now|at the moment|in any case)(?:,?\s+|,?$)|"
+    r"(?:it|this) (?:is|would be) (?:recommended|suggested|advised|advisable|best|better) "
+    rf"(?:that|for) (?:{_SELF} )?(?:to )?|"
+    r"the (?:best |most appropriate |appropriate |right |correct |ideal |recommended |next |"
+    r"safest |polite )?(?:thing to do|action|course of action|option|response|approach|move|"
+    r"step|next step|behaviou?r) (?:here |now )?(?:is|would be|will be|here is) "
+    rf"(?:for {_SELF} )?(?:to )?|"
+    r"(?:my|the) (?:suggestion|recommendation|advice) (?:is|would be) "
+    rf"(?:for {_SELF} )?(?:to|that)\s+|"
+    rf"{_SELF}'s (?:next |best |first |main |immediate )?(?:step|action|move|task|priority|"
+    r"response|job|plan) (?:should be|is|would be|will be|must be) (?:to )?|"
+    rf"what (?:{_SELF}|it|you|we) (?:should|needs to|ought to|must) do (?:now |here )?is "
+    r"(?:to )?|"
+    r"first(?: of all)?,?\s+|(?:second|third|fourth)(?:ly)?,?\s+|next,?\s+|"
+    r"now,?\s+|then,?\s+|subsequently,?\s+|"
+    rf"{_SELF} {_MODAL}(?:\s+|$)(?:{_ADVERB}\s+)*|"
+    rf"{_SELF} (?:is |was |will be |'s )?(?=\w+(?:ing|ed)\b|made\b)|"
+    rf"{_SELF} (?!is\b|was\b|has\b|does\b)(?=\w+s\b)|"
+    rf"(?:it|you|we|i)(?: {_MODAL}|'ll|'d|'m going to| am going to| are going to)"
+    rf"(?:\s+|$)(?:{_ADVERB}\s+)*|"
+    r"(?:please|kindly|let's|let us|let me)\s+)+",
     re.IGNORECASE,
 )
 _LEADING_REASON = re.compile(
@@ -105,9 +126,16 @@ _LEADING_REASON = re.compile(
     r"(?:so|therefore|thus|hence)\s+)",
     re.IGNORECASE,
 )
+_PEOPLE = (
+    r"(?:person|man|woman|lady|gentleman|guy|customer|visitor|guest|user|human|individual|"
+    r"child|kid|boy|girl|student|shopper|passenger|patient|travell?er|tourist|client|"
+    r"stranger|pedestrian|passer-?by|teen(?:ager)?|senior|adult|resident|participant|"
+    r"attendee|buyer|diner|reader|caller|newcomer|commuter)"
+)
 _PERSON = re.compile(
-    r"\b(?:(?:the|this|that) (?:man|woman|lady|gentleman|guy|customer|visitor|guest|user|human|"
-    r"individual|elderly (?:man|woman|gentleman|lady|person))|him|her|them|he|she|they)\b",
+    r"\b(?:(?:the|this|that) (?:(?:old|older|elderly|young|younger|little|small|tall|seated|"
+    r"sitting|standing|waiting|busy|nearby|lone|new|same) ){0,2}" + _PEOPLE + r"|"
+    r"him|her|them|he|she|they)\b",
     re.IGNORECASE,
 )
 _REASON = re.compile(
@@ -119,14 +147,42 @@ _REASON = re.compile(
 )
 _STRONG = re.compile(
     r"\s*(?:;|\.\s+|,?\s*\band then\b|,?\s*\bthen\b|,?\s*\bafter that\b,?|"
-    r",?\s*\bafterwards\b,?|,?\s*\bfollowed by\b|,?\s*(?:\band\s+)?\b(?:finally|lastly)\b,?|"
-    r",?\s*\bbefore\b(?!\s+(?:doing|the person|they|continuing|proceeding|moving on|going on|"
-    r"engaging)))\s*",
+    r",?\s*\bafterwards\b,?|,?\s*\bfollowed by\b|,?\s*(?:\band\s+)?\b(?:finally|lastly)\b,?)"
+    r"\s*",
+    re.IGNORECASE,
+)
+# what follows "before" ("greet her before leaving") or a dash ("wait - she is busy") is a
+# later step if it names an action, else a remark
+_SUBORDINATE = re.compile(
+    r"\s*,?\s*\bbefore\b(?!\s+(?:doing|the person|they|continuing|proceeding|moving on|"
+    r"going on|engaging))\s*|\s[\u2013\u2014-]+\s",
     re.IGNORECASE,
 )
 _WEAK = re.compile(r"\s*(?:,\s*and\b|,|:|\band\b)\s*", re.IGNORECASE)
 _LEADING_BEFORE = re.compile(r"^before\s+([^,]+),\s*(.+)$", re.IGNORECASE)
-_QUOTE = re.compile(r""""[^"]{2,}?"|“[^”]*”|(?<![A-Za-z])'[^']{2,}?'(?![A-Za-z])""")
+_QUOTE = re.compile(
+    r""""[^"]{2,}?"|“[^”]*”|‘[^’]*’|(?<![A-Za-z])'(?:[^']|'(?=[A-Za-z])){2,}?'(?![A-Za-z])"""
+)
+# "say: Hello, can I help?": unquoted words after a speech verb and a colon are its phrase
+_SPOKEN = re.compile(
+    r"\b(?:say|says|saying|ask|asks|asking|tell|tells|speak|speaks|announce|reply|respond)"
+    r"\b[^:.!?\"“‘]{0,40}:\s*(?=[^\s\"“‘])",
+    re.IGNORECASE,
+)
+# a gerund ("interrupting"), not a verb that ends like one ("sing", "bring")
+_GERUND = r"(?!(?:s|br|r|st|sw|fl|cl|str|spr|th|k|w|p|d|z|bl)ing\b)\w+ing"
+# a sentence that opens like a statement, and one that opens like an order to the robot
+_REMARK = re.compile(
+    r"^(?:it|this|that|these|those|there|the|a|an|people|everyone|someone|he|she|they|his|"
+    rf"her|their|its|my|our|{_GERUND}|reason|because|since|as|so|otherwise|however|"
+    r"note|remember)\b",
+    re.IGNORECASE,
+)
+_ORDER = re.compile(rf"^(?:{_SELF}\b|(?:it|you|we|i)(?: {_MODAL}\b|'ll\b))", re.IGNORECASE)
+# "(she is on the phone)": an aside, never a step
+_ASIDE = re.compile(r"\s*\([^()]*\)")
+# "1. Stop. 2. Look at her." and "Step 2: ...": numbers of a list, not clauses
+_LIST_MARK = re.compile(r"(?:^|(?<=[.!?;:] ))(?:step\s+)?\(?\d{1,2}[.):]\s+", re.IGNORECASE)
 _QUOTE_LEAD = re.compile(r"[,:]\s*(?=something\b)")
 # a clause that tells what not to do, and one that describes the person: neither is a step
 # of the plan when the reply has others ("do not interrupt; wait ...", "..; she is busy")
@@ -145,9 +201,19 @@ _OTHER_AGENT = re.compile(
     re.IGNORECASE,
 )
 _DESCRIBES = re.compile(
-    r"^(?:the person(?:'s \w+)?|this|that|it|there|doing so|otherwise)\s+"
+    r"^(?:(?:reason|reasoning|why|because)\b|"
+    r"(?:re-?assess|re-?evaluate|assess|evaluate|monitor|see what happens|observe the situation|"
+    r"(?:proceed|act|respond|adapt|adjust) accordingly)\b|"
+    r"(?:the person(?:'s \w+)?|this|that|it|there|doing so|otherwise|this way|that way)"
+    r"(?:\s+(?!and\b|then\b)[\w']+){0,3}?\s+"
     r"(?:is|are|was|were|has|have|had|seems?|appears?|looks? (?:busy|lost|like)|might|may|"
-    r"will|would|can|could|does|did|isn't|aren't|won't|wants?|needs?)\b",
+    r"will|would|can|could|does|did|isn't|aren't|won't|wants?|needs?|helps?|makes?|shows?|"
+    r"gives?|allows?|lets?|keeps?|ensures?|avoids?|prevents?)\b|"
+    r"(?:most )?(?:people|humans|everyone|nobody|no one)\s+\w+|"
+    # a statement given as a reason: "interrupting would be rude", "a quick look shows ..."
+    rf"(?:a|an|these|those|such|people|someone|{_GERUND})\b[\w' -]{{0,40}}? "
+    r"(?:would|might|could|may|will|can|shows?|helps?|makes?|gives?|allows?|lets?|avoids?|"
+    r"ensures?|prevents?|signals?|indicates?)\b)",
     re.IGNORECASE,
 )
 OUT_OF_SET = "(out of set)"
@@ -163,15 +229,15 @@ class Refusal(StrEnum):
     NEAR_MARGIN = "near tie: out-of-set margin"
     NEAR_SHORTLIST = "near tie: shortlist"
     NEAR_SPLIT = "near tie: one step or several"
-    CONTEXT = "not a step: a prohibition or a description beside other steps"
+    CONTEXT = "not a step: a prohibition, description or reason beside other steps"
     OTHER_AGENT = "addressed to someone else"
 
 
 def normalise(text: str) -> str:
     """Lower-case, without the shared frame, a trailing reason or closing punctuation."""
     text = " ".join(text.strip().split())
-    text = _LEADING_REASON.sub("", text)
-    text = _FRAME.sub("", text)
+    for _ in range(2):  # "I think since she is busy, it should ..."
+        text = _FRAME.sub("", _LEADING_REASON.sub("", text))
     text = _PERSON.sub("the person", text)
     text = _REASON.sub("", text)
     text = _QUOTE.sub("something", text)
@@ -181,34 +247,51 @@ def normalise(text: str) -> str:
 
 def split_clauses(reply: str) -> list[list[str]]:
     """Strong segments in order, each with its weak parts: ``[[part, ...], ...]``."""
+    return [parts for parts, _ in _segments(reply)]
+
+
+def _segments(reply: str) -> list[tuple[list[str], bool]]:
+    """:func:`split_clauses`, each segment with whether it is a remark: in a reply of several
+    sentences, one that opens like a statement ("It is important to ...", "That way ...")
+    and not like an instruction to the robot."""
     quotes: list[str] = []
 
     def hide(match: re.Match[str]) -> str:
         quotes.append(match.group(0))
         return f"QUOTE{len(quotes) - 1}Q"
 
-    hidden = _QUOTE.sub(hide, " ".join(reply.split()))
+    text = " ".join(_ASIDE.sub(" ", reply).split())
+    spoken = _SPOKEN.search(text)
+    if spoken is not None:
+        text = f'{text[: spoken.end()]}"{text[spoken.end() :].replace(chr(34), "")}"'
+    hidden = _QUOTE.sub(hide, text)
+    hidden = _LIST_MARK.sub(" ", hidden)
 
     def show(text: str) -> str:
         return re.sub(r"QUOTE(\d+)Q", lambda m: quotes[int(m.group(1))], text)
 
-    segments: list[str] = []
-    for sentence in re.split(r"[.!?;]\s+", hidden.strip().rstrip(".!")):
-        before = _LEADING_BEFORE.match(sentence.strip())
-        ordered = [before.group(2), before.group(1)] if before else [sentence]
-        for part in ordered:
-            segments += _STRONG.split(part)
+    segments: list[tuple[str, bool]] = []
+    sentences = re.split(r"[.!?]\s+", hidden.strip().rstrip(".!"))
+    for sentence in sentences:
+        sentence = sentence.strip()
+        remark = len(sentences) > 1 and bool(_REMARK.match(sentence)) and not _ORDER.match(sentence)
+        for piece in re.split(r";\s+", sentence):
+            before = _LEADING_BEFORE.match(piece.strip())
+            ordered = [before.group(2), before.group(1)] if before else [piece]
+            for part in ordered:
+                for later, clause in enumerate(_SUBORDINATE.split(part)):
+                    segments += [(c, remark or later > 0) for c in _STRONG.split(clause)]
     out = []
-    for segment in segments:
+    for segment, remark in segments:
         whole = normalise(show(segment))
         if not whole:
             continue
         parts = [normalise(show(p)) for p in _WEAK.split(segment)]
-        out.append([whole, *[p for p in parts if p and p != whole]])
+        out.append(([whole, *[p for p in parts if p and p != whole]], remark))
     return out
 
 
-_CONDITION = re.compile(r"\b(?:until|till|unless|for|to be|if|whether)\b")
+_CONDITION = re.compile(r"\b(?:until|till|unless|for|to be|if|whether|while|as long as)\b")
 
 
 def phrase_pattern(phrase: str) -> str:
@@ -264,18 +347,22 @@ class Lexicon:
     ``holds`` (the longest at one position), or after "do not", "instead of" and the like,
     the earliest of ``negated``. When the clause has a condition ("until ...", "for the
     person to ...", "if ...") and its verb is not an active one (none, a waiting action's, a
-    hold, a negated one), the condition names the action instead, if its words belong to one
-    action's ``until``. Two actions named at once leave no reading.
+    hold, a negated one), the condition names the action instead, by the earliest phrase of
+    any action's ``until`` in it ("until the person finishes looking at the map" is a wait).
+    Two actions named at the same place leave no reading.
     """
 
     def __init__(self, cues: Mapping[str, Cues]) -> None:
         def compiled(*fields: Kind) -> list[tuple[Reading, re.Pattern[str]]]:
-            return [
-                (Reading(name, kind), re.compile(phrase_pattern(p)))
-                for kind in fields
-                for name, c in cues.items()
-                for p in getattr(c, kind)
-            ]
+            # one pattern per action and kind, its longest phrases first
+            found = []
+            for kind in fields:
+                for name, c in cues.items():
+                    phrases = sorted(getattr(c, kind), key=lambda p: (-len(p), p))
+                    if phrases:
+                        either = "|".join(phrase_pattern(p) for p in phrases)
+                        found.append((Reading(name, kind), re.compile(either)))
+            return found
 
         self._verbs = compiled("verbs", "holds")
         self._until = compiled("until")
@@ -297,10 +384,8 @@ class Lexicon:
         # "greet them if ...", "approach until ...": the verb does
         if doing is not None and doing.kind == "verbs" and doing.action not in self.waiting:
             return doing
-        named = {r.action for r, p in self._until if p.search(clause[condition.end() :])}
-        if len(named) == 1:
-            return Reading(named.pop(), "until")
-        return doing if not named else None
+        named = self._earliest(self._until, clause, condition.end(), len(clause))
+        return doing if named is None else named
 
     @staticmethod
     def _earliest(
@@ -317,6 +402,14 @@ class Lexicon:
         first = found[0]
         rivals = {r for start, length, r in found if (start, length) == first[:2]}
         return first[2] if len(rivals) == 1 else None
+
+
+def _role(match: ClauseMatch, remark: bool) -> int:
+    """0 for a step of the plan, 1 for a prohibition, 2 for a description or a reason (a
+    remark that names no action is one)."""
+    if _DESCRIBES.match(match.clause) or (remark and match.action is None):
+        return 2
+    return 1 if _NEGATED.match(match.clause) else 0
 
 
 @dataclass(frozen=True)
@@ -407,20 +500,24 @@ class ActionMapper:
         exact = self._lookup.get(" ".join(normalise(reply).split()))
         if exact is not None:
             return MappingResult(reply, [exact], [ClauseMatch(reply, exact, 1.0, None, 0.0)])
-        segments = split_clauses(reply)
-        flat = [text for segment in segments for text in segment]
+        segments = _segments(reply)
+        flat = [text for segment, _ in segments for text in segment]
         if not flat:
             return MappingResult(reply, [])
         matches = dict(zip(flat, self._score(flat), strict=True))
         chosen: list[ClauseMatch] = []
-        for whole, *parts in segments:
-            chosen += self._choose(matches[whole], [matches[p] for p in parts])
-        steps = [not _NEGATED.match(m.clause) and not _DESCRIBES.match(m.clause) for m in chosen]
-        if any(steps) and not all(steps):
-            chosen = [
-                m if step else replace(m, action=None, refused=Refusal.CONTEXT)
-                for m, step in zip(chosen, steps, strict=True)
-            ]
+        roles: list[int] = []
+        for (whole, *parts), remark in segments:
+            found = self._choose(matches[whole], [matches[p] for p in parts])
+            chosen += found
+            roles += [_role(m, remark) for m in found]
+        # the plan is its steps; without steps its prohibitions; descriptions and reasons
+        # only when the reply has nothing else
+        kept = min(roles)
+        chosen = [
+            m if role == kept else replace(m, action=None, refused=Refusal.CONTEXT)
+            for m, role in zip(chosen, roles, strict=True)
+        ]
         if any(m.action is None and m.refused is not Refusal.CONTEXT for m in chosen):
             return MappingResult(reply, [], chosen)
         actions: list[str] = []
