@@ -1,6 +1,6 @@
 """How well free-text replies map onto the Engage skill's actions.
 
-    python bench/mapping_accuracy.py --variant "what changed"   # every set; logs one line
+    python bench/mapping_accuracy.py [--variant "what changed"]  # every set; logs one line
     python bench/mapping_accuracy.py --dev-only                 # development sets only
 
 Four labelled sets (the shared dev set; dev2, bench/data/engage-mapping-dev2.jsonl, written
@@ -227,6 +227,12 @@ def tables(results: dict[str, Any]) -> list[Table]:
     return found
 
 
+def unnamed(source: dict[str, Any]) -> str:
+    """A run without --variant, named by its commit and the files changed on top of it."""
+    changed = f" + changes to {', '.join(source['modified'])}" if source["modified"] else ""
+    return f"{source['commit'][:7]}{changed} (no --variant given)"
+
+
 def log_variant(variant: str, results: dict[str, Any]) -> None:
     """One line of bench/results/mapping-variants.md for a run that scored the held-out sets."""
 
@@ -252,8 +258,10 @@ def log_variant(variant: str, results: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--variant", help="what changed, for the log of held-out scores")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--variant", help="what changed, for the log of held-out scores (default: the commit)"
+    )
     which.add_argument("--dev-only", action="store_true", help="score dev and dev2 only")
     args = parser.parse_args(argv)
     began = time.perf_counter()
@@ -274,8 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     results["latency"] = summary(seconds)
     results["standin"] = standin_paraphrases(mapper, STANDIN_REQUESTS)
     results["wall_seconds"] = round(time.perf_counter() - began, 1)
-    if args.variant is not None:
-        log_variant(args.variant, results)
+    if not args.dev_only:
+        log_variant(args.variant or unnamed(results["environment"]["source"]), results)
     console = Console(width=max(Console().width, 160))
     for table in tables(results):
         console.print(table)

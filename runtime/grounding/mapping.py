@@ -563,7 +563,9 @@ class ActionMapper:
         return parts if lead >= 0 else [whole]
 
     def scores(self, clauses: Sequence[str]) -> npt.NDArray[np.float32]:
-        """Each clause's best cosine per action, in skill order, then over the reject anchors.
+        """Each clause's score per action (the mean of its ``top_k`` best cosines with the
+        action's references; the best one by default), in skill order, then its best cosine
+        with the reject anchors.
 
         ``clauses`` are normalised text (as :func:`split_clauses` returns them); the
         result has shape ``(len(clauses), len(actions) + 1)``.
