@@ -26,6 +26,8 @@ from onboard.loop.skill import Skill
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DEV_SET = ROOT.parent / "shared" / "eval" / "engage-mapping-dev.jsonl"
+#: the second development set, written in this repository from the action texts
+DEV2_SET = ROOT / "bench" / "data" / "engage-mapping-dev2.jsonl"
 HELDOUT_SET = ROOT / "bench" / "data" / "engage-mapping-heldout.jsonl"
 #: written apart from everything else, by a writer who saw only the action texts (BRIEF.md)
 HELDOUT_V2 = ROOT / "bench" / "data" / "heldout-v2"

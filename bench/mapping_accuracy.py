@@ -1,32 +1,44 @@
 """How well free-text replies map onto the Engage skill's actions.
 
-    python bench/mapping_accuracy.py
+    python bench/mapping_accuracy.py [--variant "what changed"]  # every set; logs one line
+    python bench/mapping_accuracy.py --dev-only                 # development sets only
 
-Three labelled sets (the shared dev set; the first held-out set in bench/data; held-out v2,
-bench/data/heldout-v2, written by someone who saw only the action texts, which the goal is
-judged on), and the stand-in LLM's own paraphrases (StandInPolicy without noise), whose
-intended actions are known. Held-out misses are counted, never listed: the sets measure the
-mapping, they are not for tuning.
-Replies refused as near ties (runtime/grounding/mapping.py, ``[mapping] near_tie``) are counted too.
+Four labelled sets (the shared dev set; dev2, bench/data/engage-mapping-dev2.jsonl, written
+here from the action texts for development; the first held-out set in bench/data; held-out
+v2, bench/data/heldout-v2, written by someone who saw only the action texts, which the goal
+is judged on), and the stand-in LLM's own paraphrases (StandInPolicy without noise), whose
+intended actions are known. Dev and dev2 misses are listed. Held-out misses are counted,
+never listed: the sets measure the mapping, they are not for tuning. Every run that scores
+the held-out sets appends one line to bench/results/mapping-variants.md (the log of every
+held-out score, kept in git).
+Replies refused as near ties (runtime/grounding/mapping.py, ``[mapping] near_tie``) are counted
+too. Latency is the time of ``ActionMapper.map`` per reply, each reply mapped once (its clause
+texts not yet in the embedder's cache; the references are).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from _common import (
+    DEV2_SET,
     DEV_SET,
     HELDOUT_SET,
     HELDOUT_V2_SET,
+    RESULTS,
     environment,
     first_stage_prompts,
+    fmt_ms,
     pct,
     read_jsonl,
     robot_and_skill,
+    summary,
     verdict,
     write_results,
 )
@@ -48,14 +60,26 @@ GOAL_EXACT = 0.95  # in-set exact-sequence accuracy on held-out v2
 GOAL_OUT_OF_SET = 1 / 6  # at most this share of out-of-set replies accepted
 STANDIN_REQUESTS = 300
 NEAR_TIES = (Refusal.NEAR_TIE, Refusal.NEAR_THRESHOLD, Refusal.NEAR_MARGIN)
+VARIANTS_LOG = RESULTS / "mapping-variants.md"
+LOG_HEADER = """# Mapping variants and their held-out scores
+
+One line per run of `bench/mapping_accuracy.py` that scored the held-out sets, good or bad,
+appended by the script. Figures: in-set exact sequences, then out-of-set replies accepted;
+latency is `ActionMapper.map` per reply (each reply once), p50 / p99.
+
+| when | variant | dev | dev2 | held-out v1 | held-out v2 | ms per reply |
+| --- | --- | --- | --- | --- | --- | --- |
+"""
 
 
-def score_set(mapper: ActionMapper, path: Path) -> dict[str, Any]:
+def score_set(mapper: ActionMapper, path: Path, seconds: list[float]) -> dict[str, Any]:
     rows = read_jsonl(path)
     counts: Counter[str] = Counter()
     misses = []
     for row in rows:
+        began = time.perf_counter()
         result = mapper.map(row["reply"])
+        seconds.append(time.perf_counter() - began)
         expected, got = list(row["actions"]), result.actions
         kind = "out" if not expected else "single" if len(expected) == 1 else "multi"
         counts[kind] += 1
@@ -125,25 +149,31 @@ def _share(pair: list[int]) -> str:
     return pct(pair[0], pair[1])
 
 
+SET_NAMES = {"dev": "dev", "dev2": "dev2", "heldout": "held-out v1", "heldout_v2": "held-out v2"}
+
+
 def tables(results: dict[str, Any]) -> list[Table]:
-    sets = [results["dev"], results["heldout"], results["heldout_v2"]]
+    names = [k for k in SET_NAMES if k in results]
+    sets = [results[k] for k in names]
     out = Table(title="Mapping accuracy (Engage): replies -> action sequences")
     out.add_column("metric")
-    for name, s in zip(("dev", "held-out v1", "held-out v2"), sets, strict=True):
-        out.add_column(f"{name} ({s['rows']})", justify="right")
+    for key, s in zip(names, sets, strict=True):
+        out.add_column(f"{SET_NAMES[key]} ({s['rows']})", justify="right")
     out.add_column("goal (v2)", justify="right")
     out.add_column("met / missed")
 
-    def ok(pair: list[int], goal: float, at_most: bool) -> bool:
+    def ok(pair: list[int], goal: float, at_most: bool) -> bool | None:
+        if "heldout_v2" not in results:
+            return None
         share = pair[0] / pair[1]
         return share <= goal if at_most else share >= goal
 
-    v2 = sets[2]
+    v2 = results.get("heldout_v2", {})
     out.add_row(
         "in-set exact sequence",
         *(_share(s["in_set"]) for s in sets),
         f">= {GOAL_EXACT:.0%}",
-        verdict(ok(v2["in_set"], GOAL_EXACT, False)),
+        verdict(ok(v2.get("in_set", [0, 1]), GOAL_EXACT, False)),
     )
     out.add_row("  single action", *(_share(s["single"]) for s in sets), "", "")
     out.add_row("  multi-action", *(_share(s["multi"]) for s in sets), "", "")
@@ -151,13 +181,18 @@ def tables(results: dict[str, Any]) -> list[Table]:
         "out-of-set accepted",
         *(_share(s["out_of_set_accepted"]) for s in sets),
         "<= 1 in 6",
-        verdict(ok(v2["out_of_set_accepted"], GOAL_OUT_OF_SET, True)),
+        verdict(ok(v2.get("out_of_set_accepted", [0, 1]), GOAL_OUT_OF_SET, True)),
     )
     out.add_row(
         "refused as a near tie",
         *(_share(s["refused_near_tie"]) for s in sets),
         f"band {results['mapping']['near_tie']}",
         "",
+    )
+    out.add_row(
+        "ms per reply, p50 / p99 / max",
+        fmt_ms(results["latency"]),
+        *([""] * len(sets)),
     )
     stand = results["standin"]
     paraphrases = Table(title="Stand-in paraphrases (StandInPolicy, noise 0): mapped = intent")
@@ -176,12 +211,13 @@ def tables(results: dict[str, Any]) -> list[Table]:
         for c in stand["confusions"][:12]:
             confusion.add_row(c["intent"], c["mapped"], str(c["count"]), c["example"])
         found.append(confusion)
-    dev = sets[0]
-    if dev["misses"]:
-        misses = Table(title="Dev-set misses (held-out misses are counted only)")
+    for key in ("dev", "dev2"):
+        if not results[key]["misses"]:
+            continue
+        misses = Table(title=f"{SET_NAMES[key]} misses (held-out misses are counted only)")
         for name in ("reply", "expected", "mapped to"):
             misses.add_column(name)
-        for m in dev["misses"]:
+        for m in results[key]["misses"]:
             misses.add_row(
                 m["reply"],
                 " -> ".join(m["expected"]) or "(reject)",
@@ -191,21 +227,63 @@ def tables(results: dict[str, Any]) -> list[Table]:
     return found
 
 
-def main() -> int:
+def unnamed(source: dict[str, Any]) -> str:
+    """A run without --variant, named by its commit and the files changed on top of it."""
+    changed = f" + changes to {', '.join(source['modified'])}" if source["modified"] else ""
+    return f"{source['commit'][:7]}{changed} (no --variant given)"
+
+
+def log_variant(variant: str, results: dict[str, Any]) -> None:
+    """One line of bench/results/mapping-variants.md for a run that scored the held-out sets."""
+
+    def cell(s: dict[str, Any]) -> str:
+        (exact, in_set), (accepted, out) = s["in_set"], s["out_of_set_accepted"]
+        return f"{exact}/{in_set}, {accepted}/{out}"
+
+    latency = results["latency"]
+    line = " | ".join(
+        [
+            datetime.now().strftime("%Y-%m-%d %H:%M"),
+            variant.replace("|", "/"),
+            *(cell(results[key]) for key in SET_NAMES),
+            f"{latency['p50_ms']:.1f} / {latency['p99_ms']:.1f}",
+        ]
+    )
+    VARIANTS_LOG.parent.mkdir(parents=True, exist_ok=True)
+    if not VARIANTS_LOG.exists():
+        VARIANTS_LOG.write_text(LOG_HEADER, encoding="utf-8")
+    with VARIANTS_LOG.open("a", encoding="utf-8") as log:
+        log.write(f"| {line} |\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--variant", help="what changed, for the log of held-out scores (default: the commit)"
+    )
+    which.add_argument("--dev-only", action="store_true", help="score dev and dev2 only")
+    args = parser.parse_args(argv)
     began = time.perf_counter()
     robot, skill = robot_and_skill()
     mapper = make_mapper(robot, skill)
-    results = {
+    seconds: list[float] = []
+    results: dict[str, Any] = {
         "environment": environment(),
         "mapping": robot.mapping.model_dump(),
-        "dev": score_set(mapper, DEV_SET),
-        "standin": standin_paraphrases(mapper, STANDIN_REQUESTS),
+        "dev": score_set(mapper, DEV_SET, seconds),
+        "dev2": score_set(mapper, DEV2_SET, seconds),
     }
-    for key, path in (("heldout", HELDOUT_SET), ("heldout_v2", HELDOUT_V2_SET)):
-        scored = score_set(mapper, path)
-        results[key] = {k: v for k, v in scored.items() if k != "misses"}
-        results[key]["misses"] = len(scored["misses"])
+    if not args.dev_only:
+        for key, path in (("heldout", HELDOUT_SET), ("heldout_v2", HELDOUT_V2_SET)):
+            scored = score_set(mapper, path, seconds)
+            results[key] = {k: v for k, v in scored.items() if k != "misses"}
+            results[key]["misses"] = len(scored["misses"])
+    results["latency"] = summary(seconds)
+    results["standin"] = standin_paraphrases(mapper, STANDIN_REQUESTS)
     results["wall_seconds"] = round(time.perf_counter() - began, 1)
+    if not args.dev_only:
+        log_variant(args.variant or unnamed(results["environment"]["source"]), results)
     console = Console(width=max(Console().width, 160))
     for table in tables(results):
         console.print(table)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from onboard.config import RobotConfig
 from onboard.grounding.embedder import Embedder
-from onboard.grounding.mapping import ActionMapper
+from onboard.grounding.mapping import ActionMapper, Cues, Lexicon
 from onboard.hri.world import SimRobot
-from onboard.loop.skill import Skill, load_skill
+from onboard.loop.skill import OBSERVED_FIELDS, Action, Skill, load_skill
 
 __all__ = ["load_robot_skill", "make_mapper"]
 
@@ -21,16 +21,32 @@ def load_robot_skill(robot: RobotConfig, name_or_path: str) -> Skill:
     return load_skill(path, robot.drivers.robot.perception, SimRobot.COMMANDS)
 
 
+def _text(action: Action) -> str:
+    """An action's text as one more reference, its observed fields in general words."""
+    text = action.describe({field: "the activity" for field in OBSERVED_FIELDS})
+    return text.replace('"', "")
+
+
 def make_mapper(robot: RobotConfig, skill: Skill, embedder: Embedder | None = None) -> ActionMapper:
     """The mapper over the skill's references plus the replies registered bottom-up."""
     embedder = embedder or Embedder(robot.embedder_dir, threads=robot.models.threads)
-    references = {name: list(a.spec.references) for name, a in skill.actions.items()}
+    references = {name: [*a.spec.references, _text(a)] for name, a in skill.actions.items()}
+    settings = robot.mapping
+    lexicon = None
+    if settings.second_stage == "lexicon":
+        lexicon = Lexicon(
+            {name: Cues(**a.spec.lexicon.model_dump()) for name, a in skill.actions.items()}
+        )
     return ActionMapper(
         embedder,
         references,
-        robot.mapping.threshold,
-        robot.mapping.margin,
+        settings.threshold,
+        settings.margin,
         reject=skill.reject,
-        ambiguity=robot.mapping.ambiguity,
-        near_tie=robot.mapping.near_tie,
+        ambiguity=settings.ambiguity,
+        near_tie=settings.near_tie,
+        lexicon=lexicon,
+        shortlist=settings.shortlist,
+        lexicon_threshold=settings.lexicon_threshold,
+        top_k=settings.top_k,
     )

@@ -106,6 +106,22 @@ class MappingConfig(_Strict):
             "threshold, margin); above the embedder's measured int8-vs-fp32 gap (CARD.md)",
         ),
     ] = 0.01
+    second_stage: Literal["none", "lexicon"] = Field(
+        default="lexicon",
+        description="who decides among the actions the embeddings shortlist: nobody (the "
+        "best action) or the skill's lexicon",
+    )
+    shortlist: Annotated[
+        float,
+        Field(ge=0, lt=1, description="actions this close to the best one are shortlisted"),
+    ] = 0.0
+    lexicon_threshold: Annotated[
+        float | None,
+        Field(gt=0, lt=1, description="threshold for an action the lexicon names; None: threshold"),
+    ] = None
+    top_k: Annotated[
+        int, Field(ge=1, le=5, description="an action scores the mean of its k best references")
+    ] = 1
 
 
 class SimDriverConfig(_Strict):

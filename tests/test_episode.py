@@ -319,13 +319,6 @@ def test_out_of_set_replies_become_candidates_and_the_fallback_runs(
     assert judge(ep.outcome, sc) == Judgement(NEVER_SPOKE, "timeout: no speak by 20 s")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime/grounding/mapping.py: not a near tie: the stand-in's out-of-set reply "
-    "'The robot should open the door for the person.' maps to 'approach' (0.62, 0.13 above the "
-    "nearest reject anchor, 0.04 above 'speak'), so with off_set_rate=1.0 not every plan falls "
-    "back (and that reply never becomes a candidate); an accuracy issue of the mapping",
-)
 def test_every_out_of_set_plan_is_no_match(
     robot_tmp: RobotConfig, skill: Skill, mapper: ActionMapper
 ) -> None:
@@ -522,35 +515,16 @@ def test_a_plan_keeps_its_last_step(mapper: ActionMapper) -> None:
     assert mapper.map(reply).actions in (["eye contact", "speak"], [])
 
 
-NOT_A_TIE = (
-    "runtime/grounding/mapping.py: not a near tie (the two best actions are {} apart, well "
-    "beyond the near-tie band): this stand-in paraphrase (runtime/testing/standin_policy.py "
-    "PARAPHRASES) maps to another action with the full fp32 model too; an accuracy issue of "
-    "the mapping"
-)
-
-
 @pytest.mark.parametrize(
     ("reply", "meant"),
     [
         # a near tie with the int8 kernels (wait for cue 0.789 vs eye contact 0.785), decided
         # by the CPU; with fp32 kernels 0.812 vs 0.794
         ("The robot should watch for the person to glance over.", "wait for cue"),
-        pytest.param(
-            "The robot should head back toward the person.",
-            "approach",  # -> eye contact 0.808, approach 0.729
-            marks=pytest.mark.xfail(strict=True, reason=NOT_A_TIE.format(0.08)),
-        ),
-        pytest.param(
-            "The robot should go and look for the person again.",
-            "approach",  # -> speak 0.584, eye contact 0.541
-            marks=pytest.mark.xfail(strict=True, reason=NOT_A_TIE.format(0.04)),
-        ),
-        pytest.param(
-            "The robot should stop approaching for now.",
-            "pause",  # -> approach 0.717, pause 0.568
-            marks=pytest.mark.xfail(strict=True, reason=NOT_A_TIE.format(0.15)),
-        ),
+        # these three mapped to another action before the lexicon stage (not near ties)
+        ("The robot should head back toward the person.", "approach"),
+        ("The robot should go and look for the person again.", "approach"),
+        ("The robot should stop approaching for now.", "pause"),
     ],
 )
 def test_stand_in_paraphrases_never_map_to_another_action(

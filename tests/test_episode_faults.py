@@ -196,7 +196,9 @@ def test_the_budget_refuses_a_runaway_loop_and_the_refusal_replays(
 ) -> None:
     robot = faulty_robot(robot_tmp, requests_per_minute=2, breaker_failures=0)
     path = tmp_path / "episode.jsonl"
-    with FaultServer() as server:
+    # one step per plan, so the refused request after it leaves the robot nothing to do
+    # ("Stop and wait." is two steps since the mapper reads "and" between actions)
+    with FaultServer(content='{"action": "Stop."}') as server:
         outcome, records = episode(robot, skill, mapper, server, path)
         asked = len(server.requests)
     assert asked == 2

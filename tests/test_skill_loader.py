@@ -82,6 +82,18 @@ def test_engage_reproduces_table_ii() -> None:
             "actions.pause.references[4]",
             "duplicate reference",
         ),
+        (
+            '  "stop", "halt", "pause",',
+            '  "Stop!", "halt", "pause",',
+            "actions.pause.lexicon.verbs[0]",
+            "is not a phrase",
+        ),
+        (
+            '  "stop", "halt", "pause",',
+            '  "wait", "halt", "pause",',
+            "actions.pause.lexicon.verbs[0]",
+            "'wait' is also a lexicon phrase of 'wait'",
+        ),
     ],
 )
 def test_each_mistake_is_one_line_with_key_and_line(
@@ -96,7 +108,7 @@ def test_each_mistake_is_one_line_with_key_and_line(
     assert problem.line is not None
     assert new.splitlines()[0].split("=")[0].strip() in ENGAGE.replace(old, new, 1).splitlines()[
         problem.line - 1
-    ] or key.startswith("actions.pause.references")
+    ] or key.startswith(("actions.pause.references", "actions.pause.lexicon"))  # the list's line
 
 
 def test_unreachable_end_is_rejected(tmp_path: Path) -> None:

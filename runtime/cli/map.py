@@ -18,7 +18,8 @@ def map_reply(robot: RobotConfig, skill: str, reply: str, as_json: bool) -> int:
         return 0 if result.matched else 1
     for clause in result.clauses:
         verdict = clause.action or f"no match: {clause.refused or 'refused'}"
+        words = "" if clause.reading is None else f", lexicon: {clause.reading.action}"
         print(f"  {clause.clause!r}: {verdict} (score {clause.score:.3f}, "
-              f"runner-up {clause.runner_up} {clause.runner_up_score:.3f})")  # fmt: skip
+              f"runner-up {clause.runner_up} {clause.runner_up_score:.3f}{words})")  # fmt: skip
     print(" -> ".join(result.actions) if result.matched else "no match")
     return 0 if result.matched else 1

@@ -22,6 +22,7 @@ from onboard.base.tomlfile import KeyLines, ProblemAt, format_key, load_model
 
 __all__ = [
     "ActionSpec",
+    "LexiconSpec",
     "Skill",
     "Stimulus",
     "StimulusSpec",
@@ -60,6 +61,19 @@ class StimulusSpec(_Strict):
     )
 
 
+class LexiconSpec(_Strict):
+    """Phrases that name the action, for the mapper's rule stage (runtime/grounding/mapping.py)."""
+
+    verbs: list[Text] = Field(default=[], description="what the robot does: 'walk up', 'stop'")
+    until: list[Text] = Field(default=[], description="what it waits for: 'finish', 'look'")
+    negated: list[Text] = Field(
+        default=[], description="what it is told not to do, meaning this action: 'move'"
+    )
+    holds: list[Text] = Field(
+        default=[], description="this action alone, beside a waiting step its manner: 'stay put'"
+    )
+
+
 class ActionSpec(_Strict):
     text: Text
     stimuli: StimulusSpec
@@ -68,6 +82,7 @@ class ActionSpec(_Strict):
     interruptible: bool = True
     timeout: Annotated[float, Field(gt=0)] | None = None
     references: list[Text] = Field(min_length=1)
+    lexicon: LexiconSpec = LexiconSpec()
     next: list[Text] | None = None
 
 
@@ -224,6 +239,7 @@ def _check_actions(
 ) -> Iterable[Problem]:
     seen_names: dict[str, str] = {}
     seen_refs: dict[str, str] = {}
+    seen_phrases: dict[tuple[str, str], str] = {}
     for name, action in spec.actions.items():
         key = ("actions", name)
         folded = " ".join(name.lower().split())
@@ -261,6 +277,30 @@ def _check_actions(
                     f"duplicate reference (also in {seen_refs[folded_ref]!r})",
                 )
             seen_refs[folded_ref] = name
+        for kind in ("verbs", "until", "negated", "holds"):
+            for i, phrase in enumerate(getattr(action.lexicon, kind)):
+                where = (*key, "lexicon", kind, i)
+                if (wrong := lexicon_phrase_problem(phrase)) is not None:
+                    yield problem(where, wrong)
+                    continue
+                folded_phrase = " ".join(phrase.split())
+                other = seen_phrases.setdefault((kind, folded_phrase), name)
+                if other != name:
+                    yield problem(where, f"{phrase!r} is also a lexicon phrase of {other!r}")
+
+
+_PHRASE = re.compile(r"[a-z'-]+(?: (?:[a-z'-]+|\.\.\.))*")
+
+
+def lexicon_phrase_problem(phrase: str) -> str | None:
+    """Why ``phrase`` cannot be a lexicon phrase, or None: lower-case words (letters, ``'``,
+    ``-``) with single spaces, ``...`` standing for up to three words, but not at the end."""
+    if _PHRASE.fullmatch(phrase) and not phrase.endswith("..."):
+        return None
+    return (
+        f"lexicon phrase {phrase!r} is not a phrase: use lower-case words and single spaces, "
+        "'...' for up to three words between two of them"
+    )
 
 
 def _check_templates(
