@@ -44,6 +44,19 @@ _POLL = 0.05  # seconds: the reader's read timeout, so close() is prompt
 _MAX_LINE = 4096  # bytes: a longer "line" is noise
 _RESEND_LIMIT = 3
 
+try:  # pyserial's flush() (tcdrain) raises termios.error, not OSError, on a vanished port
+    from termios import error as _TermiosError
+except ImportError:  # pragma: no cover - not POSIX
+
+    class _TermiosError(Exception):  # type: ignore[no-redef]
+        pass
+
+
+#: what a failing port raises
+PORT_ERRORS: tuple[type[Exception], ...] = (serial.SerialException, OSError, _TermiosError)
+_OPEN_ERRORS: tuple[type[Exception], ...] = (*PORT_ERRORS, ValueError)
+_READ_ERRORS: tuple[type[Exception], ...] = (*PORT_ERRORS, TypeError, AttributeError)
+
 
 class Kind(enum.Enum):
     OK = enum.auto()
@@ -147,7 +160,7 @@ class SerialLink:
             elif not self._port.is_open:
                 self._port.open()
             self._port.timeout = _POLL  # the reader polls, so close() is prompt
-        except (serial.SerialException, OSError, ValueError) as exc:
+        except _OPEN_ERRORS as exc:
             raise LinkLost(
                 f"{self.name}: cannot open {self.url!r}: {exc}; check the cable and the url "
                 "in [drivers.arm]"
@@ -176,7 +189,8 @@ class SerialLink:
             self._reader.join(timeout=2.0)
         self._reader = None
         if port is not None:
-            port.close()
+            with contextlib.suppress(*PORT_ERRORS):
+                port.close()
         self.fail_all("the port was closed")
 
     # -- sending --------------------------------------------------------------------------
@@ -222,7 +236,7 @@ class SerialLink:
             with self._write_lock:
                 port.write(data)
                 port.flush()
-        except (serial.SerialException, OSError) as exc:
+        except PORT_ERRORS as exc:
             self._link_lost(f"write failed: {exc}")
             return False
         return True
@@ -257,7 +271,7 @@ class SerialLink:
             self._bytes += len(pending.wire)
         try:
             port.write(pending.wire)
-        except (serial.SerialException, OSError) as exc:
+        except PORT_ERRORS as exc:
             self._link_lost(f"write failed: {exc}")
             self.check()
         self.last_written = pending.line
@@ -324,7 +338,7 @@ class SerialLink:
         while self._running.is_set():
             try:
                 chunk = port.read(max(1, port.in_waiting))
-            except (serial.SerialException, OSError, TypeError, AttributeError) as exc:
+            except _READ_ERRORS as exc:
                 if self._running.is_set():
                     self._link_lost(f"read failed: {exc}")
                 return
@@ -420,7 +434,7 @@ class SerialLink:
             if port is None:
                 raise OSError("not connected")
             port.write(head.wire)
-        except (serial.SerialException, OSError) as exc:
+        except PORT_ERRORS as exc:
             self._link_lost(f"write failed: {exc}")
 
     def _link_lost(self, reason: str) -> None:
