@@ -21,21 +21,36 @@ the outcome depends on the order of events, never on how fast the machine is. On
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from onboard.drivers.arm.base import Arm, Pose
 from onboard.drivers.arm.twin_arm import SimArm
 from onboard.drivers.emulators import BackendWorker
-from onboard.drivers.twin import Twin
+from onboard.drivers.twin import SCENES, Twin
 
 BOUND = 30.0  # seconds any wait may take before the test fails
+BLOCKS = SCENES / "blocks.toml"
 HOLD_AFTER = 24  # physics steps (0.1 s simulated) into the move before the gate holds it
+
+
+@contextlib.contextmanager
+def twin_arm(scene: Path = BLOCKS) -> Iterator[SimArm]:
+    """A connected SimArm on a fresh twin of ``scene``: what the emulators drive in tests."""
+    with Twin(scene) as twin:
+        arm = SimArm(twin)
+        arm.connect()
+        try:
+            yield arm
+        finally:
+            arm.close()
 
 
 def require(happened: bool, what: str, timeout: float = BOUND) -> None:

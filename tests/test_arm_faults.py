@@ -15,14 +15,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import pytest
-from arm_harness import BOUND, Behind, interrupt, require
+from arm_harness import BOUND, Behind, interrupt, require, twin_arm
 
 from onboard.base.errors import ArmError, ArmTimeout, LinkLost
 from onboard.drivers.arm.base import Arm, Pose
 from onboard.drivers.arm.jaka import JakaArm, JakaArmConfig, JsonStream
 from onboard.drivers.arm.twin_arm import SimArm
 from onboard.drivers.emulators.jaka_server import JakaServer
-from onboard.drivers.twin import SCENES, Twin
+from onboard.drivers.twin import SCENES
 
 SCENE = SCENES / "blocks.toml"
 SILENT = 2.0  # seconds: the reply timeout of the tests where the controller is muted
@@ -30,11 +30,8 @@ SILENT = 2.0  # seconds: the reply timeout of the tests where the controller is 
 
 @pytest.fixture
 def backend() -> Iterator[SimArm]:
-    with Twin(SCENE) as twin:
-        arm = SimArm(twin)
-        arm.connect()
+    with twin_arm() as arm:
         yield arm
-        arm.close()
 
 
 @dataclass

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import serial
-from arm_harness import BOUND, Behind, interrupt, require, wait_until
+from arm_harness import BOUND, Behind, interrupt, require, twin_arm, wait_until
 
 from onboard.base.errors import ArmError, ArmTimeout, LinkLost
 from onboard.drivers.arm.base import Pose
@@ -38,7 +38,6 @@ from onboard.drivers.arm.twin_arm import SimArm
 from onboard.drivers.emulators.grbl_pty import GrblEmulator
 from onboard.drivers.emulators.marlin_pty import MarlinEmulator
 from onboard.drivers.emulators.pty_controller import PtyController
-from onboard.drivers.twin import SCENES, Twin
 
 DIALECTS = ["marlin", "grbl"]
 #: homing on, so GRBL boots in alarm; max rates of an arm, not GRBL's default 500 mm/min
@@ -49,11 +48,8 @@ NOT_GRBL = ("M400", "M114", "M112", "M204", "M410")
 
 @pytest.fixture
 def backend() -> Iterator[SimArm]:
-    with Twin(SCENES / "blocks.toml") as twin:
-        arm = SimArm(twin)
-        arm.connect()
+    with twin_arm() as arm:
         yield arm
-        arm.close()
 
 
 @dataclass

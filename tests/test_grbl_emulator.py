@@ -16,11 +16,10 @@ from dataclasses import replace
 
 import pytest
 import serial
-from arm_harness import BOUND, HOLD_AFTER, require, wait_until
+from arm_harness import BOUND, HOLD_AFTER, require, twin_arm, wait_until
 
 from onboard.drivers.arm.twin_arm import SimArm
 from onboard.drivers.emulators.grbl_pty import BANNER, PLANNER_BLOCKS, GrblEmulator
-from onboard.drivers.twin import SCENES, Twin
 
 FAST = {110: 30000.0, 111: 30000.0, 112: 30000.0}  # mm/min: GRBL's default 500 is slow
 LOCKED = "[MSG:'$H'|'$X' to unlock]"
@@ -29,11 +28,8 @@ POSITION = re.compile(r"[MW]Pos:([-\d.]+),([-\d.]+),([-\d.]+)")
 
 @pytest.fixture(scope="module")
 def backend() -> Iterator[SimArm]:
-    with Twin(SCENES / "blocks.toml") as twin:
-        arm = SimArm(twin)
-        arm.connect()
+    with twin_arm() as arm:
         yield arm
-        arm.close()
 
 
 class Board:

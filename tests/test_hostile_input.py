@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import serial
-from arm_harness import BOUND, require, wait_until
+from arm_harness import BOUND, require, twin_arm, wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,7 +44,6 @@ from onboard.drivers.emulators.grbl_pty import GrblEmulator
 from onboard.drivers.emulators.jaka_server import MAX_WAITS, JakaServer
 from onboard.drivers.emulators.marlin_pty import MarlinEmulator
 from onboard.drivers.emulators.pty_controller import MAX_LINE, TOO_LONG, LineReader
-from onboard.drivers.twin import SCENES, Twin
 
 #: fixed example counts; derandomized when CI is set, so a CI run is reproducible
 PROPERTY = settings(max_examples=150, deadline=None, derandomize=bool(os.environ.get("CI")))
@@ -53,11 +52,8 @@ PROBE = b'{"cmdName":"get_robot_state"}'
 
 @pytest.fixture(scope="module")
 def backend() -> Iterator[SimArm]:
-    with Twin(SCENES / "blocks.toml") as twin:
-        arm = SimArm(twin)
-        arm.connect()
+    with twin_arm() as arm:
         yield arm
-        arm.close()
 
 
 # -- JAKA: the emulator -------------------------------------------------------------------------

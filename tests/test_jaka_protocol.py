@@ -21,23 +21,19 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from arm_harness import BOUND, HOLD_AFTER, Behind, interrupt, require, wait_until
+from arm_harness import BOUND, HOLD_AFTER, Behind, interrupt, require, twin_arm, wait_until
 
 from onboard.base.errors import ArmError, ArmTimeout
 from onboard.drivers.arm.base import Pose
 from onboard.drivers.arm.jaka import STATUS_FIELDS, JakaArm, JakaArmConfig, JsonStream
 from onboard.drivers.arm.twin_arm import SimArm
 from onboard.drivers.emulators.jaka_server import JakaServer
-from onboard.drivers.twin import SCENES, Twin
 
 
 @pytest.fixture
 def backend() -> Iterator[SimArm]:
-    with Twin(SCENES / "blocks.toml") as twin:
-        arm = SimArm(twin)
-        arm.connect()
+    with twin_arm() as arm:
         yield arm
-        arm.close()
 
 
 @contextmanager

@@ -14,11 +14,11 @@ from contextlib import contextmanager
 
 import pytest
 import serial
-from arm_harness import BOUND, HOLD_AFTER, require, wait_until
+from arm_harness import BOUND, HOLD_AFTER, require, twin_arm, wait_until
 
 from onboard.drivers.arm.twin_arm import SimArm
 from onboard.drivers.emulators.marlin_pty import MarlinEmulator, line_checksum
-from onboard.drivers.twin import SCENES, Twin
+from onboard.drivers.twin import SCENES
 
 SCENE = SCENES / "blocks.toml"
 BUSY = "echo:busy: processing"
@@ -30,11 +30,8 @@ BOOT = 0.05  # s from a reset to the banner (the emulator's bootloader; real boa
 
 @pytest.fixture
 def backend() -> Iterator[SimArm]:
-    with Twin(SCENE) as twin:
-        arm = SimArm(twin)
-        arm.connect()
+    with twin_arm() as arm:
         yield arm
-        arm.close()
 
 
 class Host:

@@ -27,10 +27,10 @@ import struct
 import threading
 import time
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any, cast
 
+from onboard.testing.loopback import LoopbackServer, OwnedHTTPServer
 from onboard.testing.standin_server import completion_json
 
 __all__ = ["MODES", "FaultServer"]
@@ -41,7 +41,7 @@ MODES = frozenset(
 )  # fmt: skip
 
 
-class FaultServer:
+class FaultServer(LoopbackServer):
     """Serve ``modes`` in order, then ``after``; ``requests`` lists (monotonic time, mode)."""
 
     def __init__(
@@ -68,55 +68,17 @@ class FaultServer:
         self.requests: list[tuple[float, str]] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
-        self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> FaultServer:
-        httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
-        httpd.owner = self
-        self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        return self
+        super().__init__()
 
     def stop(self) -> None:
         self.stopping.set()
-        httpd, self._httpd = self._httpd, None
-        if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-
-    def __enter__(self) -> FaultServer:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        if self._httpd is None:
-            raise RuntimeError("FaultServer not started")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        super().stop()
 
     def next_mode(self) -> str:
         with self._lock:
             mode = self.modes.pop(0) if self.modes else self.after
             self.requests.append((time.monotonic(), mode))
             return mode
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    owner: FaultServer
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Quiet: clients hang up on this server all the time."""
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -128,7 +90,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     @property
     def owner(self) -> FaultServer:
-        return cast(_HTTPServer, self.server).owner
+        return cast(FaultServer, cast(OwnedHTTPServer, self.server).owner)
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
@@ -215,3 +177,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+
+
+FaultServer.handler = _Handler

@@ -37,10 +37,10 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal, cast
 
+from onboard.testing.loopback import LoopbackServer, OwnedHTTPServer
 from onboard.testing.standin_server import completion_json
 
 __all__ = ["DIALECTS", "Dialect", "SchemaServer", "constrained_reply"]
@@ -49,7 +49,7 @@ Dialect = Literal["llama-cpp-python", "openai", "llama-server", "plain"]
 DIALECTS: tuple[Dialect, ...] = ("llama-cpp-python", "openai", "llama-server", "plain")
 
 
-class SchemaServer:
+class SchemaServer(LoopbackServer):
     """One server of ``dialect`` on 127.0.0.1; ``base_url`` ends in ``/v1``."""
 
     def __init__(
@@ -68,40 +68,7 @@ class SchemaServer:
         self.max_chars = max_chars
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> SchemaServer:
-        httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
-        httpd.owner = self
-        self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        httpd, self._httpd = self._httpd, None
-        if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-
-    def __enter__(self) -> SchemaServer:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        if self._httpd is None:
-            raise RuntimeError("SchemaServer not started")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        super().__init__()
 
     def answer(self, body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
         """(status, JSON body) for one chat-completion request body."""
@@ -163,14 +130,6 @@ def _refused(dialect: Dialect, kind: str) -> tuple[int, dict[str, Any]]:
     return 400, {"error": {"code": 400, "message": message, "type": "invalid_request_error"}}
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    owner: SchemaServer
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Quiet: clients hang up on this server."""
-
-
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -186,10 +145,15 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/v1/chat/completions" or not isinstance(body, dict):
             status, reply = 400, {"error": {"message": "not a chat completion request"}}
         else:
-            status, reply = cast(_HTTPServer, self.server).owner.answer(body)
+            status, reply = cast(SchemaServer, cast(OwnedHTTPServer, self.server).owner).answer(
+                body
+            )
         data = json.dumps(reply).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+SchemaServer.handler = _Handler
