@@ -64,14 +64,18 @@ def episode(
     *,
     checks: Sequence[Check] | None = None,
     on_runner: Callable[[SkillRunner], None] | None = None,
+    constrained: bool = True,
+    recorder: MemoryRecorder | None = None,
 ) -> Outcome:
-    """One real episode, constrained as the shipped robot decodes, 1 virtual s per reply."""
-    options = EpisodeOptions(latency=1.0, constrained=True, keep_candidates=False)
+    """One real episode, constrained as the shipped robot decodes (unless told otherwise),
+    1 virtual s per reply."""
+    options = EpisodeOptions(latency=1.0, constrained=constrained, keep_candidates=False)
     with (
         StandInServer(seed=0, noise=0.0, format_noise=0.0) as standin,
         ChatClient(robot.llm, base_url=standin.base_url) as client,
     ):
-        return run_episode(robot, skill, sc, HttpAsk(client), mapper, MemoryRecorder(), options,
+        return run_episode(robot, skill, sc, HttpAsk(client), mapper,
+                           recorder or MemoryRecorder(), options,
                            checks=checks, on_runner=on_runner)  # fmt: skip
 
 
@@ -129,6 +133,21 @@ def test_speaking_after_the_person_left_sight_is_apart_from_speaking_while_busy(
     verdict = judge(out, sc)
     assert verdict.kind is JudgementKind.SPOKE_OUT_OF_SIGHT
     assert verdict.reason == f"spoke at {out.spoke_at:.1f} s with the person out of sight"
+
+
+def test_the_rest_of_a_plan_is_checked_again_before_it_runs(
+    robot_tmp: RobotConfig, skill: Skill, mapper: ActionMapper
+) -> None:
+    """Free text gives plans of several actions; a speak queued behind another action is
+    checked against what is seen when its turn comes, not when the plan was made: the person
+    has run out of sight by then, so the robot does not speak to nobody."""
+    sc = person("The person is sitting on a bench.", True, [(0.0, 20.0, "ready")],
+                motion=[(6.0, 8.0)])  # fmt: skip
+    recorder = MemoryRecorder()
+    out = episode(robot_tmp, skill, mapper, sc, constrained=False, recorder=recorder)
+    assert out.spoke_visible is not False, "spoke with the person out of sight"
+    dropped = [r for r in recorder.records if r.get("kind") == "dropped"]
+    assert any("out of sight" in str(r.get("why")) for r in dropped), dropped
 
 
 def test_an_episode_stopped_before_speaking_is_not_one_that_never_spoke(

@@ -22,7 +22,9 @@ decision has at most ``max_rounds`` rounds (the skill's ``max_rounds``); when th
 the fallback runs, and the fallback itself is never re-asked, whatever its verification says.
 Every loop of the other papers (ReAd's refinement, ReplanVLM's corrections) counts the same
 rounds. A plan deferred behind a non-interruptible action is dropped when that action's
-verification fails: it was made before the failure was known.
+verification fails: it was made before the failure was known. The rest of a plan of several
+actions is checked again, against what is seen then, before its next action starts; if it
+fails, it is dropped and a new decision is asked for with the check's feedback.
 
 **Circuit breaker.** After ``breaker_failures`` failed exchanges in a row (errors, timeouts,
 refusals; an unusable reply is an answer), the runner stops asking for ``breaker_cooldown``
@@ -257,7 +259,16 @@ class SkillRunner:
     def _stimulus(self, reason: str) -> None:
         self._stimulus_at = time.perf_counter()
         if self._queue:
-            self._begin(self._queue.pop(0), f"{reason}; next in plan")
+            # the rest of the plan was checked against what was seen when it was made; the
+            # person may have moved since: check it again against what is seen now
+            verdict = self._check(list(self._queue))
+            if verdict.ok:
+                self._begin(self._queue.pop(0), f"{reason}; next in plan")
+                return
+            self.record("dropped", plan=list(self._queue), why=f"check failed: {verdict.feedback}")
+            self._queue = []
+            self._request_plan(f"{reason}; the rest of the plan failed its check",
+                               verdict.feedback, rounds=0)  # fmt: skip
             return
         self._request_plan(reason, feedback=None, rounds=0)
 
