@@ -271,10 +271,12 @@ def test_eval_sends_every_request_constrained_as_robot_toml_says(
         requests = server.requests
     assert report["decoding"] == "constrained" and "note" not in report
     schemas = [schema_of(body) for body in requests]
+    reason, waits = prompts.reason_schema(skill), skill.prompt.second_stage.wait_times
+    assert reason is None and waits == [2, 5, 10, 20, 40]  # engage.toml: no reason, five waits
     expected = [
-        prompts.plan_schema(list(skill.actions)),
-        prompts.wait_time_schema(),
-        prompts.answer_schema(),
+        prompts.plan_schema(list(skill.actions), reason),
+        prompts.wait_time_schema(reason, waits),
+        prompts.answer_schema(reason),
     ]
     assert requests and all(s is not None for s in schemas)
     # the first-stage plan and both second-stage questions, each with its own schema
@@ -289,10 +291,11 @@ def test_eval_sends_every_request_constrained_as_robot_toml_says(
     assert not [r for r in records if r["kind"] in ("error", "fallback", "candidate")]
     for record in replies:
         reply = json.loads(record["text"])
+        assert "reason" not in reply
         if record["purpose"] == "plan":
             assert reply["action"] in skill.actions
         elif record["purpose"] == "wait_time":
-            assert isinstance(reply["wait_time"], float)
+            assert reply["wait_time"] in waits
         else:
             assert reply["answer"] in ("yes", "no")
 

@@ -21,6 +21,7 @@ from onboard.grounding.mapping import ActionMapper
 from onboard.hri.replay import replay
 from onboard.hri.scenario import load_scenario
 from onboard.hri.session import EpisodeOptions, HttpAsk, run_episode
+from onboard.llm import prompts
 from onboard.llm.client import ChatClient
 from onboard.llm.prompts import plan_schema
 from onboard.loop.engine import Outcome
@@ -118,3 +119,23 @@ def test_free_text_reply_is_parsed_or_falls_back(
         assert set(plan["actions"]) <= set(skill.actions)
         if not plan["actions"]:
             assert any(r["kind"] == "candidate" and r["reply"] == plan["reply"] for r in records)
+
+
+def test_the_embedded_server_keeps_to_the_skills_reason_and_wait_times(
+    local_url: str, skill: Skill
+) -> None:
+    """[prompt] reason and wait_times reach the grammar: a short reason stays under its
+    maxLength, no reason means none is written, and wait_time is one of the listed waits, all
+    checked by the client (onboard.llm.structured) as well as read back here."""
+    patient = {"deadline": 90.0, "read_timeout": 60.0, "temperature": 0.7, "max_tokens": 400}
+    waits = skill.prompt.second_stage.wait_times
+    assert waits is not None
+    short = {"type": "string", "maxLength": 12}
+    with ChatClient(LLMConfig.model_validate(patient), base_url=local_url) as client:
+        for activity in ("reading a newspaper", "walking toward the exit"):
+            asked = prompts.wait_time(skill, activity)
+            reply = json.loads(client.complete(asked, prompts.wait_time_schema(None, waits)).text)
+            assert set(reply) == {"wait_time"} and reply["wait_time"] in waits
+            asked = prompts.lose_person(skill, activity, 5.0)
+            reply = json.loads(client.complete(asked, prompts.answer_schema(short)).text)
+            assert reply["answer"] in ("yes", "no") and len(reply["reason"]) <= 12

@@ -63,6 +63,26 @@ def test_engage_reproduces_table_ii() -> None:
             "at least 1",
         ),
         ('\\"$X_a\\"', "$X_b", "actions.wait.text", "unknown template field $X_b"),
+        ('reason = "none"', 'reason = "long"', "prompt.reason", "Input should be"),
+        ("reason_chars = 60", "reason_chars = 0", "prompt.reason_chars", "greater than or equal"),
+        (
+            "wait_times = [2, 5, 10, 20, 40]",
+            "wait_times = [5, 10, 5]",
+            "prompt.second_stage.wait_times",
+            "a wait time is listed twice",
+        ),
+        (
+            "wait_times = [2, 5, 10, 20, 40]",
+            "wait_times = [5, -1]",
+            "prompt.second_stage.wait_times[1]",
+            "greater than 0",
+        ),
+        (
+            "wait_times = [2, 5, 10, 20, 40]",
+            "# no wait_times, so no $W",
+            "prompt.second_stage.wait_time",
+            "unknown template field $W",
+        ),
         ('goal = "Initiate a conversation at $E."', 'goal = "At $Place."', "skill.goal", "$Place"),
         (
             'command = "base.stop"',
@@ -106,6 +126,9 @@ def test_each_mistake_is_one_line_with_key_and_line(
     assert any(f"[{key}]" in line and words in line for line in text.splitlines()), text
     problem = next(p for p in error.problems if p.key == key)
     assert problem.line is not None
+    if new.startswith("#"):  # a key removed: the problem is on the line that needed it
+        assert "$W" in ENGAGE.splitlines()[problem.line - 1]
+        return
     assert new.splitlines()[0].split("=")[0].strip() in ENGAGE.replace(old, new, 1).splitlines()[
         problem.line - 1
     ] or key.startswith(("actions.pause.references", "actions.pause.lexicon"))  # the list's line

@@ -21,6 +21,7 @@ from onboard.config import LLMConfig, RobotConfig
 from onboard.grounding.mapping import ActionMapper
 from onboard.hri.scenario import Scenario, load_scenario
 from onboard.hri.session import EpisodeOptions, HttpAsk, run_episode
+from onboard.llm import prompts
 from onboard.llm.client import ChatClient
 from onboard.llm.prompts import answer_schema, plan_schema, wait_time_schema
 from onboard.llm.structured import reply_problem, resolve
@@ -180,6 +181,28 @@ def test_a_reply_within_the_schema_passes() -> None:
     assert "under minimum 1" in (reply_problem('{"n": 0}', bounded) or "")
     assert "is a number, not integer" in (reply_problem('{"n": 1.5}', bounded) or "")
     assert "over maxLength 2" in (reply_problem('{"s": "abc"}', bounded) or "")
+
+
+def test_the_skill_bounds_or_drops_the_reason_and_lists_the_waits(skill: Skill) -> None:
+    """[prompt] reason and [prompt.second_stage] wait_times of the skill TOML (engage.toml:
+    no reason, waits of 2, 5, 10, 20 or 40 s), checked by the client as the server enforces them."""
+    short = {"type": "string", "maxLength": 12}
+    plan = plan_schema(ACTIONS, short)
+    assert plan["required"] == ["action", "reason"]
+    assert reply_problem('{"action": "speak", "reason": "short enough"}', plan) is None
+    long = '{"action": "speak", "reason": "thirteen char"}'
+    assert "over maxLength 12" in (reply_problem(long, plan) or "")
+    none = answer_schema(None)
+    assert none["required"] == ["answer"] and "reason" not in none["properties"]
+    extra = reply_problem('{"answer": "no", "reason": ""}', none)
+    assert "does not allow: 'reason'" in (extra or "")
+    waits = wait_time_schema(None, [5.0, 10.0, 20.0, 40.0])
+    assert waits["properties"]["wait_time"]["enum"] == [5, 10, 20, 40]
+    assert reply_problem('{"wait_time": 10.0}', waits) is None
+    assert "not one of 5, 10, 20, 40" in (reply_problem('{"wait_time": 144}', waits) or "")
+    assert prompts.reason_schema(skill) is None
+    asked = prompts.wait_time(skill, "reading a book")[0]["content"]
+    assert "one of 2, 5, 10, 20 or 40 seconds" in asked
 
 
 def test_a_schema_keyword_the_check_does_not_know_is_refused() -> None:

@@ -6,7 +6,7 @@ history is kept between calls, as in the seed: every question stands alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from string import Template
 from typing import Any
 
@@ -18,6 +18,7 @@ __all__ = [
     "first_stage",
     "lose_person",
     "plan_schema",
+    "reason_schema",
     "wait_time",
     "wait_time_schema",
 ]
@@ -35,7 +36,10 @@ def first_stage(skill: Skill, robot_situation: str, human_situation: str) -> lis
 
 
 def wait_time(skill: Skill, activity: str) -> list[Message]:
-    text = Template(skill.prompt.second_stage.wait_time).safe_substitute(X_a=activity)
+    second = skill.prompt.second_stage
+    text = Template(second.wait_time).safe_substitute(
+        X_a=activity, W=_choices(second.wait_times or [])
+    )
     return [{"role": "user", "content": text}]
 
 
@@ -46,39 +50,59 @@ def lose_person(skill: Skill, activity: str, horizon: float) -> list[Message]:
     return [{"role": "user", "content": text}]
 
 
+def _choices(seconds: Sequence[float]) -> str:
+    """``5, 10, 20 or 40``."""
+    shown = [f"{s:g}" for s in seconds]
+    return ", ".join(shown[:-1]) + " or " + shown[-1] if len(shown) > 1 else "".join(shown)
+
+
 # Every schema is closed (additionalProperties false, every property required): OpenAI's strict
-# Structured Outputs accept no other (onboard.llm.structured).
+# Structured Outputs accept no other (onboard.llm.structured). The reason comes after the answer,
+# so it never sways the answer under constraint: it only costs time, and a free one on a small
+# model running on the robot can cost the whole deadline (skill TOML ``[prompt] reason``).
+
+#: a reason of any length
+FREE_REASON: dict[str, Any] = {"type": "string"}
 
 
-def plan_schema(actions: Sequence[str]) -> dict[str, Any]:
+def reason_schema(skill: Skill) -> dict[str, Any] | None:
+    """The skill's ``[prompt] reason``: the schema of the reason key, None for none."""
+    mode = skill.prompt.reason
+    if mode == "none":
+        return None
+    if mode == "short":
+        return {"type": "string", "maxLength": skill.prompt.reason_chars}
+    return dict(FREE_REASON)
+
+
+def _closed(answer: dict[str, Any], reason: Mapping[str, Any] | None) -> dict[str, Any]:
+    properties = dict(answer)
+    if reason is not None:
+        properties["reason"] = dict(reason)
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+def plan_schema(
+    actions: Sequence[str], reason: Mapping[str, Any] | None = FREE_REASON
+) -> dict[str, Any]:
     """Constrained decoding: ``action`` must be one of the action names."""
-    return {
-        "type": "object",
-        "properties": {
-            "action": {"type": "string", "enum": list(actions)},
-            "reason": {"type": "string"},
-        },
-        "required": ["action", "reason"],
-        "additionalProperties": False,
-    }
+    return _closed({"action": {"type": "string", "enum": list(actions)}}, reason)
 
 
-def wait_time_schema() -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {"wait_time": {"type": "number"}, "reason": {"type": "string"}},
-        "required": ["wait_time", "reason"],
-        "additionalProperties": False,
-    }
+def wait_time_schema(
+    reason: Mapping[str, Any] | None = FREE_REASON, choices: Sequence[float] | None = None
+) -> dict[str, Any]:
+    """``wait_time`` any number, or one of ``choices`` (the skill's ``wait_times``)."""
+    number: dict[str, Any] = {"type": "number"}
+    if choices is not None:
+        number["enum"] = [int(c) if float(c).is_integer() else c for c in choices]
+    return _closed({"wait_time": number}, reason)
 
 
-def answer_schema() -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            "answer": {"type": "string", "enum": ["yes", "no"]},
-            "reason": {"type": "string"},
-        },
-        "required": ["answer", "reason"],
-        "additionalProperties": False,
-    }
+def answer_schema(reason: Mapping[str, Any] | None = FREE_REASON) -> dict[str, Any]:
+    return _closed({"answer": {"type": "string", "enum": ["yes", "no"]}}, reason)

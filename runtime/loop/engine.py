@@ -286,7 +286,11 @@ class SkillRunner:
             human += f" Note: {feedback}"
             self.record("reask", plan=seq, round=rounds, feedback=feedback)
         messages = prompts.first_stage(self.skill, robot, human)
-        schema = prompts.plan_schema(list(self.skill.actions)) if self.constrained else None
+        schema = (
+            prompts.plan_schema(list(self.skill.actions), prompts.reason_schema(self.skill))
+            if self.constrained
+            else None
+        )
         stimulus_at, self._stimulus_at = self._stimulus_at or time.perf_counter(), 0.0
 
         def handle(text: str | None, result: ChatResult | None) -> None:
@@ -561,14 +565,17 @@ class SkillRunner:
 
     def wait_time(self, activity: str, answer: Callable[[float | None], None]) -> None:
         messages = prompts.wait_time(self.skill, activity)
-        schema = prompts.wait_time_schema() if self.constrained else None
+        second = self.skill.prompt.second_stage
+        reason = prompts.reason_schema(self.skill)
+        schema = prompts.wait_time_schema(reason, second.wait_times) if self.constrained else None
         self._second_stage("wait_time", messages, schema, reply_wait_time, answer)
 
     def lose_person(
         self, activity: str, horizon: float, answer: Callable[[bool | None], None]
     ) -> None:
         messages = prompts.lose_person(self.skill, activity, horizon)
-        schema = prompts.answer_schema() if self.constrained else None
+        reason = prompts.reason_schema(self.skill)
+        schema = prompts.answer_schema(reason) if self.constrained else None
         self._second_stage("lose_person", messages, schema, reply_answer, answer)
 
     def _second_stage(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from string import Template
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -23,6 +23,7 @@ from onboard.base.tomlfile import KeyLines, ProblemAt, format_key, load_model
 __all__ = [
     "ActionSpec",
     "LexiconSpec",
+    "ReasonMode",
     "Skill",
     "Stimulus",
     "StimulusSpec",
@@ -86,15 +87,32 @@ class ActionSpec(_Strict):
     next: list[Text] | None = None
 
 
+#: what a constrained reply may write as its "reason" (onboard.llm.prompts): any string, at
+#: most ``reason_chars`` characters, or no reason key at all
+ReasonMode = Literal["free", "short", "none"]
+
+
 class SecondStage(_Strict):
     wait_time: Text
     lose_person: Text
+    wait_times: list[Annotated[float, Field(gt=0)]] | None = Field(
+        default=None,
+        min_length=2,
+        description="the wait_time answers a constrained reply may give, seconds ($W in the "
+        "wait_time prompt); unset: any number",
+    )
 
 
 class PromptSpec(_Strict):
     intro: Text
     ack: Text
     situation: Text = "$U $X"
+    reason: ReasonMode = Field(
+        default="free", description="the constrained replies' reason: free, short or none"
+    )
+    reason_chars: Annotated[int, Field(ge=1, le=1000)] = Field(
+        default=80, description='the longest reason when reason = "short"'
+    )
     second_stage: SecondStage
 
 
@@ -308,10 +326,13 @@ def _check_templates(
 ) -> Iterable[Problem]:
     observed = {f for f, needs in OBSERVED_FIELDS.items() if needs in perception}
     second = spec.prompt.second_stage
+    if second.wait_times is not None and len(set(second.wait_times)) != len(second.wait_times):
+        yield problem(("prompt", "second_stage", "wait_times"), "a wait time is listed twice")
+    wait_fields = {"X_a"} if second.wait_times is None else {"X_a", "W"}
     templates: list[tuple[tuple[str | int, ...], str, set[str]]] = [
         (("skill", "goal"), spec.skill.goal, set(spec.skill.params)),
         (("prompt", "situation"), spec.prompt.situation, {"U", "X"}),
-        (("prompt", "second_stage", "wait_time"), second.wait_time, {"X_a"}),
+        (("prompt", "second_stage", "wait_time"), second.wait_time, wait_fields),
         (("prompt", "second_stage", "lose_person"), second.lose_person, {"X_a", "T"}),
     ]
     templates += [(("actions", n, "text"), a.text, observed) for n, a in spec.actions.items()]

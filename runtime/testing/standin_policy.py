@@ -473,6 +473,29 @@ def constrained_enum(response_format: object) -> list[str] | None:
     return [str(item) for item in enum]
 
 
+def fit_schema(obj: dict[str, object], response_format: object) -> dict[str, object]:
+    """``obj`` as a constrained decoder would let it out: keys the schema lacks dropped, a
+    string cut at its ``maxLength``, a number moved to the nearest of its ``enum``."""
+    schema = _schema_of(response_format)
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return obj
+    fitted: dict[str, object] = {}
+    for key, value in obj.items():
+        sub = properties.get(key)
+        if not isinstance(sub, dict):
+            continue
+        enum = sub.get("enum")
+        if isinstance(value, int | float) and isinstance(enum, list) and enum:
+            wanted = float(value)
+            value = min(enum, key=lambda option: (abs(float(option) - wanted), float(option)))
+        limit = sub.get("maxLength")
+        if isinstance(value, str) and isinstance(limit, int):
+            value = value[:limit]
+        fitted[key] = value
+    return fitted
+
+
 def is_json_mode(response_format: object) -> bool:
     """True for response_format types that force plain JSON output."""
     return isinstance(response_format, dict) and response_format.get("type") in (
@@ -542,12 +565,13 @@ class StandInPolicy:
         noise = 0.0 if is_json_mode(response_format) else self.format_noise
         activity_match = _SECOND_STAGE_ACTIVITY.search(text)
         if activity_match is not None:
-            return self._second_stage(text, classify_activity(activity_match.group(1)), noise)
+            obj = self._second_stage(text, classify_activity(activity_match.group(1)))
+            return format_json(fit_schema(obj, response_format), self._rng, noise)
         if text.endswith("understood?"):
             return self._rng.choice(_ACKS)
         enum = constrained_enum(response_format)
         if enum is not None:
-            return self._constrained(text, enum)
+            return json.dumps(fit_schema(self._constrained(text, enum), response_format))
         return self._first_stage(text, noise)
 
     def intent(self, text: str) -> Intent:
@@ -567,13 +591,13 @@ class StandInPolicy:
             reason = render_reason(intent[-1], self._rng)
         return format_json({"action": action, "reason": reason}, self._rng, format_noise)
 
-    def _constrained(self, text: str, enum: Sequence[str]) -> str:
+    def _constrained(self, text: str, enum: Sequence[str]) -> dict[str, object]:
         intent = self.intent(text)
         name = next((a for a in intent if a in enum), enum[0])
         reason = render_reason(name if name in _REASONS else intent[-1], self._rng)
-        return json.dumps({"action": name, "reason": reason})
+        return {"action": name, "reason": reason}
 
-    def _second_stage(self, text: str, activity: Activity, format_noise: float) -> str:
+    def _second_stage(self, text: str, activity: Activity) -> dict[str, object]:
         obj: dict[str, object]
         if "lose the person" in text or '"answer"' in text:
             moving = activity is Activity.MOVING
@@ -583,4 +607,4 @@ class StandInPolicy:
             busy = activity is Activity.BUSY
             reason = self._rng.choice(_WAIT_TIME_REASONS[busy])
             obj = {"wait_time": 20.0 if busy else 2.0, "reason": reason}
-        return format_json(obj, self._rng, format_noise)
+        return obj
