@@ -2,9 +2,9 @@
 
 Three parsers, each fed as it is on its link: the JAKA emulator's frame splitter
 (``JsonStream(lines=True).frames``, in 64 KB reads), the JAKA driver's splitter
-(``JsonStream().feed``, the client reading replies, in 64 KB reads) and the G-code emulator's
-line reader and word parser (``LineReader.feed`` in 4 KB reads, then ``normalize`` and
-``parse_line`` on every line). Inputs of 1 to 256 KB: all ``{``, all ``[``, valid frames (or
+(``JsonStream().feed``, the client reading replies, in 64 KB reads) and the GRBL emulator's
+reading as its firmware does (``LineFilter.feed`` byte by byte in 4 KB reads, then
+``parse_block`` on every line). Inputs of 1 to 256 KB: all ``{``, all ``[``, valid frames (or
 G-code lines) back to back, and seeded random bytes (one 1 KB block repeated, so every size
 has the same mix). Every parser must be linear: the time
 per KB (µs/KB) must stay flat as the input grows, so the last column, (µs/KB at the largest
@@ -17,7 +17,6 @@ size) / (µs/KB at 1 KB), stays near 1. The reference is the splitter they repla
 
 from __future__ import annotations
 
-import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -29,8 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from onboard.drivers.arm.jaka import JsonStream
-from onboard.drivers.emulators.gcode_lines import normalize, parse_line
-from onboard.drivers.emulators.pty_controller import TOO_LONG, LineReader
+from onboard.drivers.emulators.grbl_gcode import LineFilter, ParserState, parse_block
 
 SIZES_KB = (1, 4, 16, 64, 256)
 REPEATS = 5  # the minimum of these is reported
@@ -70,14 +68,15 @@ def old_splitter(data: bytes) -> None:
 
 
 def gcode_parser(data: bytes) -> None:
-    reader = LineReader()
+    """The GRBL emulator's reading: its line filter byte by byte, then the block parser."""
+    line_filter, state = LineFilter(), ParserState()
+    coords = [[0.0, 0.0, 0.0] for _ in range(8)]
 
     def feed(chunk: bytes) -> None:
-        for line in reader.feed(chunk):
-            text = normalize(line) if line != TOO_LONG else ""
-            if text:
-                with contextlib.suppress(ValueError):
-                    parse_line(text)
+        for byte in chunk:
+            got = line_filter.feed(byte)
+            if got is not None and got[0] and not got[1]:
+                parse_block(got[0], state, coords)
 
     chunked(feed, 4096)(data)
 
@@ -85,7 +84,7 @@ def gcode_parser(data: bytes) -> None:
 PARSERS: dict[str, tuple[Callable[[bytes], None], bytes]] = {
     "JAKA emulator": (emulator_splitter, VALID_FRAME),
     "JAKA driver": (driver_splitter, VALID_FRAME),
-    "G-code emulator": (gcode_parser, VALID_LINE),
+    "G-code emulator (GRBL)": (gcode_parser, VALID_LINE),
     "old splitter (reference)": (old_splitter, VALID_FRAME),
 }
 
