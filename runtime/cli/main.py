@@ -160,12 +160,12 @@ def _parser() -> argparse.ArgumentParser:
 
     p = add("sim")
     sim = p.add_subparsers(required=True, metavar="ACTION")
-    q = sim.add_parser("serve", help="serve the JAKA TCP and G-code pty emulators on one twin")
+    q = sim.add_parser("serve", help="JAKA (TCP), Marlin and GRBL (pty) emulators on one twin")
     q.add_argument("--scene", type=Path, help="scene file (default: the tabletop scene)")
     q.add_argument("--jaka-host", default="127.0.0.1")
     q.add_argument("--jaka-port", type=int, default=10001)
     q.add_argument("--status-port", type=int, default=10000)
-    q.add_argument("--no-gcode", action="store_true", help="no G-code pty")
+    q.add_argument("--no-gcode", action="store_true", help="no G-code ptys (Marlin, GRBL)")
     q.set_defaults(func=_sim_serve)
 
     p = add("calibrate")
