@@ -90,7 +90,9 @@ class Interrupted:
     stopped_at: Pose  # where the tool stopped (the twin's, when there is one)
 
 
-class _Mover(threading.Thread):
+class Mover(threading.Thread):
+    """A motion run in its own thread: what it raised, and whether it has ended."""
+
     def __init__(self, move: Callable[[], object]) -> None:
         super().__init__(name="harness-move", daemon=True)
         self.move = move
@@ -116,7 +118,7 @@ def interrupt(
 ) -> Interrupted:
     """Run ``move`` (a long motion of ``arm``) in a thread, ``inject`` the stop or fault once
     it is under way, and check that the move raised and the arm holds still, not moving."""
-    mover = _Mover(move)
+    mover = Mover(move)
     if behind is None:
         mover.start()
         wait_until(lambda: mover.done.is_set() or arm.state().moving, "the arm reports moving")
@@ -163,7 +165,7 @@ def holds_still(behind: Behind, seconds: float = 0.5, tolerance: float = 0.005) 
     return at
 
 
-def _first(wait: Callable[[int, float], bool], count: int, mover: _Mover) -> bool:
+def _first(wait: Callable[[int, float], bool], count: int, mover: Mover) -> bool:
     """``wait(count, ...)`` in short slices, giving up early if the move has already ended."""
     deadline = time.monotonic() + BOUND
     while time.monotonic() < deadline:
@@ -174,7 +176,7 @@ def _first(wait: Callable[[int, float], bool], count: int, mover: _Mover) -> boo
     return False
 
 
-def _require_running(mover: _Mover) -> None:
+def _require_running(mover: Mover) -> None:
     if mover.done.is_set():
         outcome = f"raised {mover.raised!r}" if mover.raised else "finished"
         pytest.fail(f"the move {outcome} before the stop or fault was injected", pytrace=False)

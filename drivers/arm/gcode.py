@@ -166,7 +166,7 @@ class GcodeArm(Device):
     # -- the Arm --------------------------------------------------------------------------
 
     def home(self) -> None:
-        self._before_motion()
+        self._check_latch()
         locked = self.dialect.locked
         self._run(self.dialect.home_lines(), motion=self.config.motion_timeout)
         self._position = {}
@@ -207,7 +207,7 @@ class GcodeArm(Device):
     def grip(self, close: bool) -> None:
         code = self.config.grip_codes[0 if close else 1]
         sync = list(self.dialect.sync_lines)
-        self._before_motion()
+        self._check_latch()
         self._run([*sync, code, *sync], motion=self.config.motion_timeout)
         if self.config.grip_settle:
             time.sleep(self.config.grip_settle)
@@ -239,11 +239,9 @@ class GcodeArm(Device):
         link = self.link
         stale = link.lost is not None or (self._motions > 0 and not self.dialect.live_position)
         if not stale:
-            self._position.update(self._read_position())
+            self._position.update(self.dialect.position())
         p = self._position
-        moving = self._motions > 0
-        if isinstance(self.dialect, Grbl) and not stale:
-            moving = moving or self.dialect.state.startswith(("Run", "Jog", "Home", "Hold:1"))
+        moving = self._motions > 0 or (not stale and self.dialect.reports_moving())
         return ArmState(
             pose=Pose(
                 p.get("X", 0.0) / 1000.0,
@@ -264,11 +262,6 @@ class GcodeArm(Device):
                 "stale": float(stale),
             },
         )
-
-    def _read_position(self) -> dict[str, float]:
-        if not self.dialect.live_position:
-            self.dialect.before_command()
-        return self.dialect.position()
 
     def set_acceleration(self, linear: float, joint: float) -> None:
         """Cap the acceleration (``linear`` in m/s²); ``joint`` is not in either dialect."""
@@ -295,7 +288,7 @@ class GcodeArm(Device):
         self._run(lines, timeout=timeout)
 
     def _motion(self, line: str, minutes: float) -> None:
-        self._before_motion()
+        self._check_latch()
         self._run([line, *self.dialect.sync_lines], motion=self._motion_timeout(minutes))
 
     def _run(
@@ -350,8 +343,6 @@ class GcodeArm(Device):
         if self._latched.is_set():
             raise ArmError("GcodeArm: stopped by stop(): call resume() before the next motion")
 
-    def _before_motion(self) -> None:
-        self._check_latch()
 
     # -- units ----------------------------------------------------------------------------
 

@@ -121,6 +121,10 @@ class Dialect:
         """Axis -> millimetres (degrees for rotational axes), in work coordinates."""
         raise NotImplementedError
 
+    def reports_moving(self) -> bool:
+        """The controller's last report says the machine moves (read after position())."""
+        return False
+
     def home_lines(self) -> list[str]:
         raise NotImplementedError
 
@@ -344,6 +348,9 @@ class Grbl(Dialect):
             time.sleep(_POLL)
             state = self.query()
         return state
+
+    def reports_moving(self) -> bool:
+        return self.state.startswith(("Run", "Jog", "Home", "Hold:1"))
 
     def position(self) -> dict[str, float]:
         if self.host.link.lost is None:
