@@ -343,7 +343,6 @@ class GcodeArm(Device):
         if self._latched.is_set():
             raise ArmError("GcodeArm: stopped by stop(): call resume() before the next motion")
 
-
     # -- units ----------------------------------------------------------------------------
 
     def _feed(self, speed: float | None) -> float:
