@@ -1,6 +1,7 @@
 """A stand-in HTTP server on loopback: start, stop, ``with``, and its ``base_url``.
 
-The stand-in LLM servers of :mod:`onboard.testing` each subclass :class:`LoopbackServer` with
+The stand-in LLM servers of :mod:`onboard.testing` (the stand-in, the fault and the schema
+servers) each subclass :class:`LoopbackServer` with
 their own request handler; the handler reaches its server object as ``self.server.owner``.
 """
 
@@ -23,17 +24,25 @@ class OwnedHTTPServer(ThreadingHTTPServer):
 
 
 class LoopbackServer:
-    """An HTTP server on 127.0.0.1 and a free port, served from a daemon thread."""
+    """An HTTP server on ``host`` (loopback by default) and ``port`` (0: a free one), served
+    from a daemon thread."""
 
     #: the request handler of the subclass
     handler: ClassVar[type[BaseHTTPRequestHandler]]
+    #: the server class (a subclass may change how it reports a handler's error)
+    http_server: ClassVar[type[OwnedHTTPServer]] = OwnedHTTPServer
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self._port = port
         self._httpd: OwnedHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> Self:
-        httpd = OwnedHTTPServer(("127.0.0.1", 0), self.handler)
+        """Bind and serve in a daemon thread; returns ``self``."""
+        if self._httpd is not None:
+            raise RuntimeError(f"{type(self).__name__} already started")
+        httpd = self.http_server((self.host, self._port), self.handler)
         httpd.owner = self
         self._httpd = httpd
         self._thread = threading.Thread(
@@ -43,12 +52,14 @@ class LoopbackServer:
         return self
 
     def stop(self) -> None:
-        httpd, self._httpd = self._httpd, None
+        """Stop serving and close the socket (idempotent)."""
+        httpd, thread = self._httpd, self._thread
+        self._httpd = self._thread = None
         if httpd is not None:
             httpd.shutdown()
             httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
+        if thread is not None:
+            thread.join(timeout=5.0)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -59,7 +70,13 @@ class LoopbackServer:
         self.stop()
 
     @property
-    def base_url(self) -> str:
+    def port(self) -> int:
+        """The bound port (after :meth:`start`)."""
         if self._httpd is None:
             raise RuntimeError(f"{type(self).__name__} not started")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """``http://HOST:PORT/v1`` (after :meth:`start`)."""
+        return f"http://{self.host}:{self.port}/v1"

@@ -40,11 +40,12 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType, TracebackType
+from http.server import BaseHTTPRequestHandler
+from types import FrameType
 from typing import Any, cast
 
 from onboard.base.listen import check_port, listen_error
+from onboard.testing.loopback import LoopbackServer, OwnedHTTPServer
 from onboard.testing.standin_policy import StandInPolicy
 
 MODEL_NAME = "standin"
@@ -105,7 +106,7 @@ class _Reply:
         self.sleep = 0.0
 
 
-class StandInServer:
+class StandInServer(LoopbackServer):
     """Threaded local HTTP server answering chat completions from the stand-in policy."""
 
     def __init__(
@@ -129,61 +130,9 @@ class StandInServer:
         self.latency = float(latency)
         self.fault_sleep = float(fault_sleep)
         self._faults = list(faults)
-        self._host = host
-        self._port = port
         self._lock = threading.Lock()
         self._requests: list[dict[str, Any]] = []
-        self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def start(self) -> StandInServer:
-        """Bind and serve in a daemon thread; returns ``self``."""
-        if self._httpd is not None:
-            raise RuntimeError("StandInServer already started")
-        httpd = _HTTPServer((self._host, self._port), _Handler)
-        httpd.owner = self
-        self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket (idempotent)."""
-        httpd, thread = self._httpd, self._thread
-        self._httpd = self._thread = None
-        if httpd is None:
-            return
-        httpd.shutdown()
-        httpd.server_close()
-        if thread is not None:
-            thread.join(timeout=5.0)
-
-    def __enter__(self) -> StandInServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        """The bound port (after :meth:`start`)."""
-        if self._httpd is None:
-            raise RuntimeError("StandInServer not started")
-        return int(self._httpd.server_address[1])
-
-    @property
-    def base_url(self) -> str:
-        """``http://HOST:PORT/v1`` (after :meth:`start`)."""
-        return f"http://{self._host}:{self.port}/v1"
+        super().__init__(host, port)
 
     @property
     def requests(self) -> list[dict[str, Any]]:
@@ -214,10 +163,7 @@ class StandInServer:
         return _Reply(200, completion_json(name, content, _prompt_words(body["messages"])))
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    owner: StandInServer
-
+class _HTTPServer(OwnedHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Stay quiet when a client hung up (e.g. after its own timeout)."""
         if not isinstance(sys.exc_info()[1], ConnectionError):
@@ -234,7 +180,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     @property
     def _owner(self) -> StandInServer:
-        return cast(_HTTPServer, self.server).owner
+        return cast(StandInServer, cast(_HTTPServer, self.server).owner)
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") == "/v1/models":
@@ -284,6 +230,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         self.wfile.write(data)
+
+
+StandInServer.handler = _Handler
+StandInServer.http_server = _HTTPServer
 
 
 def _model_entry() -> dict[str, Any]:
