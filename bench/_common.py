@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import random
@@ -32,6 +33,10 @@ HELDOUT_SET = ROOT / "bench" / "data" / "engage-mapping-heldout.jsonl"
 #: written apart from everything else, by a writer who saw only the action texts (BRIEF.md)
 HELDOUT_V2 = ROOT / "bench" / "data" / "heldout-v2"
 HELDOUT_V2_SET = HELDOUT_V2 / "engage-mapping.jsonl"
+#: a second outside writer's development set (its BRIEF.md beside it): for tuning
+DEV3_SET = ROOT / "bench" / "data" / "dev3" / "engage-mapping-dev3.jsonl"
+#: the third held-out set, written like v2 once v2 had been scored six times and tuned after
+HELDOUT_V3_SET = ROOT / "bench" / "data" / "heldout-v3" / "engage-mapping.jsonl"
 
 
 def robot_and_skill(name: str = "engage") -> tuple[RobotConfig, Skill]:
@@ -173,3 +178,28 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return path
+
+
+def yes_probability(url: str, messages: list[dict[str, str]], schema: dict[str, object]) -> float | None:
+    """P(yes) / (P(yes) + P(no)) at the answer token, from llama-cpp-python's top_logprobs
+    (the model's distribution before the grammar masks it); None without logprobs."""
+    import httpx
+
+    body = {
+        "messages": messages,
+        "temperature": 0.0,
+        "max_tokens": 20,
+        "response_format": {"type": "json_object", "schema": schema},
+        "logprobs": True,
+        "top_logprobs": 10,
+    }
+    choice = httpx.post(f"{url}/chat/completions", json=body, timeout=60.0).json()["choices"][0]
+    for token in (choice.get("logprobs") or {}).get("content") or []:
+        if token["token"].strip(' "').lower() in ("yes", "no"):
+            mass = {"yes": 0.0, "no": 0.0}
+            for alt in token["top_logprobs"]:
+                word = alt["token"].strip(' "').lower()
+                if word in mass:
+                    mass[word] += math.exp(alt["logprob"])
+            return mass["yes"] / (mass["yes"] + mass["no"])
+    return None

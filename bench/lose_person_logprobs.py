@@ -12,11 +12,9 @@ the others. Needs the local-llm extra.
 from __future__ import annotations
 
 import importlib.util
-import math
 import sys
 
-import httpx
-from _common import robot_and_skill
+from _common import robot_and_skill, yes_probability
 
 from onboard.llm import prompts
 
@@ -34,27 +32,6 @@ STAYING = (
 )
 
 
-def p_yes(url: str, messages: list[dict[str, str]], schema: dict[str, object]) -> float | None:
-    body = {
-        "messages": messages,
-        "temperature": 0.0,
-        "max_tokens": 20,
-        "response_format": {"type": "json_object", "schema": schema},
-        "logprobs": True,
-        "top_logprobs": 10,
-    }
-    choice = httpx.post(f"{url}/chat/completions", json=body, timeout=60.0).json()["choices"][0]
-    for token in (choice.get("logprobs") or {}).get("content") or []:
-        if token["token"].strip(' "').lower() in ("yes", "no"):
-            mass = {"yes": 0.0, "no": 0.0}
-            for alt in token["top_logprobs"]:
-                word = alt["token"].strip(' "').lower()
-                if word in mass:
-                    mass[word] += math.exp(alt["logprob"])
-            return mass["yes"] / (mass["yes"] + mass["no"])
-    return None
-
-
 def main() -> int:
     if importlib.util.find_spec("llama_cpp") is None:
         print("lose_person_logprobs: skipped (local-llm extra not installed)")
@@ -67,7 +44,7 @@ def main() -> int:
         for group, activities in (("moving", MOVING), ("staying", STAYING)):
             for activity in activities:
                 messages = [dict(m) for m in prompts.lose_person(skill, activity, 5.0)]
-                p = p_yes(url, messages, schema)
+                p = yes_probability(url, messages, schema)
                 shown = "no logprobs" if p is None else f"{p:.2f}"
                 print(f"{group:8} P(yes) {shown:>11}  {activity}")
     return 0

@@ -3,11 +3,12 @@
     python bench/mapping_accuracy.py [--variant "what changed"]  # every set; logs one line
     python bench/mapping_accuracy.py --dev-only                 # development sets only
 
-Four labelled sets (the shared dev set; dev2, bench/data/engage-mapping-dev2.jsonl, written
-here from the action texts for development; the first held-out set in bench/data; held-out
-v2, bench/data/heldout-v2, written by someone who saw only the action texts, which the goal
-is judged on), and the stand-in LLM's own paraphrases (StandInPolicy without noise), whose
-intended actions are known. Dev and dev2 misses are listed. Held-out misses are counted,
+Six labelled sets: three for development (the shared dev set; dev2, written here from the
+action texts; dev3, bench/data/dev3, by a second writer who saw only the action texts) and
+three held out (v1 in bench/data; v2 and v3, bench/data/heldout-v2 and -v3, each written by
+someone who saw only the action texts). The goal is judged on v3: v2 was scored six times
+with the mapper tuned between runs, so it no longer measures replies nobody tuned to. And the stand-in LLM's own paraphrases (StandInPolicy without noise), whose
+intended actions are known. Development-set misses are listed. Held-out misses are counted,
 never listed: the sets measure the mapping, they are not for tuning. Every run that scores
 the held-out sets appends one line to bench/results/mapping-variants.md (the log of every
 held-out score, kept in git).
@@ -28,9 +29,11 @@ from typing import Any
 
 from _common import (
     DEV2_SET,
+    DEV3_SET,
     DEV_SET,
     HELDOUT_SET,
     HELDOUT_V2_SET,
+    HELDOUT_V3_SET,
     RESULTS,
     environment,
     first_stage_prompts,
@@ -56,7 +59,7 @@ from onboard.testing.standin_policy import (
     primary_intent,
 )
 
-GOAL_EXACT = 0.95  # in-set exact-sequence accuracy on held-out v2
+GOAL_EXACT = 0.95  # in-set exact-sequence accuracy on held-out v3
 GOAL_OUT_OF_SET = 1 / 6  # at most this share of out-of-set replies accepted
 STANDIN_REQUESTS = 300
 NEAR_TIES = (Refusal.NEAR_TIE, Refusal.NEAR_THRESHOLD, Refusal.NEAR_MARGIN)
@@ -69,6 +72,17 @@ latency is `ActionMapper.map` per reply (each reply once), p50 / p99.
 
 | when | variant | dev | dev2 | held-out v1 | held-out v2 | ms per reply |
 | --- | --- | --- | --- | --- | --- | --- |
+"""
+V3_MARK = "## From held-out v3 on"
+V3_HEADER = f"""
+{V3_MARK}
+
+Held-out v3 and dev3 were added (6158af7, ee8e749) before any further mapper change; the goal
+is judged on v3 from here. Held-out v2 is still scored, but it is spent: it was scored six
+times above with the mapper tuned between runs.
+
+| when | variant | dev | dev2 | dev3 | held-out v1 | held-out v2 | held-out v3 | ms per reply |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- |
 """
 
 
@@ -149,7 +163,15 @@ def _share(pair: list[int]) -> str:
     return pct(pair[0], pair[1])
 
 
-SET_NAMES = {"dev": "dev", "dev2": "dev2", "heldout": "held-out v1", "heldout_v2": "held-out v2"}
+SET_NAMES = {
+    "dev": "dev",
+    "dev2": "dev2",
+    "dev3": "dev3",
+    "heldout": "held-out v1",
+    "heldout_v2": "held-out v2 (spent)",
+    "heldout_v3": "held-out v3",
+}
+DEV_SETS = ("dev", "dev2", "dev3")
 
 
 def tables(results: dict[str, Any]) -> list[Table]:
@@ -159,21 +181,21 @@ def tables(results: dict[str, Any]) -> list[Table]:
     out.add_column("metric")
     for key, s in zip(names, sets, strict=True):
         out.add_column(f"{SET_NAMES[key]} ({s['rows']})", justify="right")
-    out.add_column("goal (v2)", justify="right")
+    out.add_column("goal (v3)", justify="right")
     out.add_column("met / missed")
 
     def ok(pair: list[int], goal: float, at_most: bool) -> bool | None:
-        if "heldout_v2" not in results:
+        if "heldout_v3" not in results:
             return None
         share = pair[0] / pair[1]
         return share <= goal if at_most else share >= goal
 
-    v2 = results.get("heldout_v2", {})
+    v3 = results.get("heldout_v3", {})
     out.add_row(
         "in-set exact sequence",
         *(_share(s["in_set"]) for s in sets),
         f">= {GOAL_EXACT:.0%}",
-        verdict(ok(v2.get("in_set", [0, 1]), GOAL_EXACT, False)),
+        verdict(ok(v3.get("in_set", [0, 1]), GOAL_EXACT, False)),
     )
     out.add_row("  single action", *(_share(s["single"]) for s in sets), "", "")
     out.add_row("  multi-action", *(_share(s["multi"]) for s in sets), "", "")
@@ -181,7 +203,7 @@ def tables(results: dict[str, Any]) -> list[Table]:
         "out-of-set accepted",
         *(_share(s["out_of_set_accepted"]) for s in sets),
         "<= 1 in 6",
-        verdict(ok(v2.get("out_of_set_accepted", [0, 1]), GOAL_OUT_OF_SET, True)),
+        verdict(ok(v3.get("out_of_set_accepted", [0, 1]), GOAL_OUT_OF_SET, True)),
     )
     out.add_row(
         "refused as a near tie",
@@ -211,7 +233,7 @@ def tables(results: dict[str, Any]) -> list[Table]:
         for c in stand["confusions"][:12]:
             confusion.add_row(c["intent"], c["mapped"], str(c["count"]), c["example"])
         found.append(confusion)
-    for key in ("dev", "dev2"):
+    for key in DEV_SETS:
         if not results[key]["misses"]:
             continue
         misses = Table(title=f"{SET_NAMES[key]} misses (held-out misses are counted only)")
@@ -253,6 +275,8 @@ def log_variant(variant: str, results: dict[str, Any]) -> None:
     if not VARIANTS_LOG.exists():
         VARIANTS_LOG.write_text(LOG_HEADER, encoding="utf-8")
     with VARIANTS_LOG.open("a", encoding="utf-8") as log:
+        if V3_MARK not in VARIANTS_LOG.read_text(encoding="utf-8"):
+            log.write(V3_HEADER)
         log.write(f"| {line} |\n")
 
 
@@ -262,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument(
         "--variant", help="what changed, for the log of held-out scores (default: the commit)"
     )
-    which.add_argument("--dev-only", action="store_true", help="score dev and dev2 only")
+    which.add_argument("--dev-only", action="store_true", help="score the development sets only")
     args = parser.parse_args(argv)
     began = time.perf_counter()
     robot, skill = robot_and_skill()
@@ -273,9 +297,11 @@ def main(argv: list[str] | None = None) -> int:
         "mapping": robot.mapping.model_dump(),
         "dev": score_set(mapper, DEV_SET, seconds),
         "dev2": score_set(mapper, DEV2_SET, seconds),
+        "dev3": score_set(mapper, DEV3_SET, seconds),
     }
     if not args.dev_only:
-        for key, path in (("heldout", HELDOUT_SET), ("heldout_v2", HELDOUT_V2_SET)):
+        held_out = (("heldout", HELDOUT_SET), ("heldout_v2", HELDOUT_V2_SET), ("heldout_v3", HELDOUT_V3_SET))
+        for key, path in held_out:
             scored = score_set(mapper, path, seconds)
             results[key] = {k: v for k, v in scored.items() if k != "misses"}
             results[key]["misses"] = len(scored["misses"])
