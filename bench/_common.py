@@ -180,7 +180,9 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
     return path
 
 
-def yes_probability(url: str, messages: list[dict[str, str]], schema: dict[str, object]) -> float | None:
+def yes_probability(
+    url: str, messages: list[dict[str, str]], schema: dict[str, object]
+) -> float | None:
     """P(yes) / (P(yes) + P(no)) at the answer token, from llama-cpp-python's top_logprobs
     (the model's distribution before the grammar masks it); None without logprobs."""
     import httpx

@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import sys
 import tomllib
-from pathlib import Path
 from typing import Any
 
 from _common import ROOT, environment, write_results, yes_probability
@@ -23,13 +22,11 @@ from rich.console import Console
 from rich.table import Table
 
 SYSTEM = "You answer questions about a scene with yes or no."
+#: each question, and whether "yes" means busy
 QUESTIONS = {
-    "busy": ("{activity}\nIs the person busy with something right now? Answer yes or no.", True),
-    "free": ("{activity}\nIs the person free to talk to a robot right now? Answer yes or no.", False),
-    "interrupt": (
-        "{activity}\nWould speaking to the person now interrupt what they are doing? Answer yes or no.",
-        True,
-    ),
+    "busy": ("Is the person busy with something right now?", True),
+    "free": ("Is the person free to talk to a robot right now?", False),
+    "interrupt": ("Would speaking to the person now interrupt what they are doing?", True),
 }
 SCHEMA = {
     "type": "object",
@@ -41,7 +38,10 @@ SCHEMA = {
 def labelled_activities() -> list[tuple[str, str, bool]]:
     """(group, activity text, busy) for each activity of each scenario, busy by its label."""
     found = []
-    folders = {"shipped": ROOT / "skills" / "scenarios", "held-out": ROOT / "skills" / "scenarios" / "heldout"}
+    folders = {
+        "shipped": ROOT / "skills" / "scenarios",
+        "held-out": ROOT / "skills" / "scenarios" / "heldout",
+    }
     for group, folder in folders.items():
         for path in sorted(folder.glob("*.toml")):
             scenario = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -50,7 +50,9 @@ def labelled_activities() -> list[tuple[str, str, bool]]:
             for i, activity in enumerate(activities):
                 until = activities[i + 1]["at"] if i + 1 < len(activities) else end
                 middle = (activity["at"] + until) / 2
-                state = next(lab["state"] for lab in scenario["label"] if lab["from"] <= middle <= lab["to"])
+                state = next(
+                    lab["state"] for lab in scenario["label"] if lab["from"] <= middle <= lab["to"]
+                )
                 found.append((group, activity["text"], state == "not-ready"))
     return found
 
@@ -74,7 +76,7 @@ def main() -> int:
             for group, text, busy in items:
                 messages = [
                     {"role": "system", "content": SYSTEM},
-                    {"role": "user", "content": question.format(activity=text)},
+                    {"role": "user", "content": f"{text}\n{question} Answer yes or no."},
                 ]
                 p = yes_probability(url, messages, SCHEMA)
                 if p is None:

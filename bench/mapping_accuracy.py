@@ -7,7 +7,8 @@ Six labelled sets: three for development (the shared dev set; dev2, written here
 action texts; dev3, bench/data/dev3, by a second writer who saw only the action texts) and
 three held out (v1 in bench/data; v2 and v3, bench/data/heldout-v2 and -v3, each written by
 someone who saw only the action texts). The goal is judged on v3: v2 was scored six times
-with the mapper tuned between runs, so it no longer measures replies nobody tuned to. And the stand-in LLM's own paraphrases (StandInPolicy without noise), whose
+with the mapper tuned between runs, so it no longer measures replies nobody tuned to. And
+the stand-in LLM's own paraphrases (StandInPolicy without noise), whose
 intended actions are known. Development-set misses are listed. Held-out misses are counted,
 never listed: the sets measure the mapping, they are not for tuning. Every run that scores
 the held-out sets appends one line to bench/results/mapping-variants.md (the log of every
@@ -300,7 +301,11 @@ def main(argv: list[str] | None = None) -> int:
         "dev3": score_set(mapper, DEV3_SET, seconds),
     }
     if not args.dev_only:
-        held_out = (("heldout", HELDOUT_SET), ("heldout_v2", HELDOUT_V2_SET), ("heldout_v3", HELDOUT_V3_SET))
+        held_out = (
+            ("heldout", HELDOUT_SET),
+            ("heldout_v2", HELDOUT_V2_SET),
+            ("heldout_v3", HELDOUT_V3_SET),
+        )
         for key, path in held_out:
             scored = score_set(mapper, path, seconds)
             results[key] = {k: v for k, v in scored.items() if k != "misses"}

@@ -596,6 +596,59 @@ def test_reasons_and_remarks_beside_steps_are_no_steps(
     assert mapper.map(reply).actions == actions, mapper.map(reply).to_record()
 
 
+@pytest.mark.parametrize(
+    ("reply", "actions"),
+    [
+        # a piece about the person describes, even when its words are near an action
+        ("The gentleman just hung up his phone. The robot should walk over to him.", ["approach"]),
+        ("She's glancing at her watch; the robot should greet her.", ["speak"]),
+        (
+            "They're still chatting with a friend - the robot should hold back till they are done.",
+            ["wait"],
+        ),
+        # ... but a reply that only describes still maps
+        ("The person is looking at the robot.", ["eye contact"]),
+        # a reason before ", so" with any verb of the person
+        ("The visitor just stepped back, so the robot should stop.", ["pause"]),
+        # labels, hedges and paired dashes
+        ("Next step - greet the visitor", ["speak"]),
+        ("My recommendation: the robot should stop.", ["pause"]),
+        ("Probably best to let her finish her sandwich first.", ["wait"]),
+        ("Wait for a sign \u2014 a nod or a smile \u2014 from the customer.", ["wait for cue"]),
+    ],
+)
+def test_descriptions_labels_and_asides_around_a_step(
+    mapper: ActionMapper, reply: str, actions: list[str]
+) -> None:
+    assert mapper.map(reply).actions == actions, mapper.map(reply).to_record()
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Someone from the front desk should take care of this guest.",
+        "Let a staff member handle the visitor.",
+        "Let the man's daughter explain it to him.",
+    ],
+)
+def test_a_reply_handing_the_person_to_someone_else_is_no_match(
+    mapper: ActionMapper, reply: str
+) -> None:
+    assert mapper.map(reply).actions == [], mapper.map(reply).to_record()
+
+
+@pytest.mark.parametrize(
+    ("reply", "normalised"),
+    [
+        ("I'd have the robot wave at her.", "wave at the person"),
+        ("Get the robot to lower the robot's head.", "lower its head"),
+        ("She's busy, so the robot should wave.", "wave"),
+    ],
+)
+def test_the_robot_named_inside_a_clause_reads_as_it(reply: str, normalised: str) -> None:
+    assert normalise(reply) == normalised
+
+
 def test_a_prohibition_alone_is_mapped(mapper: ActionMapper) -> None:
     assert mapper.map("Do not come any closer to the lady.").actions == ["pause"]
 
@@ -649,14 +702,20 @@ def test_near_tie_band_covers_the_measured_gap(robot: RobotConfig, golden: dict[
 def test_sets_map_as_with_the_full_fp32_model(
     mapper: ActionMapper, golden: dict[str, Any], sets: dict[str, list[dict[str, Any]]]
 ) -> None:
+    """The shipped model never maps a reply onto other actions than the full fp32 model. The
+    band allows one difference only: a decision the int8 weights move inside the band is
+    refused as a near tie (no match, the skill's fallback) where fp32 sits just outside it."""
     for name, rows in sets.items():
         expected = golden["sets"][name]["actions"]
-        got = [mapper.map(row["reply"]).actions for row in rows]
-        assert len(got) == len(expected)
+        results = [mapper.map(row["reply"]) for row in rows]
+        assert len(results) == len(expected)
         differ = [
-            f"{describe(name, rows, i)}: {got[i]} (fp32: {expected[i]})"
-            for i in range(len(rows))
-            if got[i] != expected[i]
+            f"{describe(name, rows, i)}: {r.actions} (fp32: {expected[i]})"
+            for i, r in enumerate(results)
+            if r.actions != expected[i]
+            and not (
+                not r.actions and any(str(c.refused).startswith("near tie") for c in r.clauses)
+            )
         ]
         assert not differ, differ
 

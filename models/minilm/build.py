@@ -55,6 +55,7 @@ GOLDEN = ROOT / "tests" / "data" / "mapping-fp32.json"
 SETS = {
     "dev": ROOT.parent / "shared" / "eval" / "engage-mapping-dev.jsonl",
     "dev2": ROOT / "bench" / "data" / "engage-mapping-dev2.jsonl",
+    "dev3": ROOT / "bench" / "data" / "dev3" / "engage-mapping-dev3.jsonl",
     "heldout": ROOT / "bench" / "data" / "engage-mapping-heldout.jsonl",
 }
 #: the [mapping] settings the golden file was made with (tests compare robot.toml's)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 from typing import Literal, NamedTuple, Protocol
 
 import numpy as np
@@ -81,9 +81,15 @@ _ADVERB = (
 )
 # the robot as the subject: "the robot", "this humanoid robot", "our robot", "the humanoid"
 _SELF = r"(?:(?:the|this|our|your) )?(?:(?:humanoid|service|assistant) )?(?:robot|humanoid)"
+# "Answer:", "My recommendation -": a label before the reply, not a clause of it
+_LABEL = re.compile(
+    r"(?:(?:my|the|our) )?(?:robot|action|answer|response|plan|output|suggestion|recommendation|"
+    r"decision|next action|next step|best move|final answer|verdict)\s*(?::|[\u2013\u2014-]+)\s*",
+    re.IGNORECASE,
+)
 _FRAME = re.compile(
-    rf"^(?:(?:robot|action|answer|response|plan|output|suggestion|recommendation|"
-    r"decision|next action|next step)\s*:\s*|"
+    rf"^(?:{_LABEL.pattern}|"
+    rf"{_HEDGE} (?:for {_SELF} )?to\s+|"
     r"(?:step )?(?:\d+[.):]|[-*\u2022])\s+|"
     r"i (?:would |'d )?(?:suggest|recommend|propose|think|believe|feel)(?: that)?"
     rf"(?: {_SELF}(?! {_MODAL}\b))?\s+|"
@@ -94,6 +100,7 @@ _FRAME = re.compile(
     rf"(?:it|this) (?:is|would be|might be|'s|'d be) {_HEDGE} if {_SELF} "
     r"(?:were to|would|could|will|can|did)\s+|"
     rf"{_SELF} would do well to\s+|"
+    rf"(?:have|get|make|let) {_SELF} (?:to )?(?=\w)|"
     r"(?:in my (?:opinion|view)|from my (?:perspective|point of view)|if you ask me|"
     r"as i see it|in this (?:situation|case|scenario)|given the (?:situation|circumstances|"
     r"context)|for now|at this point|right now|at the moment|in any case)(?:,?\s+|,?$)|"
@@ -119,11 +126,36 @@ _FRAME = re.compile(
     r"(?:please|kindly|let's|let us|let me)\s+)+",
     re.IGNORECASE,
 )
+# "she's busy" reads as "she is busy" for the patterns below ("let's" stays as it is)
+_CONTRACTION = re.compile(
+    r"\b(he|she|it|that|there|who|they|we|you|i)'(s|re|ve|m)\b", re.IGNORECASE
+)
+_EXPANDED = {"s": "is", "re": "are", "ve": "have", "m": "am"}
+
+
+def _expand(text: str) -> str:
+    return _CONTRACTION.sub(lambda m: f"{m.group(1)} {_EXPANDED[m.group(2).lower()]}", text)
+
+
+# the robot named inside a clause ("have the robot offer its help", "halt the robot's
+# motion") reads as "it": the references name it only as the subject the frame removes
+_SELF_INSIDE = re.compile(
+    r"\b(?:the|this|our|your) (?:(?:humanoid|service|assistant) )?(?:robot|humanoid)('s)?\b",
+    re.IGNORECASE,
+)
+# whoever or whatever a statement is about: a piece of a longer reply that opens with the
+# person ("the man looks distracted; ...", "they are still talking. ...") describes, it is
+# not a step
+_PERSON_SUBJECT = re.compile(
+    r"^(?:the person(?:'s)?|the (?:two|other|whole) \w+|both of them|nobody|no one|everyone|"
+    r"the (?:family|couple|group|pair|parent|people))\b(?! (?:should|must|needs? to|has to)\b)",
+    re.IGNORECASE,
+)
 _LEADING_REASON = re.compile(
     r"^(?:(?:since|because|as|given(?: that)?|considering(?: that)?|seeing that|now that|if|"
     r"when|while|instead of|rather than)\b[^,]*,\s*|"
-    r"(?:the person|the \w+|they|he|she) (?:is|are|has|have|seems|appears|looks)\b[^,]*,\s*"
-    r"(?:so|therefore|thus|hence)\s+)",
+    r"(?!the (?:robot|humanoid)\b)(?:the person|the \w+|they|he|she|nobody|no one|everyone)\b"
+    r"[^,]*,\s*(?:so|therefore|thus|hence)\s+)",
     re.IGNORECASE,
 )
 _PEOPLE = (
@@ -180,7 +212,9 @@ _REMARK = re.compile(
 )
 _ORDER = re.compile(rf"^(?:{_SELF}\b|(?:it|you|we|i)(?: {_MODAL}\b|'ll\b))", re.IGNORECASE)
 # "(she is on the phone)": an aside, never a step
-_ASIDE = re.compile(r"\s*\([^()]*\)")
+_ASIDE = re.compile(
+    r"\s*\([^()]*\)|\s[\u2013\u2014]\s[^\u2013\u2014.;]{1,40}\s[\u2013\u2014](?=\s)"
+)
 # "1. Stop. 2. Look at her." and "Step 2: ...": numbers of a list, not clauses
 _LIST_MARK = re.compile(r"(?:^|(?<=[.!?;:] ))(?:step\s+)?\(?\d{1,2}[.):]\s+", re.IGNORECASE)
 _QUOTE_LEAD = re.compile(r"[,:]\s*(?=something\b)")
@@ -195,16 +229,22 @@ _NEGATED = re.compile(
 _CEASES = re.compile(r"^(?:stop|cease|quit)\s+(?=\w+ing\b)", re.IGNORECASE)
 # a clause addressed to someone else ("the other robot should ...", "staff must ...")
 _OTHER_AGENT = re.compile(
-    r"^(?!the person (?:\w+ )?be\b)(?:(?:someone|somebody|anyone|everyone)(?: else)?|"
+    r"^(?!the person (?:\w+ )?be\b)(?:(?:someone|somebody|anyone|everyone)(?: else)?"
+    r"(?: (?:from|at|in|on|of) (?:the )?[\w'-]+(?: [\w'-]+)?)?|"
     r"(?:the|a|an|another|some|one|other|any) (?:[a-z'-]+ ){0,2}[a-z'-]+) "
-    rf"{_MODAL}\b",
+    rf"{_MODAL}\b|"
+    # "let the person's friend explain", "let a staff member handle it"
+    r"^let (?:the person's |a |an |another |the |some )(?:[\w'-]+ )?(?:friend|staff|colleague|"
+    r"receptionist|guard|security|attendant|employee|clerk|companion|member|robot|team|human|"
+    r"someone|somebody|operator|volunteer|worker|guide)s?\b",
     re.IGNORECASE,
 )
 _DESCRIBES = re.compile(
     r"^(?:(?:reason|reasoning|why|because)\b|"
     r"(?:re-?assess|re-?evaluate|assess|evaluate|monitor|see what happens|observe the situation|"
     r"(?:proceed|act|respond|adapt|adjust) accordingly)\b|"
-    r"(?:the person(?:'s \w+)?|this|that|it|there|doing so|otherwise|this way|that way)"
+    r"(?:the person(?:'s \w+)?|this|that|it|there|doing so|otherwise|this way|that way|"
+    r"the (?!robot\b|humanoid\b)\w+)"
     r"(?:\s+(?!and\b|then\b)[\w']+){0,3}?\s+"
     r"(?:is|are|was|were|has|have|had|seems?|appears?|looks? (?:busy|lost|like)|might|may|"
     r"will|would|can|could|does|did|isn't|aren't|won't|wants?|needs?|helps?|makes?|shows?|"
@@ -235,9 +275,10 @@ class Refusal(StrEnum):
 
 def normalise(text: str) -> str:
     """Lower-case, without the shared frame, a trailing reason or closing punctuation."""
-    text = " ".join(text.strip().split())
+    text = _expand(" ".join(text.strip().split()))
     for _ in range(2):  # "I think since she is busy, it should ..."
         text = _FRAME.sub("", _LEADING_REASON.sub("", text))
+    text = _SELF_INSIDE.sub(lambda m: "its" if m.group(1) else "it", text)
     text = _PERSON.sub("the person", text)
     text = _REASON.sub("", text)
     text = _QUOTE.sub("something", text)
@@ -250,17 +291,27 @@ def split_clauses(reply: str) -> list[list[str]]:
     return [parts for parts, _ in _segments(reply)]
 
 
-def _segments(reply: str) -> list[tuple[list[str], bool]]:
-    """:func:`split_clauses`, each segment with whether it is a remark: in a reply of several
-    sentences, one that opens like a statement ("It is important to ...", "That way ...")
-    and not like an instruction to the robot."""
+class Remark(IntEnum):
+    """What a segment of a longer reply reads as, besides a possible step."""
+
+    NO = 0
+    #: opens like a statement ("It is important to ...", "That way ..."), not an order
+    STATEMENT = 1
+    #: a statement about the person ("She is reading; ...", "The man just hung up. ...")
+    DESCRIPTION = 2
+
+
+def _segments(reply: str) -> list[tuple[list[str], Remark]]:
+    """:func:`split_clauses`, each segment with what kind of remark it is in a reply of
+    several sentences or pieces."""
     quotes: list[str] = []
 
     def hide(match: re.Match[str]) -> str:
         quotes.append(match.group(0))
         return f"QUOTE{len(quotes) - 1}Q"
 
-    text = " ".join(_ASIDE.sub(" ", reply).split())
+    text = _expand(" ".join(_ASIDE.sub(" ", reply).split()))
+    text = re.sub(rf"^{_LABEL.pattern}", "", text, flags=re.IGNORECASE)
     spoken = _SPOKEN.search(text)
     if spoken is not None:
         text = f'{text[: spoken.end()]}"{text[spoken.end() :].replace(chr(34), "")}"'
@@ -270,17 +321,29 @@ def _segments(reply: str) -> list[tuple[list[str], bool]]:
     def show(text: str) -> str:
         return re.sub(r"QUOTE(\d+)Q", lambda m: quotes[int(m.group(1))], text)
 
-    segments: list[tuple[str, bool]] = []
+    segments: list[tuple[str, Remark]] = []
     sentences = re.split(r"[.!?]\s+", hidden.strip().rstrip(".!"))
+    pieces = [re.split(r";\s+|\s[\u2013\u2014-]+\s", sentence.strip()) for sentence in sentences]
+    several = sum(len(p) for p in pieces) > 1
     for sentence in sentences:
         sentence = sentence.strip()
-        remark = len(sentences) > 1 and bool(_REMARK.match(sentence)) and not _ORDER.match(sentence)
+        statement = (
+            len(sentences) > 1 and bool(_REMARK.match(sentence)) and not _ORDER.match(sentence)
+        )
         for piece in re.split(r";\s+", sentence):
             before = _LEADING_BEFORE.match(piece.strip())
             ordered = [before.group(2), before.group(1)] if before else [piece]
             for part in ordered:
                 for later, clause in enumerate(_SUBORDINATE.split(part)):
-                    segments += [(c, remark or later > 0) for c in _STRONG.split(clause)]
+                    about_person = several and _PERSON_SUBJECT.match(normalise(show(clause)))
+                    remark = (
+                        Remark.DESCRIPTION
+                        if about_person
+                        else Remark.STATEMENT
+                        if statement or later > 0
+                        else Remark.NO
+                    )
+                    segments += [(c, remark) for c in _STRONG.split(clause)]
     out = []
     for segment, remark in segments:
         whole = normalise(show(segment))
@@ -404,10 +467,12 @@ class Lexicon:
         return first[2] if len(rivals) == 1 else None
 
 
-def _role(match: ClauseMatch, remark: bool) -> int:
+def _role(match: ClauseMatch, remark: Remark) -> int:
     """0 for a step of the plan, 1 for a prohibition, 2 for a description or a reason (a
-    remark that names no action is one)."""
-    if _DESCRIBES.match(match.clause) or (remark and match.action is None):
+    statement that names no action is one)."""
+    if _DESCRIBES.match(match.clause) or remark is Remark.DESCRIPTION:
+        return 2
+    if remark is Remark.STATEMENT and match.action is None:
         return 2
     return 1 if _NEGATED.match(match.clause) else 0
 
