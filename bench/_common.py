@@ -35,6 +35,7 @@ HELDOUT_V2 = ROOT / "bench" / "data" / "heldout-v2"
 HELDOUT_V2_SET = HELDOUT_V2 / "engage-mapping.jsonl"
 #: a second outside writer's development set (its BRIEF.md beside it): for tuning
 DEV3_SET = ROOT / "bench" / "data" / "dev3" / "engage-mapping-dev3.jsonl"
+DEV4_SET = ROOT / "bench" / "data" / "dev4" / "engage-mapping-dev4.jsonl"
 #: the third held-out set, written like v2 once v2 had been scored six times and tuned after
 HELDOUT_V3_SET = ROOT / "bench" / "data" / "heldout-v3" / "engage-mapping.jsonl"
 

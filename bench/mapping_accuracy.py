@@ -3,8 +3,9 @@
     python bench/mapping_accuracy.py [--variant "what changed"]  # every set; logs one line
     python bench/mapping_accuracy.py --dev-only                 # development sets only
 
-Six labelled sets: three for development (the shared dev set; dev2, written here from the
-action texts; dev3, bench/data/dev3, by a second writer who saw only the action texts) and
+Seven labelled sets: four for development (the shared dev set; dev2, written here from the
+action texts; dev3 and dev4, bench/data/dev3 and dev4, by two more writers who saw only the
+action texts) and
 three held out (v1 in bench/data; v2 and v3, bench/data/heldout-v2 and -v3, each written by
 someone who saw only the action texts). The goal is judged on v3: v2 was scored six times
 with the mapper tuned between runs, so it no longer measures replies nobody tuned to. And
@@ -31,6 +32,7 @@ from typing import Any
 from _common import (
     DEV2_SET,
     DEV3_SET,
+    DEV4_SET,
     DEV_SET,
     HELDOUT_SET,
     HELDOUT_V2_SET,
@@ -85,6 +87,13 @@ times above with the mapper tuned between runs.
 | when | variant | dev | dev2 | dev3 | held-out v1 | held-out v2 | held-out v3 | ms per reply |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 """
+DEV4_MARK = "dev4 is scored too"
+V4_COLUMNS = ["when", "variant", "dev", "dev2", "dev3", "dev4"]
+V4_COLUMNS += ["held-out v1", "held-out v2", "held-out v3", "ms per reply"]
+DEV4_HEADER = (
+    f"\nFrom here on {DEV4_MARK} (a fourth development set, by a third writer).\n\n"
+    f"| {' | '.join(V4_COLUMNS)} |\n|{' --- |' * len(V4_COLUMNS)}\n"
+)
 
 
 def score_set(mapper: ActionMapper, path: Path, seconds: list[float]) -> dict[str, Any]:
@@ -168,11 +177,12 @@ SET_NAMES = {
     "dev": "dev",
     "dev2": "dev2",
     "dev3": "dev3",
+    "dev4": "dev4",
     "heldout": "held-out v1",
     "heldout_v2": "held-out v2 (spent)",
     "heldout_v3": "held-out v3",
 }
-DEV_SETS = ("dev", "dev2", "dev3")
+DEV_SETS = ("dev", "dev2", "dev3", "dev4")
 
 
 def tables(results: dict[str, Any]) -> list[Table]:
@@ -276,8 +286,11 @@ def log_variant(variant: str, results: dict[str, Any]) -> None:
     if not VARIANTS_LOG.exists():
         VARIANTS_LOG.write_text(LOG_HEADER, encoding="utf-8")
     with VARIANTS_LOG.open("a", encoding="utf-8") as log:
-        if V3_MARK not in VARIANTS_LOG.read_text(encoding="utf-8"):
+        logged = VARIANTS_LOG.read_text(encoding="utf-8")
+        if V3_MARK not in logged:
             log.write(V3_HEADER)
+        if DEV4_MARK not in logged:
+            log.write(DEV4_HEADER)
         log.write(f"| {line} |\n")
 
 
@@ -299,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         "dev": score_set(mapper, DEV_SET, seconds),
         "dev2": score_set(mapper, DEV2_SET, seconds),
         "dev3": score_set(mapper, DEV3_SET, seconds),
+        "dev4": score_set(mapper, DEV4_SET, seconds),
     }
     if not args.dev_only:
         held_out = (

@@ -624,8 +624,34 @@ def test_descriptions_labels_and_asides_around_a_step(
 
 
 @pytest.mark.parametrize(
+    ("reply", "actions"),
+    [
+        # one-line plans: numbers and bullets split the steps
+        ("1) stop moving 2) greet the man", ["pause", "speak"]),
+        ("\u2022 Halt \u2022 Look at the lady", ["pause", "eye contact"]),
+        # what the answerer would not do is a prohibition beside the step
+        ("I wouldn't greet her yet. The robot should stop.", ["pause"]),
+        ("It might be rude to walk right up. Just say hello from here.", ["speak"]),
+        # a statement step gives way to an order
+        ("Everything points to a relaxed visitor. Say hi to him.", ["speak"]),
+        # the reason's commas do not split the step
+        (
+            "Waiting longer seems pointless, and walking up may startle him, so greet him.",
+            ["speak"],
+        ),
+        ("robot go to the lady now", ["approach"]),
+    ],
+)
+def test_plans_prohibitions_and_statements_in_one_reply(
+    mapper: ActionMapper, reply: str, actions: list[str]
+) -> None:
+    assert mapper.map(reply).actions == actions, mapper.map(reply).to_record()
+
+
+@pytest.mark.parametrize(
     "reply",
     [
+        "The receptionist greets the visitor.",
         "Someone from the front desk should take care of this guest.",
         "Let a staff member handle the visitor.",
         "Let the man's daughter explain it to him.",

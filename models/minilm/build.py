@@ -56,6 +56,7 @@ SETS = {
     "dev": ROOT.parent / "shared" / "eval" / "engage-mapping-dev.jsonl",
     "dev2": ROOT / "bench" / "data" / "engage-mapping-dev2.jsonl",
     "dev3": ROOT / "bench" / "data" / "dev3" / "engage-mapping-dev3.jsonl",
+    "dev4": ROOT / "bench" / "data" / "dev4" / "engage-mapping-dev4.jsonl",
     "heldout": ROOT / "bench" / "data" / "engage-mapping-heldout.jsonl",
 }
 #: the [mapping] settings the golden file was made with (tests compare robot.toml's)

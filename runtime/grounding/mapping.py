@@ -89,9 +89,10 @@ _LABEL = re.compile(
 )
 _FRAME = re.compile(
     rf"^(?:{_LABEL.pattern}|"
-    rf"{_HEDGE} (?:for {_SELF} )?to\s+|"
+    rf"{_HEDGE} (?:for {_SELF} )?to\s+|(?:best|better)\s+(?=let\b|just\b)|"
     r"(?:step )?(?:\d+[.):]|[-*\u2022])\s+|"
-    r"i (?:would |'d )?(?:suggest|recommend|propose|think|believe|feel)(?: that)?"
+    r"i (?:would |'d )?(?:suggest|recommend|propose|think|believe|feel|reckon|guess|suppose|"
+    r"say)(?: that)?"
     rf"(?: {_SELF}(?! {_MODAL}\b))?\s+|"
     r"(?:perhaps|maybe|probably|possibly|ideally|preferably|okay|ok|alright|yes|sure|so|"
     r"well|hmm|honestly|personally)(?:,?\s+|,?$)|(?:no|right)(?:,\s+|,?$)|"
@@ -106,10 +107,14 @@ _FRAME = re.compile(
     r"context)|for now|at this point|right now|at the moment|in any case)(?:,?\s+|,?$)|"
     r"(?:it|this) (?:is|would be) (?:recommended|suggested|advised|advisable|best|better) "
     rf"(?:that|for) (?:{_SELF} )?(?:to )?|"
-    r"the (?:best |most appropriate |appropriate |right |correct |ideal |recommended |next |"
-    r"safest |polite )?(?:thing to do|action|course of action|option|response|approach|move|"
-    r"step|next step|behaviou?r) (?:here |now )?(?:is|would be|will be|here is) "
+    # "the best next step is to", "a better move would be for the robot to", "the most
+    # considerate choice is to"
+    r"(?:the|a|my) (?:[a-z-]+ ){0,3}(?:thing to do|action|course of action|option|response|"
+    r"approach|move|step|behaviou?r|choice|continuation|reaction|pick|bet|plan|idea) "
+    r"(?:here |now |for now )?(?:is|would be|will be|here is|seems|'d be) "
     rf"(?:for {_SELF} )?(?:to )?|"
+    rf"(?:it|this) (?:makes|would make) (?:the most |more |good )?sense (?:for {_SELF} )?to\s+|"
+    r"(?:that said|having said that|all the same|even so|in that case|right|g'day),?\s+|"
     r"(?:my|the) (?:suggestion|recommendation|advice) (?:is|would be) "
     rf"(?:for {_SELF} )?(?:to|that)\s+|"
     rf"{_SELF}'s (?:next |best |first |main |immediate )?(?:step|action|move|task|priority|"
@@ -123,18 +128,36 @@ _FRAME = re.compile(
     rf"{_SELF} (?!is\b|was\b|has\b|does\b)(?=\w+s\b)|"
     rf"(?:it|you|we|i)(?: {_MODAL}|'ll|'d|'m going to| am going to| are going to)"
     rf"(?:\s+|$)(?:{_ADVERB}\s+)*|"
-    r"(?:please|kindly|let's|let us|let me)\s+)+",
+    r"(?:please|kindly|let's|let us|let me)\s+|"
+    r"robot,?\s+(?=[a-z]))+",
     re.IGNORECASE,
 )
+# a gerund ("interrupting"), not a verb that ends like one ("sing", "bring")
+_GERUND_PATTERN = r"(?!(?:s|br|r|st|sw|fl|cl|str|spr|th|k|w|p|d|z|bl)ing\b)\w+ing"
 # "she's busy" reads as "she is busy" for the patterns below ("let's" stays as it is)
 _CONTRACTION = re.compile(
     r"\b(he|she|it|that|there|who|they|we|you|i)'(s|re|ve|m)\b", re.IGNORECASE
 )
 _EXPANDED = {"s": "is", "re": "are", "ve": "have", "m": "am"}
+# "I wouldn't approach" reads as "I would not approach", so the frame leaves "not approach"
+_NOT = re.compile(r"\b(would|should|could|must|need|ought|might|is|are|was|were|has|have)n't\b")
+_WONT = re.compile(r"\b(?:won't|can't|cannot)\b", re.IGNORECASE)
+
+
+# "..., I'd say", "..., mate", "..., yeah": asides at the end of a clause
+_TAG = re.compile(
+    r",?\s*\b(?:i'd say|i would say|i think|i reckon|i guess|mate|yeah|buddy|pal|robot|"
+    r"then only|if you like|why not)\b(?=\s*(?:[,.!?;\u2013\u2014]|$))",
+    re.IGNORECASE,
+)
 
 
 def _expand(text: str) -> str:
-    return _CONTRACTION.sub(lambda m: f"{m.group(1)} {_EXPANDED[m.group(2).lower()]}", text)
+    text = _CONTRACTION.sub(lambda m: f"{m.group(1)} {_EXPANDED[m.group(2).lower()]}", text)
+    text = _NOT.sub(r"\1 not", text.replace("\u2019", "'"))
+    text = _WONT.sub(lambda m: "will not" if m.group(0).lower() == "won't" else "can not", text)
+    text = _TAG.sub("", text)
+    return re.sub(r"\*\*|__", "", text)  # markdown bold
 
 
 # the robot named inside a clause ("have the robot offer its help", "halt the robot's
@@ -153,19 +176,22 @@ _PERSON_SUBJECT = re.compile(
 )
 _LEADING_REASON = re.compile(
     r"^(?:(?:since|because|as|given(?: that)?|considering(?: that)?|seeing that|now that|if|"
-    r"when|while|instead of|rather than)\b[^,]*,\s*|"
-    r"(?!the (?:robot|humanoid)\b)(?:the person|the \w+|they|he|she|nobody|no one|everyone)\b"
-    r"[^,]*,\s*(?:so|therefore|thus|hence)\s+)",
+    r"when|while|instead of|rather than|without)\b[^,]*,(?:\s*which\b[^,]*,)?\s*|"
+    r"(?!the (?:robot|humanoid)\b)(?:the person|the \w+|they|he|she|nobody|no one|everyone|"
+    rf"it|this|that|there|{_GERUND_PATTERN})\b"
+    r".*?,\s*(?:so|therefore|thus|hence)\b(?! that\b)\s*)",
     re.IGNORECASE,
 )
 _PEOPLE = (
     r"(?:person|man|woman|lady|gentleman|guy|customer|visitor|guest|user|human|individual|"
     r"child|kid|boy|girl|student|shopper|passenger|patient|travell?er|tourist|client|"
     r"stranger|pedestrian|passer-?by|teen(?:ager)?|senior|adult|resident|participant|"
-    r"attendee|buyer|diner|reader|caller|newcomer|commuter)"
+    r"attendee|buyer|diner|reader|caller|newcomer|commuter|bloke|lad|lass|chap|fella|fellow|"
+    r"gent|aunty|auntie|uncle)"
 )
 _PERSON = re.compile(
-    r"\b(?:(?:the|this|that) (?:(?:old|older|elderly|young|younger|little|small|tall|seated|"
+    r"\b(?:(?<!the )(?<!this )(?<!that )(?<!a )(?<!'s )(?:person|human|lady)(?!'s)\b|"
+    r"(?:the|this|that) (?:(?:old|older|elderly|young|younger|little|small|tall|seated|"
     r"sitting|standing|waiting|busy|nearby|lone|new|same) ){0,2}" + _PEOPLE + r"|"
     r"him|her|them|he|she|they)\b",
     re.IGNORECASE,
@@ -173,6 +199,7 @@ _PERSON = re.compile(
 _REASON = re.compile(
     r"(?:(?:^|,?\s+)(?:since|because|so that|as the person|as they|in order to|so as to|"
     r"to avoid|(?<!for the person )(?:to show|to let)|to make sure|such as|for example|e\.g\.|"
+    r"to (?:get|draw|attract|catch|grab) (?:\w+ ){0,2}attention|"
     r"before (?:continuing|proceeding|moving on|going on|doing anything|engaging)|"
     r"so (?:they|the person|it|as))\b.*|,\s*(?:without|which|while|as)\b.*)$",
     re.IGNORECASE,
@@ -201,11 +228,11 @@ _SPOKEN = re.compile(
     r"\b[^:.!?\"“‘]{0,40}:\s*(?=[^\s\"“‘])",
     re.IGNORECASE,
 )
-# a gerund ("interrupting"), not a verb that ends like one ("sing", "bring")
-_GERUND = r"(?!(?:s|br|r|st|sw|fl|cl|str|spr|th|k|w|p|d|z|bl)ing\b)\w+ing"
+_GERUND = _GERUND_PATTERN
 # a sentence that opens like a statement, and one that opens like an order to the robot
 _REMARK = re.compile(
-    r"^(?:it|this|that|these|those|there|the|a|an|people|everyone|someone|he|she|they|his|"
+    r"^(?:it|this|that|these|those|there|the|a|an|people|everyone|someone|everything|nothing|"
+    r"he|she|they|his|"
     rf"her|their|its|my|our|{_GERUND}|reason|because|since|as|so|otherwise|however|"
     r"note|remember)\b",
     re.IGNORECASE,
@@ -216,13 +243,24 @@ _ASIDE = re.compile(
     r"\s*\([^()]*\)|\s[\u2013\u2014]\s[^\u2013\u2014.;]{1,40}\s[\u2013\u2014](?=\s)"
 )
 # "1. Stop. 2. Look at her." and "Step 2: ...": numbers of a list, not clauses
-_LIST_MARK = re.compile(r"(?:^|(?<=[.!?;:] ))(?:step\s+)?\(?\d{1,2}[.):]\s+", re.IGNORECASE)
+_LIST_MARK = re.compile(
+    r"(?:^|(?<=\s))(?:step\s+)?\(?\d{1,2}(?:[.):]|\s[\u2013\u2014-])\s+|(?:^|\s)[\u2022*]\s+|"
+    r"(?:^|(?<=[.!?;:]\s))-\s+",
+    re.IGNORECASE,
+)
 _QUOTE_LEAD = re.compile(r"[,:]\s*(?=something\b)")
 # a clause that tells what not to do, and one that describes the person: neither is a step
 # of the plan when the reply has others ("do not interrupt; wait ...", "..; she is busy")
 _NEGATED = re.compile(
     r"^(?:not|never|do not|don't|does not|doesn't|avoid|refrain from|no need to|instead of|"
-    r"rather than)\b",
+    r"rather than|"
+    # "it might be too much to walk up", "it would be rude to interrupt"
+    r"(?:(?:it|this|that) (?:is|would be|might be|may be|could be|seems|feels|will be) |be |"
+    rf"{_GERUND_PATTERN} (?:\w+ ){{0,3}}(?:is|would be|might be|may be|could be|seems|feels|"
+    r"will be|might feel|could feel|would feel) )"
+    r"(?:\w+ )?(?:too \w+|intrusive|rude|abrupt|unnecessary|risky|pushy|startling|awkward|"
+    r"premature|impolite|inappropriate|unwise|a bad idea|not (?:a good idea|wise|necessary|"
+    r"appropriate|polite)))\b",
     re.IGNORECASE,
 )
 # "stop approaching": for the lexicon, what the robot must no longer do
@@ -233,6 +271,10 @@ _OTHER_AGENT = re.compile(
     r"(?: (?:from|at|in|on|of) (?:the )?[\w'-]+(?: [\w'-]+)?)?|"
     r"(?:the|a|an|another|some|one|other|any) (?:[a-z'-]+ ){0,2}[a-z'-]+) "
     rf"{_MODAL}\b|"
+    # "the supervisor greets the visitor": a helper as the subject, whatever the verb
+    r"^(?:the|a|an|another|some) (?:[a-z'-]+ ){0,2}(?:staff|supervisor|guard|receptionist|"
+    r"colleague|attendant|employee|clerk|volunteer|manager|operator|robot|member|security|"
+    r"team|crew|usher|concierge)s?\b(?! (?:is|are|was|were)\b)|"
     # "let the person's friend explain", "let a staff member handle it"
     r"^let (?:the person's |a |an |another |the |some )(?:[\w'-]+ )?(?:friend|staff|colleague|"
     r"receptionist|guard|security|attendant|employee|clerk|companion|member|robot|team|human|"
@@ -242,6 +284,7 @@ _OTHER_AGENT = re.compile(
 _DESCRIBES = re.compile(
     r"^(?:(?:reason|reasoning|why|because)\b|"
     r"(?:re-?assess|re-?evaluate|assess|evaluate|monitor|see what happens|observe the situation|"
+    r"see|decide|take it from there|go from there|"
     r"(?:proceed|act|respond|adapt|adjust) accordingly)\b|"
     r"(?:the person(?:'s \w+)?|this|that|it|there|doing so|otherwise|this way|that way|"
     r"the (?!robot\b|humanoid\b)\w+)"
@@ -286,6 +329,15 @@ def normalise(text: str) -> str:
     return " ".join(text.strip(" .!,;:").lower().split())
 
 
+def _without_lead(text: str) -> str:
+    """``text`` without the frame and the leading reason :func:`normalise` removes, so the
+    reason's commas do not split the step ("Waiting seems pointless, so greet her")."""
+    text = " ".join(text.split())
+    for _ in range(2):
+        text = _FRAME.sub("", _LEADING_REASON.sub("", text))
+    return text
+
+
 def split_clauses(reply: str) -> list[list[str]]:
     """Strong segments in order, each with its weak parts: ``[[part, ...], ...]``."""
     return [parts for parts, _ in _segments(reply)]
@@ -295,10 +347,13 @@ class Remark(IntEnum):
     """What a segment of a longer reply reads as, besides a possible step."""
 
     NO = 0
-    #: opens like a statement ("It is important to ...", "That way ..."), not an order
-    STATEMENT = 1
+    #: after "before" or a dash: a later step if it names an action ("... before greeting her")
+    LATER = 1
+    #: a sentence that opens like a statement ("It is important to ...", "Everything suggests
+    #: ..."), not an order: a step only when no sentence gives one
+    STATEMENT = 2
     #: a statement about the person ("She is reading; ...", "The man just hung up. ...")
-    DESCRIPTION = 2
+    DESCRIPTION = 3
 
 
 def _segments(reply: str) -> list[tuple[list[str], Remark]]:
@@ -316,7 +371,8 @@ def _segments(reply: str) -> list[tuple[list[str], Remark]]:
     if spoken is not None:
         text = f'{text[: spoken.end()]}"{text[spoken.end() :].replace(chr(34), "")}"'
     hidden = _QUOTE.sub(hide, text)
-    hidden = _LIST_MARK.sub(" ", hidden)
+    # each list item is a sentence of its own: "1) stop 2) look at her", "- Halt. - Then ..."
+    hidden = _LIST_MARK.sub(". ", hidden).strip(". ")
 
     def show(text: str) -> str:
         return re.sub(r"QUOTE(\d+)Q", lambda m: quotes[int(m.group(1))], text)
@@ -340,7 +396,9 @@ def _segments(reply: str) -> list[tuple[list[str], Remark]]:
                         Remark.DESCRIPTION
                         if about_person
                         else Remark.STATEMENT
-                        if statement or later > 0
+                        if statement
+                        else Remark.LATER
+                        if later > 0
                         else Remark.NO
                     )
                     segments += [(c, remark) for c in _STRONG.split(clause)]
@@ -349,7 +407,7 @@ def _segments(reply: str) -> list[tuple[list[str], Remark]]:
         whole = normalise(show(segment))
         if not whole:
             continue
-        parts = [normalise(show(p)) for p in _WEAK.split(segment)]
+        parts = [normalise(show(p)) for p in _WEAK.split(_without_lead(segment))]
         out.append(([whole, *[p for p in parts if p and p != whole]], remark))
     return out
 
@@ -468,13 +526,15 @@ class Lexicon:
 
 
 def _role(match: ClauseMatch, remark: Remark) -> int:
-    """0 for a step of the plan, 1 for a prohibition, 2 for a description or a reason (a
-    statement that names no action is one)."""
+    """0 for a step of the plan, 1 for a step stated as a remark, 2 for a prohibition, 3 for
+    a description or a reason (a remark that names no action is one)."""
     if _DESCRIBES.match(match.clause) or remark is Remark.DESCRIPTION:
+        return 3
+    if remark in (Remark.STATEMENT, Remark.LATER) and match.action is None:
+        return 3
+    if _NEGATED.match(match.clause):
         return 2
-    if remark is Remark.STATEMENT and match.action is None:
-        return 2
-    return 1 if _NEGATED.match(match.clause) else 0
+    return 1 if remark is Remark.STATEMENT else 0
 
 
 @dataclass(frozen=True)
@@ -576,8 +636,8 @@ class ActionMapper:
             found = self._choose(matches[whole], [matches[p] for p in parts])
             chosen += found
             roles += [_role(m, remark) for m in found]
-        # the plan is its steps; without steps its prohibitions; descriptions and reasons
-        # only when the reply has nothing else
+        # the plan is its steps; without steps those stated as remarks, then its
+        # prohibitions; descriptions and reasons only when the reply has nothing else
         kept = min(roles)
         chosen = [
             m if role == kept else replace(m, action=None, refused=Refusal.CONTEXT)
