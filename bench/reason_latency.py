@@ -62,7 +62,7 @@ def main() -> int:
                 "wait_time": [
                     (
                         prompts.wait_time(skill, a),
-                        prompts.wait_time_schema(reason, skill.prompt.second_stage.wait_times),
+                        prompts.wait_time_schema(reason, skill.questions.wait_times),
                     )
                     for a in activities
                 ],

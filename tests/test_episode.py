@@ -23,6 +23,7 @@ from onboard.config import LLMConfig, RobotConfig
 from onboard.grounding.candidates import CandidateStore
 from onboard.grounding.mapping import ActionMapper
 from onboard.hri.checks import PersonVisible
+from onboard.hri.kind import PersonKind
 from onboard.hri.scenario import Scenario, load_scenario
 from onboard.hri.session import (
     EpisodeOptions,
@@ -360,7 +361,7 @@ def run_direct(
         clock,
         driver,
         HttpAsk(client),
-        mapper,
+        PersonKind(mapper),
         recorder.write,
         latency=1.0,
         checks=[PersonVisible(skill.end)],

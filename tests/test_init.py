@@ -13,6 +13,7 @@ from onboard.config import load_example_robot, load_robot
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = [
     "engage.toml",
+    "tidy.toml",
     "scenarios/person-environment.toml",
     "scenarios/person-object.toml",
     "scenarios/person-person.toml",

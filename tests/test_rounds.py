@@ -17,11 +17,11 @@ from test_episode import QUIET, Episode, scenario
 
 from onboard.config import RobotConfig
 from onboard.grounding.mapping import ActionMapper
-from onboard.hri.person import PersonObservation
 from onboard.hri.scenario import Scenario
 from onboard.hri.session import EpisodeOptions, HttpAsk, run_episode
 from onboard.llm.client import ChatClient, ChatResult, Message
 from onboard.loop.engine import Verdict
+from onboard.loop.kind import Observation, Step
 from onboard.loop.recorder import MemoryRecorder
 from onboard.loop.skill import Skill
 from onboard.testing.standin_server import StandInServer
@@ -43,10 +43,10 @@ class FailsOn:
     actions: Sequence[str] = ()
     name: str = "fails"
 
-    def verify(self, action: str, before: PersonObservation, after: PersonObservation) -> Verdict:
-        if self.actions and action not in self.actions:
+    def verify(self, step: Step, before: Observation, after: Observation) -> Verdict:
+        if self.actions and step.action not in self.actions:
             return Verdict(True)
-        return Verdict(False, f"{action} did not change what it should have")
+        return Verdict(False, f"{step.action} did not change what it should have")
 
 
 def run(

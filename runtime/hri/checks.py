@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from onboard.hri.person import PersonObservation
 from onboard.loop.engine import Verdict
+from onboard.loop.kind import Observation, Step
 
 __all__ = ["PersonVisible"]
 
@@ -18,8 +18,8 @@ class PersonVisible:
     def __init__(self, end_action: str) -> None:
         self.end_action = end_action
 
-    def check(self, actions: Sequence[str], observation: PersonObservation) -> Verdict:
-        if self.end_action in actions and not observation.visible:
+    def check(self, steps: Sequence[Step], observation: Observation) -> Verdict:
+        if any(s.action == self.end_action for s in steps) and not observation.visible:
             return Verdict(
                 False,
                 feedback=f"the person is out of sight, so '{self.end_action}' would reach no one",

@@ -22,9 +22,24 @@ from onboard.hri.person import PersonObservation
 from onboard.loop.clock import Clock, Timer
 from onboard.loop.skill import Action, Stimulus
 
-__all__ = ["EventManager", "SecondStage"]
+__all__ = ["EventManager", "SecondStage", "person_changes"]
 
 Fire = Callable[[str], None]
+#: what changed between two observations: "activity", "gaze" (the skill kind says)
+Changes = Callable[[Any, Any], frozenset[str]]
+
+
+def person_changes(old: Any, new: Any) -> frozenset[str]:
+    """A person's activity or gaze changed; going out of sight or coming back is both."""
+    if not isinstance(old, PersonObservation) or not isinstance(new, PersonObservation):
+        return frozenset()
+    seen = old.visible != new.visible
+    found = set()
+    if seen or old.activity != new.activity:
+        found.add("activity")
+    if seen or old.toward != new.toward:
+        found.add("gaze")
+    return frozenset(found)
 
 
 class SecondStage(Protocol):
@@ -44,8 +59,10 @@ class EventManager:
         second_stage: SecondStage | None,
         fire: Fire,
         record: Callable[..., Any],
+        changes: Changes = person_changes,
     ) -> None:
         self._clock = clock
+        self._changes = changes
         self._second_stage = second_stage
         self._fire = fire
         self._record = record
@@ -54,12 +71,12 @@ class EventManager:
         self._epoch = 0
         self._timer: Timer | None = None
 
-    def arm(self, action: Action, observed: PersonObservation) -> None:
+    def arm(self, action: Action, observed: Any) -> None:
         """A new action began: watch for its stimulus."""
         self.disarm()
         self._epoch += 1
         self._action, self._began = action, self._clock.now()
-        epoch, activity = self._epoch, observed.activity or "nothing visible"
+        epoch, activity = self._epoch, getattr(observed, "activity", None) or "nothing visible"
         if self._second_stage is None:
             return
         if action.stimulus in (Stimulus.ACTIVITY, Stimulus.GAZE):
@@ -81,13 +98,12 @@ class EventManager:
         if action is not None and action.stimulus in (Stimulus.LOW_LEVEL, Stimulus.HIGH_LEVEL):
             self._trigger("completed")
 
-    def observe(self, old: PersonObservation, new: PersonObservation) -> None:
+    def observe(self, old: Any, new: Any) -> None:
         action = self._action
         if action is None:
             return
-        seen = old.visible != new.visible
-        activity = seen or old.activity != new.activity
-        gaze = seen or old.toward != new.toward
+        changed = self._changes(old, new)
+        activity, gaze = "activity" in changed, "gaze" in changed
         stimulus = action.stimulus
         if stimulus is Stimulus.ACTIVITY and activity:
             self._trigger("activity changed")

@@ -30,6 +30,10 @@ class PersonObservation:
             )
         return " ".join(p for p in parts if p)
 
+    def images(self) -> tuple[bytes, ...]:
+        """A person is seen as text only."""
+        return ()
+
     def to_record(self) -> dict[str, object]:
         return {
             "t": self.t,

@@ -22,6 +22,7 @@ from onboard.drivers.speech import EspeakSpeech, RecordedSpeech, Speech
 from onboard.grounding.candidates import CandidateStore
 from onboard.grounding.mapping import ActionMapper
 from onboard.hri.checks import PersonVisible
+from onboard.hri.kind import PersonKind
 from onboard.hri.scenario import Scenario
 from onboard.hri.world import SimRobot, SimWorld
 from onboard.llm.client import ChatClient, ChatResult, Message
@@ -141,7 +142,7 @@ def run_episode(
         clock,
         SimRobot(world, make_speech(robot)),
         ask,
-        mapper,
+        PersonKind(mapper),
         recorder.write,
         action_text=options.action_text,
         second_stage=options.second_stage,

@@ -41,7 +41,8 @@ from onboard.llm.structured import Form, reply_problem, resolve, response_format
 
 __all__ = ["ChatClient", "ChatResult", "Message", "retry_after", "server_timing", "timing_hooks"]
 
-Message = Mapping[str, str]
+#: {"role": ..., "content": text or OpenAI content parts} (onboard.llm.content)
+Message = Mapping[str, Any]
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 

@@ -1,7 +1,9 @@
 """The prompts of the seed's Table I and section III-C, and their JSON schemas.
 
 U is the robot's situation (goal + action text), X the human's (activity + gaze). No
-history is kept between calls, as in the seed: every question stands alone.
+history is kept between decisions, as in the seed: every question stands alone. Within one
+decision, a re-ask carries the proposals refused so far, with their scores and the reasons
+(:func:`refinement_note`), as ReAd's refinement prompt does.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ __all__ = [
     "lose_person",
     "plan_schema",
     "reason_schema",
+    "refinement_note",
     "wait_time",
     "wait_time_schema",
 ]
@@ -35,8 +38,22 @@ def first_stage(skill: Skill, robot_situation: str, human_situation: str) -> lis
     ]
 
 
+def refinement_note(history: Sequence[Any]) -> str:
+    """The refused proposals of this decision, oldest first: ``Note: refused so far: 1)
+    "speak" (score 0.00): the person is out of sight. Propose something else.``
+
+    ``history`` holds :class:`onboard.loop.kind.Attempt` s (proposal, score, feedback)."""
+    if not history:
+        return ""
+    items = []
+    for number, attempt in enumerate(history, start=1):
+        score = "" if attempt.score is None else f" (score {attempt.score:.2f})"
+        items.append(f'{number}) "{attempt.proposal}"{score}: {attempt.feedback.rstrip(".")}.')
+    return "Note: refused so far: " + " ".join(items) + " Propose something else."
+
+
 def wait_time(skill: Skill, activity: str) -> list[Message]:
-    second = skill.prompt.second_stage
+    second = skill.questions
     text = Template(second.wait_time).safe_substitute(
         X_a=activity, W=_choices(second.wait_times or [])
     )
@@ -44,9 +61,7 @@ def wait_time(skill: Skill, activity: str) -> list[Message]:
 
 
 def lose_person(skill: Skill, activity: str, horizon: float) -> list[Message]:
-    text = Template(skill.prompt.second_stage.lose_person).safe_substitute(
-        X_a=activity, T=f"{horizon:g}"
-    )
+    text = Template(skill.questions.lose_person).safe_substitute(X_a=activity, T=f"{horizon:g}")
     return [{"role": "user", "content": text}]
 
 

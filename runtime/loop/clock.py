@@ -26,6 +26,9 @@ from typing import Protocol, TypeVar
 __all__ = ["Clock", "Interrupted", "Timer", "VirtualClock", "WallClock"]
 
 T = TypeVar("T")
+#: virtual seconds a piece of submitted work takes: a number, or a function asked after the
+#: work ran (the simulated time an arm motion took in the physics twin)
+Latency = float | Callable[[], float] | None
 
 
 class Interrupted(Exception):
@@ -59,7 +62,7 @@ class Clock(Protocol):
         self,
         work: Callable[[], T],
         done: Callable[[T | BaseException, float], None],
-        latency: float | None = None,
+        latency: Latency = None,
     ) -> None: ...
 
     def run(self, until: float) -> None: ...
@@ -116,6 +119,12 @@ class VirtualClock(_Loop):
         super().__init__()
         self._now = start
         self._interrupted = threading.Event()
+        self._advance_hooks: list[Callable[[float], None]] = []
+
+    def on_advance(self, hook: Callable[[float], None]) -> None:
+        """Call ``hook(now)`` each time virtual time moves forward, before the timers then
+        due run (the physics twin steps to keep time with the loop)."""
+        self._advance_hooks.append(hook)
 
     def now(self) -> float:
         return self._now
@@ -127,7 +136,7 @@ class VirtualClock(_Loop):
         self,
         work: Callable[[], T],
         done: Callable[[T | BaseException, float], None],
-        latency: float | None = None,
+        latency: Latency = None,
     ) -> None:
         began = time.perf_counter()
         result: T | BaseException
@@ -139,7 +148,7 @@ class VirtualClock(_Loop):
             except Exception as exc:  # delivered to `done`, which decides
                 result = exc
         took = time.perf_counter() - began
-        delay = took if latency is None else latency
+        delay = took if latency is None else latency() if callable(latency) else latency
         self.call_later(delay, lambda: done(result, delay))
 
     def run(self, until: float) -> None:
@@ -149,7 +158,10 @@ class VirtualClock(_Loop):
             if when is None or when > until:
                 self._now = max(self._now, until)
                 return
-            self._now = max(self._now, when)
+            if when > self._now:
+                self._now = when
+                for hook in self._advance_hooks:
+                    hook(when)
             timer = self._pop_due(self._now)
             if timer is not None:
                 timer.callback()
@@ -179,7 +191,7 @@ class WallClock(_Loop):
         self,
         work: Callable[[], T],
         done: Callable[[T | BaseException, float], None],
-        latency: float | None = None,
+        latency: Latency = None,
     ) -> None:
         began = self.now()
 

@@ -6,14 +6,21 @@
           ^                                 | fail: feedback        |
           +------ event manager waits for the action's stimulus <---+
 
-- observe: the latest :class:`PersonObservation` (perception posts updates on the loop);
-- propose: an :class:`Ask` (the LLM over HTTP, or a recording) answers the Table I prompt;
-  the free text is mapped onto the action set (:class:`ActionMapper`);
+- observe: the latest observation of the skill's kind (runtime/loop/kind.py: a person as
+  text, or a scene with its camera frame); perception posts updates on the loop;
+- propose: an :class:`Ask` (the LLM over HTTP, or a recording) answers the kind's plan
+  prompt; the kind reads the reply into steps (actions with their arguments);
 - check: every :class:`Check` scores the proposal before it runs (the ReAd seam: a critic
   returning an advantage goes here); a failed check sends the proposal back with feedback;
 - act: the state machine moves to the action and its driver command starts;
-- verify: every :class:`Verify` compares the observation before and after a completed action
-  (the ReplanVLM seam: an outer before/after check); a failure re-asks with feedback.
+- verify: every :class:`Verify` compares the observation before the action with a fresh one
+  after it (the ReplanVLM seam: an outer before/after check); a failure re-asks with feedback.
+
+Checks and verifiers run off the loop (through ``clock.submit``), as LLM calls do, so a
+critic or verifier that runs a model never blocks timers or a stop; a result that comes
+back after the runner has moved on (a new decision, another action, a stop) is recorded as
+stale and dropped, the guard plans have. Each re-ask carries the decision's refused
+proposals with their scores and feedback (:class:`~onboard.loop.kind.Attempt`).
 
 **Rounds.** A *decision* starts when a stimulus asks for a plan (or the skill starts); its
 first proposal is round 0, and each re-ask after it is one *round*: a re-ask after a failed
@@ -48,22 +55,23 @@ from transitions import Machine, MachineError
 
 from onboard.base.errors import DriverError, LLMError, OnboardError
 from onboard.drivers.base import RobotDriver, Running
-from onboard.grounding.mapping import ActionMapper, MappingResult
 from onboard.hri.events import EventManager
-from onboard.hri.person import PersonObservation
 from onboard.llm import prompts
 from onboard.llm.client import ChatResult, Message
-from onboard.llm.replies import (
-    parse_reply,
-    reply_action,
-    reply_answer,
-    reply_phrase,
-    reply_wait_time,
-)
+from onboard.llm.replies import parse_reply, reply_answer, reply_wait_time
 from onboard.loop.clock import Clock, Timer
+from onboard.loop.kind import Attempt, Observation, Plan, SkillKind, Step
 from onboard.loop.skill import Skill
 
-__all__ = ["Ask", "Check", "Outcome", "SkillRunner", "Verdict", "Verify", "build_machine"]
+__all__ = [
+    "Ask",
+    "Check",
+    "Outcome",
+    "SkillRunner",
+    "Verdict",
+    "Verify",
+    "build_machine",
+]
 
 
 class Ask(Protocol):
@@ -85,21 +93,21 @@ class Verdict:
 
 
 class Check(Protocol):
-    """Scores a proposed action sequence before it runs (ReAd: a critic's advantage)."""
+    """Scores a proposed plan before it runs (ReAd: a critic's advantage). Runs off the
+    loop: it may take time, but must not touch the loop's state."""
 
     name: str
 
-    def check(self, actions: Sequence[str], observation: PersonObservation) -> Verdict: ...
+    def check(self, steps: Sequence[Step], observation: Observation) -> Verdict: ...
 
 
 class Verify(Protocol):
-    """Compares the world before and after an action ran (ReplanVLM: the outer check)."""
+    """Compares the world before an action and a fresh look after it (ReplanVLM: the outer
+    check). Runs off the loop, like a check."""
 
     name: str
 
-    def verify(
-        self, action: str, before: PersonObservation, after: PersonObservation
-    ) -> Verdict: ...
+    def verify(self, step: Step, before: Observation, after: Observation) -> Verdict: ...
 
 
 @dataclass
@@ -161,7 +169,7 @@ class SkillRunner:
         clock: Clock,
         driver: RobotDriver,
         ask: Ask,
-        mapper: ActionMapper,
+        kind: SkillKind,
         record: Callable[..., None],
         *,
         action_text: bool = True,
@@ -170,23 +178,27 @@ class SkillRunner:
         latency: float | Callable[[], float] | None = None,
         checks: Sequence[Check] = (),
         verifiers: Sequence[Verify] = (),
+        look: Callable[[], Observation] | None = None,
         max_rounds: int = 1,
         on_candidate: Callable[[str, str], None] | None = None,
         on_finish: Callable[[Outcome], None] | None = None,
         breaker_failures: int = 0,
         breaker_cooldown: float = 0.0,
     ) -> None:
+        """``look`` takes a fresh observation for the verifiers (a new camera frame); it runs
+        off the loop. Without it, verifiers compare with the latest observation."""
         self.skill = skill
         self.clock = clock
         self.driver = driver
         self.ask = ask
-        self.mapper = mapper
+        self.kind = kind
         self.record = record
         self.action_text = action_text
         self.constrained = constrained
         self.latency = latency
         self.checks = list(checks)
         self.verifiers = list(verifiers)
+        self.look = look
         self.max_rounds = max_rounds
         self.on_candidate = on_candidate
         self.on_finish = on_finish
@@ -195,20 +207,28 @@ class SkillRunner:
         self.decision_overhead: list[tuple[float, float]] = []
         self.machine = build_machine(skill)
         self.model = cast(_Model, self.machine.model)
-        self.events = EventManager(clock, self if second_stage else None, self._stimulus, record)
-        self._observation = PersonObservation(t=0.0, activity=None, toward=None, visible=False)
-        self._action_start_observation = self._observation
+        self.events = EventManager(
+            clock, self if second_stage else None, self._stimulus, record, changes=kind.changes
+        )
+        self._observation: Observation | None = None
+        self._action_start_observation: Observation | None = None
         self._running: Running | None = None
         self._timeout: Timer | None = None
-        self._queue: list[str] = []
+        self._step = Step("idle")
+        self._queue: list[Step] = []
         self._phrase: str | None = None
         self._plan_seq = 0
         self._request_seq = 0
         self._stimulus_at = 0.0
         self._timing: tuple[float, float] | None = None
-        self._deferred: tuple[list[str], str | None, int] | None = None
+        self._deferred: tuple[list[Step], str | None, int] | None = None
         #: rounds spent by the decision whose actions are running (see the module docstring)
         self._rounds = 0
+        #: the refused proposals of the current decision, carried by each re-ask
+        self._history: list[Attempt] = []
+        #: moves on whenever the runner does (an action begins, a plan is asked, a stop):
+        #: an off-loop check or verification from an older epoch is stale
+        self._epoch = 0
         self.breaker_failures = breaker_failures
         self.breaker_cooldown = breaker_cooldown
         self._failed_in_row = 0
@@ -224,20 +244,27 @@ class SkillRunner:
     def finished(self) -> bool:
         return self.current == "done"
 
-    def start(self, observation: PersonObservation) -> None:
-        self._observation = observation
+    @property
+    def observation(self) -> Observation:
+        if self._observation is None:
+            raise RuntimeError("the runner has not started: no observation yet")
+        return self._observation
+
+    def start(self, observation: Observation) -> None:
+        self._observation = self._action_start_observation = observation
         self.record("observation", **observation.to_record())
-        self.record("start", skill=self.skill.name, goal=self.skill.goal)
+        self.record("start", skill=self.skill.name, goal=self.skill.goal, skill_kind=self.kind.name)
         if not self.finished:  # a stop before start is never undone
             self.driver.resume()
         self._rounds = 0
-        self._begin(self.skill.start, "start action")
+        self._begin(Step(self.skill.start), "start action")
 
     def stop(self, reason: str = "stopped", signal: str | None = None) -> None:
         """Stop from any state: halt the robot, end the episode. Safe to call twice."""
         if self.finished:
             return
         self.outcome.signal = signal
+        self._epoch += 1
         self._halt_command()
         self.events.disarm()
         try:
@@ -248,49 +275,52 @@ class SkillRunner:
 
     # -- observe ---------------------------------------------------------------------------
 
-    def observe(self, observation: PersonObservation) -> None:
+    def observe(self, observation: Observation) -> None:
         old, self._observation = self._observation, observation
         self.record("observation", **observation.to_record())
-        if not self.finished:
+        if not self.finished and old is not None:
             self.events.observe(old, observation)
 
     # -- propose ---------------------------------------------------------------------------
 
     def _stimulus(self, reason: str) -> None:
         self._stimulus_at = time.perf_counter()
+        self._history = []  # a new decision
         if self._queue:
             # the rest of the plan was checked against what was seen when it was made; the
-            # person may have moved since: check it again against what is seen now
-            verdict = self._check(list(self._queue))
-            if verdict.ok:
-                self._begin(self._queue.pop(0), f"{reason}; next in plan")
-                return
-            self.record("dropped", plan=list(self._queue), why=f"check failed: {verdict.feedback}")
-            self._queue = []
-            self._request_plan(f"{reason}; the rest of the plan failed its check",
-                               verdict.feedback, rounds=0)  # fmt: skip
-            return
-        self._request_plan(reason, feedback=None, rounds=0)
+            # world may have changed since: check it again against what is seen now
+            queue = list(self._queue)
 
-    def _request_plan(self, reason: str, feedback: str | None, rounds: int) -> None:
+            def checked(verdict: Verdict) -> None:
+                if verdict.ok:
+                    step = self._queue.pop(0)
+                    self._begin(step, f"{reason}; next in plan")
+                    return
+                self.record("dropped", plan=[s.text() for s in queue],
+                            why=f"check failed: {verdict.feedback}")  # fmt: skip
+                self._queue = []
+                self._history.append(_attempt(queue, verdict))
+                self._request_plan(f"{reason}; the rest of the plan failed its check", rounds=0)
+
+            self._check(queue, checked)
+            return
+        self._request_plan(reason, rounds=0)
+
+    def _request_plan(self, reason: str, rounds: int) -> None:
         if self.finished:
             return
+        self._epoch += 1
         self._plan_seq += 1
         seq = self._plan_seq
-        action = self.skill.actions[self.current]
-        robot = self.skill.goal
-        if self.action_text:
-            robot += " " + action.describe(self._observed_fields(self._action_start_observation))
-        human = self._observation.situation()
-        if feedback:
-            human += f" Note: {feedback}"
-            self.record("reask", plan=seq, round=rounds, feedback=feedback)
-        messages = prompts.first_stage(self.skill, robot, human)
-        schema = (
-            prompts.plan_schema(list(self.skill.actions), prompts.reason_schema(self.skill))
-            if self.constrained
-            else None
+        now = self.observation
+        began = self._action_start_observation or now
+        if self._history:
+            self.record("reask", plan=seq, round=rounds, feedback=self._history[-1].feedback,
+                        history=[a.to_record() for a in self._history])  # fmt: skip
+        messages = self.kind.plan_messages(
+            self.skill, self._step, began, now, self._history, self.action_text
         )
+        schema = self.kind.plan_schema(self.skill, now) if self.constrained else None
         stimulus_at, self._stimulus_at = self._stimulus_at or time.perf_counter(), 0.0
 
         def handle(text: str | None, result: ChatResult | None) -> None:
@@ -350,27 +380,27 @@ class SkillRunner:
             self._fall_back("no usable LLM reply")
             return
         try:
-            parsed = parse_reply(text)
-            action_text = reply_action(parsed)
+            plan = self.kind.read_plan(text, self.observation)
         except LLMError as exc:
             self.record("error", source="llm", message=str(exc))
             self._fall_back("unusable LLM reply")
             return
-        began = time.perf_counter()
-        mapping = self.mapper.map(action_text)
-        took = time.perf_counter() - began
-        self.record("mapping", plan=seq, seconds=round(took, 6), **mapping.to_record())
-        if not mapping.matched:
-            self._no_match(mapping)
+        self.record("mapping", plan=seq, **plan.record)
+        if not plan.steps:
+            self._no_match(plan)
             return
-        verdict = self._check(mapping.actions)
-        if not verdict.ok:
-            if rounds < self.max_rounds:
-                self._request_plan("check failed", verdict.feedback, rounds + 1)
-            else:
-                self._fall_back(f"check failed: {verdict.feedback}")
-            return
-        self._act(mapping.actions, reply_phrase(parsed), rounds)
+
+        def checked(verdict: Verdict) -> None:
+            if not verdict.ok:
+                self._history.append(_attempt(plan.steps, verdict))
+                if rounds < self.max_rounds:
+                    self._request_plan("check failed", rounds + 1)
+                else:
+                    self._fall_back(f"check failed: {verdict.feedback}")
+                return
+            self._act(plan.steps, plan.phrase, rounds)
+
+        self._check(plan.steps, checked)
 
     def _reply_text(
         self, purpose: str, seq: int, result: ChatResult | BaseException, took: float
@@ -409,66 +439,114 @@ class SkillRunner:
             self.record("breaker", state="open", failures=self._failed_in_row,
                         until=round(self._open_until, 4))  # fmt: skip
 
-    def _no_match(self, mapping: MappingResult) -> None:
-        situation = self._observation.situation()
+    def _no_match(self, plan: Plan) -> None:
+        situation = self.observation.situation()
         if self.on_candidate is not None:
-            self.on_candidate(mapping.reply, situation)
-        self.record("candidate", reply=mapping.reply, situation=situation)
+            self.on_candidate(plan.reply, situation)
+        self.record("candidate", reply=plan.reply, situation=situation)
         self._fall_back("reply matches no action")
 
-    # -- check -----------------------------------------------------------------------------
+    # -- off the loop: checks and verifications ----------------------------------------------
 
-    def _check(self, actions: list[str]) -> Verdict:
-        for check in self.checks:
-            verdict = check.check(actions, self._observation)
-            self.record(
-                "check", check=check.name, actions=actions, ok=verdict.ok,
-                feedback=verdict.feedback, score=verdict.score,
-            )  # fmt: skip
-            if not verdict.ok:
-                return verdict
-        return Verdict(True)
+    def _off_loop(self, purpose: str, work: Callable[[], Any], then: Callable[[Any], None]) -> None:
+        """Run ``work`` off the loop (a worker thread on the wall clock; at once, taking no
+        virtual time, on the virtual clock); ``then`` gets its result on the loop unless the
+        runner moved on meanwhile (then the result is recorded as stale)."""
+        epoch = self._epoch
+
+        def done(result: Any, took: float) -> None:
+            if self.finished:
+                return
+            if epoch != self._epoch:
+                self.record("stale", purpose=purpose)
+                return
+            if isinstance(result, BaseException):
+                message = str(result) if isinstance(result, OnboardError) else repr(result)
+                self.record("error", source=purpose, message=message)
+                result = Verdict(False, feedback=f"{purpose} failed: {message}")
+            then(result)
+
+        self.clock.submit(work, done, latency=0.0)
+
+    def _check(self, steps: list[Step], then: Callable[[Verdict], None]) -> None:
+        """Every check on ``steps`` against what is seen now; ``then`` gets the first failed
+        verdict, or an ok one. Without checks, ``then`` runs at once."""
+        if not self.checks:
+            then(Verdict(True))
+            return
+        observation = self.observation
+        checks = list(self.checks)
+
+        def work() -> list[tuple[str, Verdict]]:
+            verdicts = []
+            for check in checks:
+                verdict = check.check(steps, observation)
+                verdicts.append((check.name, verdict))
+                if not verdict.ok:
+                    break
+            return verdicts
+
+        def done(verdicts: list[tuple[str, Verdict]] | Verdict) -> None:
+            if isinstance(verdicts, Verdict):  # the check itself failed
+                then(verdicts)
+                return
+            for name, verdict in verdicts:
+                self.record("check", check=name, actions=[s.action for s in steps],
+                            steps=[s.to_record() for s in steps], ok=verdict.ok,
+                            feedback=verdict.feedback, score=verdict.score)  # fmt: skip
+                if not verdict.ok:
+                    then(verdict)
+                    return
+            then(Verdict(True))
+
+        self._off_loop("check", work, done)
 
     # -- act -------------------------------------------------------------------------------
 
-    def _act(self, actions: list[str], phrase: str | None, rounds: int) -> None:
+    def _act(self, steps: list[Step], phrase: str | None, rounds: int) -> None:
         current = self.skill.actions[self.current]
         if self._running is not None and not current.spec.interruptible:
-            self._deferred = (actions, phrase, rounds)
-            self.record("deferred", action=self.current, plan=actions)
+            self._deferred = (steps, phrase, rounds)
+            self.record("deferred", action=self.current, plan=[s.action for s in steps])
             return
         self._phrase = phrase
-        self._queue = list(actions[1:])
+        self._queue = list(steps[1:])
         self._rounds = rounds
-        self._begin(actions[0], "plan")
+        self._begin(steps[0], "plan")
 
     def _fall_back(self, why: str) -> None:
         self._queue = []
         self._rounds = self.max_rounds  # the fallback ends the decision: nothing re-asks it
         self.record("fallback", action=self.skill.fallback, why=why)
-        self._begin(self.skill.fallback, f"fallback: {why}")
+        self._begin(Step(self.skill.fallback), f"fallback: {why}")
 
-    def _begin(self, name: str, reason: str) -> None:
+    def _begin(self, step: Step, reason: str) -> None:
         if self.finished:
             return
+        self._epoch += 1
         previous = self.current
         self._halt_command()
         self.events.disarm()
+        name = step.action
         try:
             self.model.trigger(f"to {name}")
         except MachineError:
             self.record("error", source="machine", message=f"{previous} -> {name} not allowed")
             name = self.skill.fallback
+            step = Step(name)
             self.model.trigger(f"to {name}")
         now = self.clock.now()
+        self._step = step
         self.outcome.actions.append((now, name))
-        self.record("transition", source=previous, dest=name, reason=reason)
-        self._action_start_observation = self._observation
+        self.record("transition", source=previous, dest=name, reason=reason,
+                    **({"args": dict(step.args)} if step.args else {}))  # fmt: skip
+        observation = self.observation
+        self._action_start_observation = observation
         action = self.skill.actions[name]
-        args = dict(action.spec.args)
+        args = self.kind.command_args(action, step, observation)
         if name == self.skill.end:
             self.outcome.phrase = args["text"] = self._phrase or self.skill.default_phrase
-            self.outcome.spoke_at, self.outcome.spoke_visible = now, self._observation.visible
+            self.outcome.spoke_at, self.outcome.spoke_visible = now, observation.visible
             self.record("speech", text=args["text"])
         try:
             self._running = self.driver.start(action.spec.command, args, self._command_done)
@@ -482,7 +560,7 @@ class SkillRunner:
             before, received = self._timing
             self.decision_overhead.append((before, time.perf_counter() - received))
             self._timing = None
-        self.events.arm(action, self._observation)
+        self.events.arm(action, observation)
 
     def _command_done(self) -> None:
         self._running = None
@@ -495,17 +573,53 @@ class SkillRunner:
             self.model.trigger("finish")
             self._finish(True, "end action completed")
             return
-        failed = self._verify(name)
-        if failed is not None:
-            if self._deferred is not None:
-                self.record("dropped", plan=self._deferred[0], why="verification failed")
-                self._deferred = None
-            if self._verification_failed(name, failed):
-                return
+        if not self.verifiers:
+            self._completed()
+            return
+        step, before = self._step, self._action_start_observation or self.observation
+        latest, look, verifiers = self.observation, self.look, list(self.verifiers)
+
+        def work() -> tuple[Observation, list[tuple[str, Verdict]]]:
+            after = look() if look is not None else latest
+            verdicts = []
+            for verifier in verifiers:
+                verdict = verifier.verify(step, before, after)
+                verdicts.append((verifier.name, verdict))
+                if not verdict.ok:
+                    break
+            return after, verdicts
+
+        def done(result: tuple[Observation, list[tuple[str, Verdict]]] | Verdict) -> None:
+            if isinstance(result, Verdict):
+                failed: Verdict | None = result
+            else:
+                after, verdicts = result
+                if look is not None:
+                    self.observe(after)
+                failed = None
+                for verifier_name, verdict in verdicts:
+                    self.record("verify", verifier=verifier_name, action=name, ok=verdict.ok,
+                                feedback=verdict.feedback, score=verdict.score)  # fmt: skip
+                    if not verdict.ok:
+                        failed = verdict
+            if failed is not None:
+                if self._deferred is not None:
+                    self.record("dropped", plan=[s.action for s in self._deferred[0]],
+                                why="verification failed")  # fmt: skip
+                    self._deferred = None
+                self._history.append(_attempt([step], failed))
+                if self._verification_failed(name, failed):
+                    return
+            self._completed()
+
+        self._off_loop("verify", work, done)
+
+    def _completed(self) -> None:
+        """The current action finished and passed its verification."""
         if self._deferred is not None:
-            actions, phrase, rounds = self._deferred
+            steps, phrase, rounds = self._deferred
             self._deferred = None
-            self._act(actions, phrase, rounds)
+            self._act(steps, phrase, rounds)
             return
         self.events.completed()
 
@@ -530,22 +644,12 @@ class SkillRunner:
 
     # -- verify ----------------------------------------------------------------------------
 
-    def _verify(self, action: str) -> Verdict | None:
-        """The first failed verdict on ``action``, or None when every verifier passed."""
-        for verifier in self.verifiers:
-            verdict = verifier.verify(action, self._action_start_observation, self._observation)
-            self.record("verify", verifier=verifier.name, action=action, ok=verdict.ok,
-                        feedback=verdict.feedback)  # fmt: skip
-            if not verdict.ok:
-                return verdict
-        return None
-
     def _verification_failed(self, action: str, verdict: Verdict) -> bool:
         """Re-ask within the decision's rounds, else fall back; True when that took over."""
         self._queue = []
         if self._rounds < self.max_rounds:
             self.events.disarm()
-            self._request_plan("verification failed", verdict.feedback, self._rounds + 1)
+            self._request_plan("verification failed", self._rounds + 1)
             return True
         if action != self.skill.fallback:
             self._fall_back(f"verification failed: {verdict.feedback}")
@@ -565,7 +669,7 @@ class SkillRunner:
 
     def wait_time(self, activity: str, answer: Callable[[float | None], None]) -> None:
         messages = prompts.wait_time(self.skill, activity)
-        second = self.skill.prompt.second_stage
+        second = self.skill.questions
         reason = prompts.reason_schema(self.skill)
         schema = prompts.wait_time_schema(reason, second.wait_times) if self.constrained else None
         self._second_stage("wait_time", messages, schema, reply_wait_time, answer)
@@ -598,12 +702,10 @@ class SkillRunner:
 
         self._submit(purpose, messages, schema, f"{self.current} began", handle)
 
-    @staticmethod
-    def _observed_fields(observation: PersonObservation) -> dict[str, str]:
-        return {
-            "X_a": observation.activity or "nothing visible",
-            "X_g": "looking at the robot" if observation.toward else "not looking at the robot",
-        }
+
+def _attempt(steps: Sequence[Step], verdict: Verdict) -> Attempt:
+    proposal = ", then ".join(s.text() for s in steps)
+    return Attempt(proposal, verdict.feedback or "refused", verdict.score)
 
 
 def _jsonable(value: object) -> object:

@@ -36,6 +36,13 @@ Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 #: Fields an action text may use: what was observed when the action began.
 OBSERVED_FIELDS = {"X_a": "activity", "X_g": "gaze"}
 
+#: What a skill observes and how its replies read (runtime/loop/kind.py): a person as text,
+#: replies onto action names; or a scene seen by the camera, replies onto actions with
+#: arguments bound to the objects in view.
+SkillKindName = Literal["person", "scene"]
+#: The arguments a scene action may take: the object it acts on, where it goes.
+Param = Literal["object", "target"]
+
 
 class Stimulus(StrEnum):
     """When the event manager asks the LLM again (the seed's section III-C)."""
@@ -85,6 +92,10 @@ class ActionSpec(_Strict):
     references: list[Text] = Field(min_length=1)
     lexicon: LexiconSpec = LexiconSpec()
     next: list[Text] | None = None
+    params: list[Param] = Field(
+        default=[],
+        description="scene skills: the arguments a step binds ($object, $target in the text)",
+    )
 
 
 #: what a constrained reply may write as its "reason" (onboard.llm.prompts): any string, at
@@ -113,11 +124,17 @@ class PromptSpec(_Strict):
     reason_chars: Annotated[int, Field(ge=1, le=1000)] = Field(
         default=80, description='the longest reason when reason = "short"'
     )
-    second_stage: SecondStage
+    second_stage: SecondStage | None = Field(
+        default=None, description="the event manager's questions (person skills need them)"
+    )
+    images: bool = Field(
+        default=False, description="scene skills: send the camera frame with each plan request"
+    )
 
 
 class SkillHeader(_Strict):
     name: Text
+    kind: SkillKindName = "person"
     description: str = ""
     goal: Text
     start: Text
@@ -134,10 +151,39 @@ class MappingSpec(_Strict):
     reject: list[Text] = Field(default=[], description="anchors for out-of-set replies")
 
 
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class RegionSpec(_Strict):
+    """A rectangle on the table, in the robot base frame (metres): where a step may put or
+    push an object ("the left side")."""
+
+    center: tuple[Finite, Finite]
+    size: tuple[Annotated[float, Field(gt=0)], Annotated[float, Field(gt=0)]]
+
+    def contains(self, x: float, y: float) -> bool:
+        dx, dy = abs(x - self.center[0]), abs(y - self.center[1])
+        return dx <= self.size[0] / 2 and dy <= self.size[1] / 2
+
+
+class SceneSpec(_Strict):
+    """What a scene skill knows of its workspace, in the robot base frame."""
+
+    regions: dict[Text, RegionSpec] = Field(default={}, description="named table regions")
+    safe: Text | None = Field(
+        default=None, description="the region where the fallback puts a held object down"
+    )
+    handover: tuple[Finite, Finite, Finite] | None = Field(
+        default=None, description="the tool position a give step holds an object out at (m)"
+    )
+    table: Finite = Field(default=0.0, description="the table top's height (m, base frame)")
+
+
 class SkillFile(_Strict):
     skill: SkillHeader
     prompt: PromptSpec
     mapping: MappingSpec = MappingSpec()
+    scene: SceneSpec | None = None
     actions: dict[str, ActionSpec] = Field(min_length=2)
 
 
@@ -174,6 +220,15 @@ class Skill:
     reject: list[str]
     lines: KeyLines = field(repr=False, compare=False)
     max_rounds: int = 1
+    kind: str = "person"
+    scene: SceneSpec | None = None
+
+    @property
+    def questions(self) -> SecondStage:
+        """The second-stage questions (person skills always have them: the loader checks)."""
+        if self.prompt.second_stage is None:
+            raise RuntimeError(f"skill {self.name!r} ({self.kind}) asks no second-stage questions")
+        return self.prompt.second_stage
 
     def allowed_after(self, name: str) -> list[str]:
         nxt = self.actions[name].spec.next
@@ -186,9 +241,12 @@ class Skill:
 def load_skill(
     path: Path,
     perception: Collection[str] = ("activity", "gaze"),
-    commands: Collection[str] | None = None,
+    commands: Collection[str] | Mapping[str, Collection[str]] | None = None,
 ) -> Skill:
-    """Load and check a skill file; raises SkillError listing every problem found."""
+    """Load and check a skill file; raises SkillError listing every problem found.
+
+    ``commands``: the driver commands actions may name, or per skill kind (``{"person":
+    ..., "scene": ...}``); None checks no command."""
     spec, lines = load_model(path, SkillFile, SkillError)
     problems = list(_check(spec, path, lines, set(perception), commands))
     if problems:
@@ -208,6 +266,8 @@ def load_skill(
         reject=list(spec.mapping.reject),
         lines=lines,
         max_rounds=spec.skill.max_rounds,
+        kind=spec.skill.kind,
+        scene=spec.scene,
     )
 
 
@@ -216,10 +276,13 @@ def _check(
     path: Path,
     lines: KeyLines,
     perception: set[str],
-    commands: Collection[str] | None,
+    commands: Collection[str] | Mapping[str, Collection[str]] | None,
 ) -> Iterable[Problem]:
     def problem(key: tuple[str | int, ...], message: str) -> Problem:
         return Problem(path, format_key(key), lines.line_of(key), message)
+
+    if isinstance(commands, Mapping):
+        commands = commands.get(spec.skill.kind, ())
 
     names = set(spec.actions)
     known = ", ".join(sorted(names))
@@ -227,10 +290,28 @@ def _check(
         value = getattr(spec.skill, role)
         if value not in names:
             yield problem(("skill", role), f"unknown action {value!r} (known: {known})")
+    yield from _check_kind(spec, problem)
     yield from _check_actions(spec, perception, commands, problem)
     yield from _check_templates(spec, perception, problem)
     if {spec.skill.start, spec.skill.end} <= names and not _reaches(spec):
         yield problem(("skill", "end"), f"no path of `next` leads from start to {spec.skill.end!r}")
+
+
+def _check_kind(spec: SkillFile, problem: ProblemAt) -> Iterable[Problem]:
+    if spec.skill.kind == "person":
+        if spec.prompt.second_stage is None:
+            yield problem(("prompt",), "a person skill needs [prompt.second_stage]")
+        for name, action in spec.actions.items():
+            if action.params:
+                yield problem(("actions", name, "params"), "only scene skills take params")
+        return
+    scene = spec.scene
+    if scene is None:
+        yield problem(("skill", "kind"), "a scene skill needs a [scene] table (regions)")
+        return
+    if scene.safe is not None and scene.safe not in scene.regions:
+        known = ", ".join(sorted(scene.regions)) or "none"
+        yield problem(("scene", "safe"), f"unknown region {scene.safe!r} (known: {known})")
 
 
 _ACTION_NAME = re.compile(r"\w(?:[\w .-]{0,62}[\w.-])?")
@@ -324,18 +405,28 @@ def lexicon_phrase_problem(phrase: str) -> str | None:
 def _check_templates(
     spec: SkillFile, perception: set[str], problem: ProblemAt
 ) -> Iterable[Problem]:
+    person = spec.skill.kind == "person"
     observed = {f for f, needs in OBSERVED_FIELDS.items() if needs in perception}
-    second = spec.prompt.second_stage
-    if second.wait_times is not None and len(set(second.wait_times)) != len(second.wait_times):
-        yield problem(("prompt", "second_stage", "wait_times"), "a wait time is listed twice")
-    wait_fields = {"X_a"} if second.wait_times is None else {"X_a", "W"}
+    if not person:
+        observed = set()
+    goal_fields = set(spec.skill.params) | (set() if person else {"goal"})
     templates: list[tuple[tuple[str | int, ...], str, set[str]]] = [
-        (("skill", "goal"), spec.skill.goal, set(spec.skill.params)),
+        (("skill", "goal"), spec.skill.goal, goal_fields),
         (("prompt", "situation"), spec.prompt.situation, {"U", "X"}),
-        (("prompt", "second_stage", "wait_time"), second.wait_time, wait_fields),
-        (("prompt", "second_stage", "lose_person"), second.lose_person, {"X_a", "T"}),
     ]
-    templates += [(("actions", n, "text"), a.text, observed) for n, a in spec.actions.items()]
+    second = spec.prompt.second_stage
+    if second is not None:
+        times = second.wait_times
+        if times is not None and len(set(times)) != len(times):
+            yield problem(("prompt", "second_stage", "wait_times"), "a wait time is listed twice")
+        wait_fields = {"X_a"} if times is None else {"X_a", "W"}
+        templates += [
+            (("prompt", "second_stage", "wait_time"), second.wait_time, wait_fields),
+            (("prompt", "second_stage", "lose_person"), second.lose_person, {"X_a", "T"}),
+        ]
+    templates += [
+        (("actions", n, "text"), a.text, observed | set(a.params)) for n, a in spec.actions.items()
+    ]
     for key, text, allowed in templates:
         template = Template(text)
         if not template.is_valid():
