@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from onboard import bundled
+from onboard.base.errors import UsageError
 from onboard.base.tomlfile import load_model
 from onboard.drivers.arm.config import ArmConfig
 from onboard.drivers.arm.safety import SafetyLimits
@@ -187,6 +188,17 @@ class RobotConfig(_Strict):
         """This is the bundled example robot (no robot.toml was found): its skills are
         onboard's own, not to be edited."""
         return self._example
+
+    def with_arm_scene(self, scene: str | Path) -> RobotConfig:
+        """This robot with its simulated arm in ``scene`` (a shipped scene's name or a file);
+        a usage error for an arm that is not simulated."""
+        arm = self.drivers.arm
+        if arm is None or arm.kind != "sim":
+            raise UsageError(f'--scene {scene}: only a simulated arm (kind = "sim") has a scene')
+        drivers = self.drivers.model_copy(
+            update={"arm": arm.model_copy(update={"scene": Path(scene)})}
+        )
+        return self.model_copy(update={"drivers": drivers})
 
     def resolve(self, path: Path) -> Path:
         """A path from robot.toml, relative to the folder that holds robot.toml."""

@@ -39,6 +39,7 @@ from onboard.drivers.twin.bodies import Built, build_object, build_table
 from onboard.drivers.twin.frames import Quat, Vec3
 from onboard.drivers.twin.marker import HandMarker
 from onboard.drivers.twin.panda import IKSolution, Panda
+from onboard.drivers.twin.quiet import stdout_to_stderr
 from onboard.drivers.twin.scene import Scene, default_scene, find_scene, load_scene
 
 __all__ = ["DT", "Snapshot", "StepGate", "StepHook", "Twin"]
@@ -119,7 +120,8 @@ class Twin:
         self._stepped = threading.Condition()
         self._hooks: tuple[StepHook, ...] = ()
         self._hooks_lock = threading.Lock()
-        self._p = BulletClient(connection_mode=pybullet.DIRECT)
+        with stdout_to_stderr():  # the engine prints "argv[0]=" on connect: not on stdout
+            self._p = BulletClient(connection_mode=pybullet.DIRECT)
         self._p.setAdditionalSearchPath(pybullet_data.getDataPath())
         self._p.setGravity(0, 0, -9.81)
         self._p.setTimeStep(DT)

@@ -126,6 +126,10 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     if args.latency is not None and not (math.isfinite(args.latency) and args.latency >= 0):
         raise UsageError(f"--latency {args.latency}: must be a finite number of seconds >= 0")
     skill = load_robot_skill(robot, args.skill)
+    if skill.kind == "scene":
+        from onboard.cli.eval_tidy import evaluate_tidy_command
+
+        return evaluate_tidy_command(robot, skill, args)
     folder = robot.skills_dir / "scenarios"
     files = [find_scenario(f, folder) for f in args.scenarios or []] or default_scenarios(folder)
     scenarios = [load_scenario(Path(f)) for f in files]

@@ -139,6 +139,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--llm", help="URL, 'local' or 'standin' (default: robot.toml)")
     p.add_argument("--clock", choices=["wall", "virtual"], help="default: robot.toml")
     p.add_argument("--record", type=Path, help="recording path (default: recordings/...)")
+    p.add_argument("--goal", help='scene skills: the request ("put the red block on the blue one")')
+    p.add_argument("--scene", help="scene skills on the sim arm: a shipped scene or a file")
     p.set_defaults(func=_run)
 
     p = add("eval")
@@ -177,6 +179,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="marker offset from the tool point, tool frame")  # fmt: skip
     p.add_argument("--radius", type=float, default=0.02, help="marker radius, m")
     p.add_argument("--write", action="store_true", help="write [hand_eye] into robot.toml")
+    p.add_argument("--scene", help="sim arm: the scene to calibrate in (the marker's: calibration)")
     p.set_defaults(func=_calibrate)
 
     p = add("standin")
@@ -280,7 +283,10 @@ def _calibrate(args: argparse.Namespace) -> int:
     from onboard.bundled import example_robot
     from onboard.cli.calibrate import calibrate_command
 
-    return calibrate_command(_robot(args), _robot_path(args) or example_robot(), args)
+    robot = _robot(args)
+    if args.scene:
+        robot = robot.with_arm_scene(args.scene)
+    return calibrate_command(robot, _robot_path(args) or example_robot(), args)
 
 
 def _standin(args: argparse.Namespace) -> int:

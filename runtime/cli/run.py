@@ -7,11 +7,13 @@ import sys
 import time
 from pathlib import Path
 
+from onboard.base.errors import UsageError
 from onboard.cli.endpoint import llm_endpoint
 from onboard.config import RobotConfig
 from onboard.loop.paths import inside, safe_name
+from onboard.loop.skill import Skill
 
-__all__ = ["run"]
+__all__ = ["run", "run_scene"]
 
 
 def run(robot: RobotConfig, args: argparse.Namespace) -> int:
@@ -31,6 +33,10 @@ def run(robot: RobotConfig, args: argparse.Namespace) -> int:
     from onboard.loop.recorder import Recorder
 
     skill = load_robot_skill(robot, args.skill)
+    if skill.kind == "scene":
+        return run_scene(robot, skill, args)
+    if args.goal or args.scene:
+        raise UsageError(f"{skill.name} is a person skill: --goal and --scene are for scene skills")
     scenario = load_scenario(find_scenario(args.scenario, robot.skills_dir / "scenarios"))
     mapper = make_mapper(robot, skill)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -57,6 +63,56 @@ def run(robot: RobotConfig, args: argparse.Namespace) -> int:
     print(f"{'success' if verdict.success else 'failure'}: {verdict.reason}")
     print(f"recorded: {path}  (onboard replay {path})")
     code = episode_exit_code(outcome, verdict.success)
+    print(f"exit {int(code)}: {TABLE[code][0]}")
+    return code
+
+
+def run_scene(robot: RobotConfig, skill: Skill, args: argparse.Namespace) -> int:
+    """One episode of a scene skill (``onboard run tidy --goal "..."``) with the arm and
+    camera robot.toml names, recorded."""
+    from onboard import bundled
+    from onboard.hri.session import HttpAsk
+    from onboard.llm.client import ChatClient
+    from onboard.loop.exitcodes import TABLE, ExitCode
+    from onboard.loop.recorder import Recorder
+    from onboard.manip.session import SceneOptions, goal_skill, run_scene_episode, scene_hardware
+    from onboard.perception.detector import Detector
+
+    if not args.goal:
+        raise UsageError(f'{skill.name} is a scene skill: say what to do with --goal "..."')
+    if args.scene:
+        robot = robot.with_arm_scene(args.scene)
+    skill = goal_skill(skill, args.goal)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder = robot.recordings_dir
+    path = args.record or inside(folder, folder / f"{safe_name(skill.name)}-{stamp}.jsonl")
+    _keep_quota(robot, path)
+    clock = args.clock or robot.clock
+    detector_dir = bundled.detector_dir()
+    detector = Detector(detector_dir / "model.onnx", detector_dir / "classes.json")
+    with llm_endpoint(robot, args.llm) as (url, standin):
+        constrained = robot.llm.decoding == "constrained" and not standin
+        latency = robot.eval.standin_latency if standin and clock == "virtual" else None
+        options = SceneOptions(clock, constrained=constrained, latency=latency, handle_signals=True)
+        with (
+            ChatClient(robot.llm, base_url=url) as client,
+            Recorder(path) as recorder,
+            scene_hardware(robot) as found,
+        ):
+            mode = f"constrained, {client.structured_output} form" if constrained else "free"
+            print(f"onboard: {skill.name}: {args.goal!r}, LLM {url} ({mode}), {clock} clock")
+            outcome = run_scene_episode(
+                robot, skill, HttpAsk(client), recorder, found, detector, options
+            )
+    sequence = " -> ".join(f"{a}@{t:.1f}s" for t, a in outcome.actions)
+    print(f"actions: {sequence}")
+    print(f"{'finished' if outcome.finished else 'not finished'}: {outcome.reason}")
+    print(f"recorded: {path}")
+    code = ExitCode.SUCCESS if outcome.finished else ExitCode.TASK_FAILED
+    if outcome.signal is not None:
+        from onboard.loop.exitcodes import for_signal
+
+        code = for_signal(outcome.signal)
     print(f"exit {int(code)}: {TABLE[code][0]}")
     return code
 

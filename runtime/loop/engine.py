@@ -469,27 +469,31 @@ class SkillRunner:
         self.clock.submit(work, done, latency=0.0)
 
     def _check(self, steps: list[Step], then: Callable[[Verdict], None]) -> None:
-        """Every check on ``steps`` against what is seen now; ``then`` gets the first failed
-        verdict, or an ok one. Without checks, ``then`` runs at once."""
+        """Every check on ``steps`` against what is seen now (a fresh look when the runner
+        has ``look``); ``then`` gets the first failed verdict, or an ok one. Without checks,
+        ``then`` runs at once."""
         if not self.checks:
             then(Verdict(True))
             return
-        observation = self.observation
-        checks = list(self.checks)
+        latest, look, checks = self.observation, self.look, list(self.checks)
 
-        def work() -> list[tuple[str, Verdict]]:
+        def work() -> tuple[Observation, list[tuple[str, Verdict]]]:
+            observation = look() if look is not None else latest
             verdicts = []
             for check in checks:
                 verdict = check.check(steps, observation)
                 verdicts.append((check.name, verdict))
                 if not verdict.ok:
                     break
-            return verdicts
+            return observation, verdicts
 
-        def done(verdicts: list[tuple[str, Verdict]] | Verdict) -> None:
-            if isinstance(verdicts, Verdict):  # the check itself failed
-                then(verdicts)
+        def done(result: tuple[Observation, list[tuple[str, Verdict]]] | Verdict) -> None:
+            if isinstance(result, Verdict):  # the check itself failed
+                then(result)
                 return
+            seen, verdicts = result
+            if look is not None:
+                self.observe(seen)
             for name, verdict in verdicts:
                 self.record("check", check=name, actions=[s.action for s in steps],
                             steps=[s.to_record() for s in steps], ok=verdict.ok,

@@ -151,6 +151,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from onboard.testing.tidy_policy import TidyPolicy, is_tidy_request
+
 Intent = tuple[str, ...]
 
 ACTIONS: tuple[str, ...] = ("approach", "wait", "wait for cue", "eye contact", "pause", "speak")
@@ -553,6 +555,7 @@ class StandInPolicy:
         self.off_set_rate = _check_probability("off_set_rate", off_set_rate)
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
+        self._tidy = TidyPolicy(self._rng)
 
     def reply(self, body: Mapping[str, Any]) -> str:
         """Assistant message content for a chat-completion request body."""
@@ -569,6 +572,8 @@ class StandInPolicy:
             return format_json(fit_schema(obj, response_format), self._rng, noise)
         if text.endswith("understood?"):
             return self._rng.choice(_ACKS)
+        if is_tidy_request(text):  # the tidy skill (runtime/testing/tidy_policy.py)
+            return self._tidy.reply(text, exact=is_json_mode(response_format))
         enum = constrained_enum(response_format)
         if enum is not None:
             return json.dumps(fit_schema(self._constrained(text, enum), response_format))

@@ -1,0 +1,208 @@
+"""The arm as the loop's driver: a scene skill's commands run off the loop, through the clock.
+
+Each command (pick, place, push, give, home, recover) is a short sequence of :class:`SafeArm`
+calls, always through its safety limits. It runs as submitted work: on a worker thread on the
+wall clock, so perception, timers and a stop are never blocked; on the virtual clock it takes
+the simulated time the motion took in the physics twin (``elapsed``), so a run on the virtual
+clock keeps the twin's time.
+
+:meth:`stop` reaches :meth:`Arm.stop` at once, from the loop, whatever runs: the motion in
+progress aborts before its next step and the arm holds where it is. A stop never opens the
+gripper: what to do with a held object is the fallback's decision (``arm.recover``: put it
+down in the skill's safe region, then home).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from onboard.base.errors import ArmError, DriverError
+from onboard.drivers.arm.base import Pose
+from onboard.drivers.arm.safety import SafeArm
+from onboard.drivers.base import Args, Done, Running
+from onboard.loop.clock import Clock, Timer
+from onboard.manip.commands import ARM_COMMANDS
+
+__all__ = ["ArmDriver"]
+
+#: metres above a grasp or release pose the tool approaches and leaves from
+APPROACH = 0.10
+#: metres a push starts behind the object, and stops short of the target point
+PUSH_BACK = 0.06
+#: the fingers close this fraction of the object's size above its centre: clear of the
+#: table (and SafeArm's floor) for an object resting on it
+GRASP_ABOVE = 0.25
+
+
+class _Command:
+    """A command in progress: cancelling it stops the arm and drops its ``done``."""
+
+    def __init__(self, driver: ArmDriver, name: str) -> None:
+        self.driver, self.name = driver, name
+        self.cancelled = False
+        self.timer: Timer | None = None
+
+    def cancel(self) -> None:
+        if self.cancelled:
+            return
+        self.cancelled = True
+        if self.timer is not None:
+            self.timer.cancel()
+        elif self.name.startswith("arm."):
+            self.driver.arm.stop()  # aborts the motion; the next command resumes the arm
+
+
+class ArmDriver:
+    """Implements :class:`~onboard.drivers.base.RobotDriver` over a :class:`SafeArm`."""
+
+    COMMANDS = ARM_COMMANDS
+
+    def __init__(
+        self,
+        arm: SafeArm,
+        clock: Clock,
+        elapsed: Callable[[], float] | None = None,
+        speed: float = 0.2,
+        record: Callable[..., None] | None = None,
+    ) -> None:
+        """``elapsed``: simulated seconds (the twin's clock) for the virtual clock's timing;
+        None takes the measured time. ``speed``: tool speed, m/s (SafeArm caps it)."""
+        self.arm = arm
+        self.clock = clock
+        self.elapsed = elapsed
+        self.speed = speed
+        self.record = record or (lambda *_a, **_k: None)
+        self.holding: str | None = None
+        #: half the held object's height: its centre sits this far above what it rests on
+        self.held_half: float | None = None
+        #: how far above the held object's centre the tool point is
+        self.held_offset = 0.0
+        self._latched = False
+        self._motion = threading.Lock()
+        self._tool: Pose | None = None
+
+    @property
+    def commands(self) -> frozenset[str]:
+        return self.COMMANDS
+
+    # -- RobotDriver ------------------------------------------------------------------------
+
+    def start(self, command: str, args: Args, done: Done) -> Running:
+        if command not in self.COMMANDS:
+            raise DriverError(f"arm driver: unknown command {command!r}")
+        if self._latched:
+            raise DriverError(f"arm driver: stopped; {command} refused until resume()")
+        running = _Command(self, command)
+        if command == "none":
+            running.timer = self.clock.call_later(0.0, done)
+            return running
+        if command == "wait":
+            running.timer = self.clock.call_later(float(args.get("seconds", 1.0)), done)
+            return running
+        motion = getattr(self, "_" + command.removeprefix("arm."))
+        began = [0.0]
+
+        def work() -> None:
+            with self._motion:
+                if self._latched or running.cancelled:
+                    raise ArmError(f"{command}: stopped before it began")
+                self.arm.resume()  # a cancelled command before this one left the arm stopped
+                began[0] = self.elapsed() if self.elapsed is not None else 0.0
+                motion(dict(args))
+
+        def latency() -> float:
+            return max(0.0, self.elapsed() - began[0]) if self.elapsed is not None else 0.0
+
+        def finished(result: object, _took: float) -> None:
+            if running.cancelled:
+                return
+            if isinstance(result, BaseException):
+                # a motion that failed (out of reach, a fault): the arm holds; the skill's
+                # timeout or the next decision moves on, and the record says why
+                self.record("error", source="arm", message=f"{command}: {result}")
+            done()
+
+        self.clock.submit(work, finished, latency=latency if self.elapsed is not None else None)
+        return running
+
+    def stop(self) -> None:
+        """Halt the arm now and refuse commands until :meth:`resume`; the gripper stays as
+        it is."""
+        self._latched = True
+        self.arm.stop()
+
+    def resume(self) -> None:
+        self._latched = False
+        self.arm.resume()
+
+    # -- motions (worker thread; one at a time) -----------------------------------------------
+
+    def home(self) -> None:
+        """Home the arm now (blocking), and take its tool orientation for the motions."""
+        with self._motion:
+            self.arm.resume()
+            self._home({})
+
+    def _pose(self, x: float, y: float, z: float) -> Pose:
+        if self._tool is None:
+            self._tool = self.arm.state().pose
+        return replace(self._tool, x=x, y=y, z=z)
+
+    def _home(self, args: Mapping[str, Any]) -> None:
+        self.arm.home()
+        self._tool = self.arm.state().pose
+
+    def _pick(self, args: Mapping[str, Any]) -> None:
+        x, y, z = float(args["x"]), float(args["y"]), float(args["z"])
+        size = float(args.get("size", 0.04))
+        offset = GRASP_ABOVE * size
+        grasp, above = self._pose(x, y, z + offset), self._pose(x, y, z + APPROACH)
+        self.arm.grip(False)
+        self.arm.move_to(above, self.speed)
+        self.arm.move_to(grasp, self.speed)
+        self.arm.grip(True)
+        self.holding, self.held_half, self.held_offset = str(args["object"]), size / 2, offset
+        self.arm.move_to(above, self.speed)
+
+    def _place(self, args: Mapping[str, Any]) -> None:
+        """Put what the gripper holds on the target: its centre half its height above the
+        target's top (an object's top, or the table in a region)."""
+        x, y = float(args["tx"]), float(args["ty"])
+        z = float(args["top"]) + (self.held_half if self.held_half is not None else 0.02)
+        z += self.held_offset
+        release, above = self._pose(x, y, z + 0.005), self._pose(x, y, z + APPROACH)
+        self.arm.move_to(above, self.speed)
+        self.arm.move_to(release, self.speed)
+        self.arm.grip(False)
+        self.holding = self.held_half = None
+        self.held_offset = 0.0
+        self.arm.move_to(above, self.speed)
+
+    def _push(self, args: Mapping[str, Any]) -> None:
+        x, y, z = float(args["x"]), float(args["y"]), float(args["z"])
+        z += GRASP_ABOVE * float(args.get("size", 0.04))  # the fingers on its upper half
+        tx, ty = float(args["tx"]), float(args["ty"])
+        dx, dy = tx - x, ty - y
+        length = max((dx * dx + dy * dy) ** 0.5, 1e-6)
+        ux, uy = dx / length, dy / length
+        behind = (x - ux * PUSH_BACK, y - uy * PUSH_BACK)
+        # the fingers end short of the target point by the gap they started behind the object
+        end = (tx - ux * PUSH_BACK, ty - uy * PUSH_BACK)
+        self.arm.grip(True)
+        self.arm.move_to(self._pose(*behind, z + APPROACH), self.speed)
+        self.arm.move_to(self._pose(*behind, z), self.speed)
+        self.arm.move_to(self._pose(*end, z), self.speed / 2)
+        self.arm.move_to(self._pose(*end, z + APPROACH), self.speed)
+        self.arm.grip(False)
+
+    def _give(self, args: Mapping[str, Any]) -> None:
+        x, y, z = float(args["x"]), float(args["y"]), float(args["z"])
+        self.arm.move_to(self._pose(x, y, z), self.speed)
+
+    def _recover(self, args: Mapping[str, Any]) -> None:
+        if self.holding is not None and "tx" in args:
+            self._place(args)
+        self._home(args)

@@ -1,0 +1,222 @@
+"""Assemble one scene-skill episode: the arm and camera robot.toml names, the detector, the
+loop; run it on a clock with a goal from the command line.
+
+The same code drives the physics twin in-process (``[drivers.arm] kind = "sim"``), the JAKA
+emulator of ``onboard sim serve`` over TCP, or a real arm; the arm is always behind SafeArm.
+With the in-process twin on the virtual clock, the twin keeps the loop's time: each time the
+loop's clock moves on, the twin steps to it (a 5 s model call lets 5 s of physics pass), and
+an arm motion takes the simulated time it took in the twin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from string import Template
+
+from onboard.base.errors import ConfigError, Problem, RecordingWriteError, UsageError
+from onboard.base.signals import on_stop_signals
+from onboard.catalog import make_mapper
+from onboard.config import RobotConfig
+from onboard.drivers.factory import Hardware, hardware
+from onboard.hri.session import make_clock
+from onboard.loop.clock import Clock, VirtualClock, WallClock
+from onboard.loop.engine import Ask, Outcome, SkillRunner
+from onboard.loop.recorder import Recorder
+from onboard.loop.skill import Skill
+from onboard.manip.arm_driver import ArmDriver
+from onboard.manip.kind import SceneKind
+from onboard.manip.observation import SceneObservation
+from onboard.manip.perception import ScenePerception
+from onboard.manip.resolve import ObjectResolver
+from onboard.manip.verify import Effects, EffectVerify, SceneCheck
+from onboard.perception.detector import Detector
+from onboard.perception.pose import HandEye
+from onboard.perception.scene_observer import SceneObserver
+
+__all__ = ["SceneOptions", "goal_skill", "run_scene_episode", "scene_hardware"]
+
+
+@dataclass(frozen=True)
+class SceneOptions:
+    clock: str = "virtual"
+    constrained: bool = False
+    latency: float | Callable[[], float] | None = None
+    handle_signals: bool = False
+    #: seconds of the episode clock the robot has for the goal
+    limit: float = 300.0
+    #: seconds between two looks at the table while nothing else looks
+    look_every: float = 1.0
+
+
+def goal_skill(skill: Skill, goal: str) -> Skill:
+    """The skill with the user's request in its goal (``$goal``)."""
+    if not goal.strip():
+        raise UsageError(f'{skill.name}: the goal is empty; pass --goal "..."')
+    return replace(skill, goal=Template(skill.goal).safe_substitute(goal=goal.strip()))
+
+
+@contextmanager
+def scene_hardware(robot: RobotConfig) -> Iterator[Hardware]:
+    """The arm and camera of robot.toml, connected; both are needed for a scene skill."""
+    arm, camera = robot.drivers.arm, robot.drivers.camera
+    if arm is None or camera is None:
+        missing = " and ".join(n for n, c in (("arm", arm), ("camera", camera)) if c is None)
+        raise ConfigError(
+            [
+                Problem(
+                    robot.root / "robot.toml", f"drivers.{missing}", None, "a scene skill needs it"
+                )
+            ]
+        )
+    with hardware(arm, camera, robot.safety, robot.root) as found:
+        yield found
+
+
+def _hand_eye(robot: RobotConfig) -> HandEye:
+    if robot.hand_eye is None:
+        why = "a scene skill needs it (the camera in the base frame): onboard calibrate --write"
+        raise ConfigError([Problem(robot.root / "robot.toml", "hand_eye", None, why)])
+    return HandEye.from_config(robot.hand_eye)
+
+
+def run_scene_episode(
+    robot: RobotConfig,
+    skill: Skill,
+    ask: Ask,
+    recorder: Recorder,
+    found: Hardware,
+    detector: Detector,
+    options: SceneOptions = SceneOptions(),
+    on_runner: Callable[[SkillRunner], None] | None = None,
+) -> Outcome:
+    """Run ``skill`` (its goal already set: :func:`goal_skill`) until it ends, it is stopped,
+    or ``options.limit`` seconds pass. ``on_runner`` sees the runner before it starts (tests
+    and benchmarks)."""
+    if found.arm is None or found.camera is None:
+        raise UsageError("a scene skill needs an arm and a camera")
+    clock = make_clock(options.clock)
+    twin = found.twin
+    virtual = isinstance(clock, VirtualClock)
+    recorder.use_clock(clock.now)
+    recorder.hide(robot.llm.api_key())
+    recorder.write(
+        "header",
+        robot=robot.model_dump(mode="json"),
+        robot_root=str(robot.root.resolve()),
+        skill=str(skill.path.resolve()),
+        skill_kind="scene",
+        task={"goal": skill.goal},
+        options={"clock": options.clock, "constrained": options.constrained},
+        latency=options.latency if isinstance(options.latency, float) else None,
+    )
+    if recorder.fault is not None:
+        raise recorder.fault
+    elapsed = (lambda: twin.time) if (virtual and twin is not None) else None
+    driver = ArmDriver(found.arm, clock, elapsed=elapsed, record=recorder.write)
+    driver.home()
+    if twin is not None:
+        _keep_time(clock, twin, virtual)
+    perception = ScenePerception(
+        found.camera,
+        detector,
+        SceneObserver(_hand_eye(robot), sides="base"),
+        clock.now,
+        holding=lambda: driver.holding,
+        images=skill.prompt.images,
+    )
+    mapper = make_mapper(robot, skill)
+    kind = SceneKind(
+        skill, mapper, ObjectResolver(mapper.embedder, near_tie=robot.mapping.near_tie)
+    )
+    effects = Effects()
+    runner = SkillRunner(
+        skill,
+        clock,
+        driver,
+        ask,
+        kind,
+        recorder.write,
+        second_stage=False,
+        constrained=options.constrained,
+        latency=options.latency,
+        checks=[SceneCheck(skill, effects)],
+        verifiers=[EffectVerify(skill, effects)],
+        look=perception.look,
+        max_rounds=skill.max_rounds,
+        on_finish=lambda _: clock.stop(),
+        breaker_failures=robot.llm.breaker_failures,
+        breaker_cooldown=robot.llm.breaker_cooldown,
+    )
+    if on_runner is not None:
+        on_runner(runner)
+    _look_periodically(runner, perception, options.look_every)
+
+    def stop_on_fault(fault: RecordingWriteError) -> None:
+        clock.post(lambda: runner.stop(f"recording failed: {fault}"))
+
+    recorder.on_fault = stop_on_fault
+
+    def stop_on_signal(name: str) -> None:
+        clock.post(lambda: runner.stop(f"{name} received", signal=name))
+        clock.interrupt()
+        cancel = getattr(ask, "cancel", None)
+        if callable(cancel):
+            cancel()
+
+    with on_stop_signals(stop_on_signal, options.handle_signals):
+        try:
+            runner.start(perception.look())
+            clock.run(until=options.limit)
+        finally:
+            if not runner.finished:
+                runner.stop("time limit reached" if clock.now() >= options.limit else "interrupted")
+            if isinstance(clock, WallClock):
+                clock.close()
+    if recorder.fault is not None:
+        raise recorder.fault
+    return runner.outcome
+
+
+def _keep_time(clock: Clock, twin: object, virtual: bool) -> None:
+    """The twin steps to the loop's clock: on each advance of virtual time, or every 50 ms
+    of wall time. An arm motion steps the twin itself, ahead of the clock; the twin then
+    waits for the clock to catch up."""
+    from onboard.drivers.twin.world import Twin
+
+    assert isinstance(twin, Twin)
+    offset = twin.time - clock.now()
+
+    def catch_up(now: float) -> None:
+        behind = now + offset - twin.time
+        if behind > 0:
+            twin.step(behind)
+
+    if isinstance(clock, VirtualClock):
+        clock.on_advance(catch_up)
+        return
+
+    def tick() -> None:
+        catch_up(clock.now())
+        clock.call_later(0.05, tick)
+
+    clock.post(tick)
+
+
+def _look_periodically(runner: SkillRunner, perception: ScenePerception, every: float) -> None:
+    """Perception posts a fresh look every ``every`` seconds (off the loop)."""
+    clock = runner.clock
+
+    def look() -> None:
+        if runner.finished:
+            return
+
+        def seen(result: SceneObservation | BaseException, _took: float) -> None:
+            if not runner.finished and isinstance(result, SceneObservation):
+                runner.observe(result)
+            clock.call_later(every, look)
+
+        clock.submit(perception.look, seen, latency=0.0)
+
+    clock.call_later(every, look)
