@@ -35,7 +35,7 @@ from onboard.perception.detector import Detector
 from onboard.perception.pose import HandEye
 from onboard.perception.scene_observer import SceneObserver
 
-__all__ = ["SceneOptions", "goal_skill", "run_scene_episode", "scene_hardware"]
+__all__ = ["SceneOptions", "goal_skill", "keep_time", "run_scene_episode", "scene_hardware"]
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def run_scene_episode(
     driver = ArmDriver(found.arm, clock, elapsed=elapsed, record=recorder.write)
     driver.home()
     if twin is not None:
-        _keep_time(clock, twin, virtual)
+        keep_time(clock, twin, virtual)
     perception = ScenePerception(
         found.camera,
         detector,
@@ -179,7 +179,7 @@ def run_scene_episode(
     return runner.outcome
 
 
-def _keep_time(clock: Clock, twin: object, virtual: bool) -> None:
+def keep_time(clock: Clock, twin: object, virtual: bool) -> None:
     """The twin steps to the loop's clock: on each advance of virtual time, or every 50 ms
     of wall time. An arm motion steps the twin itself, ahead of the clock; the twin then
     waits for the clock to catch up."""

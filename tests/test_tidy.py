@@ -1,0 +1,295 @@
+"""The tidy skill through the one loop: the physics twin, its camera, the shipped detector and
+embedder, the arm behind SafeArm, and the stand-in LLM over loopback HTTP (a documented rule
+policy that sees only the request: runtime/testing/tidy_policy.py). Success is judged from the
+twin's truth by runtime/testing/tidy_judge.py, which the robot's code never imports.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from onboard import bundled
+from onboard.base.errors import SkillError, UsageError
+from onboard.catalog import load_robot_skill, make_mapper
+from onboard.cli.main import main
+from onboard.config import RobotConfig
+from onboard.drivers.factory import Hardware
+from onboard.grounding.embedder import Embedder
+from onboard.hri.session import HttpAsk
+from onboard.llm.client import ChatClient
+from onboard.loop.clock import VirtualClock
+from onboard.loop.engine import SkillRunner
+from onboard.loop.kind import Step
+from onboard.loop.recorder import MemoryRecorder
+from onboard.loop.skill import Skill, load_skill
+from onboard.manip.arm_driver import ArmDriver
+from onboard.manip.commands import ARM_COMMANDS
+from onboard.manip.kind import SceneKind
+from onboard.manip.observation import SceneObservation
+from onboard.manip.perception import ScenePerception
+from onboard.manip.resolve import ObjectResolver
+from onboard.manip.session import (
+    SceneOptions,
+    goal_skill,
+    keep_time,
+    run_scene_episode,
+    scene_hardware,
+)
+from onboard.perception.pose import HandEye
+from onboard.perception.scene_observer import SceneObserver
+from onboard.testing.standin_server import StandInServer
+from onboard.testing.tidy_eval import detector, run_tidy_trial
+from onboard.testing.tidy_judge import TidyTask, judge, load_tasks
+
+TASKS = bundled.skills_dir() / "tasks" / "tidy.toml"
+
+
+@pytest.fixture(scope="module")
+def tidy(robot: RobotConfig) -> Skill:
+    return load_robot_skill(robot, "tidy")
+
+
+@pytest.fixture(scope="module")
+def tasks() -> dict[str, TidyTask]:
+    found, _ = load_tasks(TASKS)
+    return {t.name: t for t in found}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[StandInServer]:
+    with StandInServer(seed=0, noise=0.0, format_noise=0.0) as running:
+        yield running
+
+
+@pytest.fixture
+def hardware(robot: RobotConfig) -> Iterator[Hardware]:
+    with scene_hardware(robot.with_arm_scene("blocks")) as found:
+        yield found
+
+
+def look(robot: RobotConfig, found: Hardware) -> SceneObservation:
+    assert found.camera is not None and robot.hand_eye is not None
+    observer = SceneObserver(HandEye.from_config(robot.hand_eye), sides="base")
+    return ScenePerception(found.camera, detector(), observer, lambda: 0.0).look()
+
+
+# -- the skill file --------------------------------------------------------------------------
+
+
+def test_tidy_is_a_scene_skill_with_regions_and_arm_commands(tidy: Skill) -> None:
+    assert tidy.kind == "scene" and tidy.scene is not None
+    assert set(tidy.scene.regions) == {"left side", "right side", "middle"}
+    assert {a.spec.command for a in tidy.actions.values()} <= ARM_COMMANDS
+    assert tidy.actions["pick"].spec.params == ["object"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.replace('kind = "scene"', 'kind = "person"'), "a person skill needs"),
+        (lambda t: t.replace('safe = "left side"', 'safe = "the shelf"'), "unknown region"),
+        (lambda t: t.replace("$object", "$thing", 1), "unknown template field $thing"),
+        (lambda t: re.sub(r"\[scene\].*?(?=\[mapping\])", "", t, flags=re.S), "[scene]"),
+    ],
+)
+def test_a_broken_scene_skill_names_the_problem(
+    tidy: Skill, tmp_path: Path, edit: Any, message: str
+) -> None:
+    path = tmp_path / "tidy.toml"
+    path.write_text(edit(tidy.path.read_text(encoding="utf-8")), encoding="utf-8")
+    with pytest.raises(SkillError) as caught:
+        load_skill(path, commands={"scene": ARM_COMMANDS, "person": ARM_COMMANDS})
+    assert message in str(caught.value)
+    assert str(path) in str(caught.value)
+
+
+# -- references, schema, reading a reply -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("phrase", "name"),
+    [
+        ("the red block", "red block"),
+        ("red", "red block"),
+        ("the blue one", "blue block"),
+        ("the green cube", "green block"),
+        ("the ruby cube", None),  # nothing near enough: refused, not guessed
+        ("the lemon block", None),  # as near two blocks: refused
+        ("the banana", None),
+    ],
+)
+def test_object_references_resolve_through_the_embedder(
+    embedder: Embedder, phrase: str, name: str | None
+) -> None:
+    names = ["red block", "green block", "blue block", "yellow block"]
+    assert ObjectResolver(embedder).resolve(phrase, names).name == name
+
+
+def test_the_schema_enums_are_the_actions_the_objects_in_view_and_the_regions(
+    robot: RobotConfig, tidy: Skill, hardware: Hardware
+) -> None:
+    seen = look(robot, hardware)
+    assert sorted(seen.names()) == ["blue block", "green block", "red block", "yellow block"]
+    kind = SceneKind(tidy, make_mapper(robot, tidy), ObjectResolver(Embedder(robot.embedder_dir)))
+    schema = kind.plan_schema(tidy, seen)
+    assert schema is not None
+    properties = schema["properties"]
+    assert properties["action"]["enum"] == list(tidy.actions)
+    assert sorted(properties["object"]["enum"]) == sorted([*seen.names(), "none"])
+    assert set(properties["target"]["enum"]) == {*seen.names(), "left side", "right side",
+                                                 "middle", "none"}  # fmt: skip
+    assert schema["required"] == list(properties)
+
+
+def test_a_free_text_reply_becomes_a_step_with_arguments_or_is_refused(
+    robot: RobotConfig, tidy: Skill, hardware: Hardware
+) -> None:
+    seen = look(robot, hardware)
+    kind = SceneKind(tidy, make_mapper(robot, tidy), ObjectResolver(Embedder(robot.embedder_dir)))
+    plan = kind.read_plan('{"action": "grab", "object": "the red block", "target": "none"}', seen)
+    assert plan.steps == [Step("pick", {"object": "red block"})]
+    plan = kind.read_plan('{"action": "put it down", "target": "the right side"}', seen)
+    assert plan.steps == [Step("place", {"target": "right side"})]
+    refused = kind.read_plan('{"action": "pick up", "object": "the ruby cube"}', seen)
+    assert refused.steps == [] and "not in view" in refused.record["refused"]
+    missing = kind.read_plan('{"action": "pick up", "object": "none"}', seen)
+    assert missing.steps == [] and "needs its object" in missing.record["refused"]
+
+
+# -- episodes ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["stack", "unstack", "region", "give", "push"])
+def test_each_goal_succeeds_with_the_standin(
+    robot: RobotConfig, tidy: Skill, tasks: dict[str, TidyTask], server: StandInServer, name: str
+) -> None:
+    options = SceneOptions("virtual", constrained=True, latency=1.0, limit=60.0)
+    with ChatClient(robot.llm, base_url=server.base_url) as client:
+        trial = run_tidy_trial(robot, tidy, tasks[name], 0, HttpAsk(client), detector(),
+                               options, jitter=0.01, seed=0)  # fmt: skip
+    assert trial.success, trial
+    assert trial.actions[-1] == "done" and trial.fallbacks == 0
+
+
+class KnockOff(MemoryRecorder):
+    """Records in memory; once the place of ``subject`` has passed its verification, the next
+    plan request knocks ``subject`` off its support in the twin (while the plan is asked)."""
+
+    def __init__(self, hardware: Hardware, subject: str) -> None:
+        super().__init__()
+        self.hardware, self.subject = hardware, subject
+        self.placed = False
+        self.knocked_at: int | None = None
+
+    def write(self, kind: str, **fields: Any) -> None:
+        super().write(kind, **fields)
+        if kind == "verify" and fields.get("action") == "place" and fields.get("ok"):
+            self.placed = True
+        if kind == "request" and self.placed and self.knocked_at is None:
+            assert self.hardware.twin is not None
+            self.hardware.twin.set_object_pose(self.subject, (0.32, 0.22, 0.02))
+            self.knocked_at = len(self.records)
+
+
+def test_a_block_knocked_off_while_the_next_step_is_planned_is_noticed_and_put_back(
+    robot: RobotConfig, tidy: Skill, tasks: dict[str, TidyTask], server: StandInServer,
+    hardware: Hardware,
+) -> None:  # fmt: skip
+    task = tasks["stack"]
+    recorder = KnockOff(hardware, "red block")
+    options = SceneOptions("virtual", constrained=True, latency=1.0, limit=90.0)
+    with ChatClient(robot.llm, base_url=server.base_url) as client:
+        outcome = run_scene_episode(robot, goal_skill(tidy, task.goal), HttpAsk(client),
+                                    recorder, hardware, detector(), options)  # fmt: skip
+    assert recorder.knocked_at is not None
+    after = recorder.records[recorder.knocked_at :]
+    noticed = [r for r in after if r["kind"] in ("check", "verify") and not r["ok"]]
+    assert noticed and "no longer on the blue block" in noticed[0]["feedback"]
+    reask = next(r for r in after if r["kind"] == "reask")
+    assert "no longer on the blue block" in reask["history"][-1]["feedback"]
+    actions = [a for _, a in outcome.actions]
+    assert actions.count("place") == 2 and actions[-1] == "done" and outcome.finished
+    assert hardware.twin is not None and judge(hardware.twin, task, tidy).success
+
+
+def test_a_stop_reaches_the_arm_at_once_and_never_opens_a_closed_gripper(
+    robot: RobotConfig, tidy: Skill, tasks: dict[str, TidyTask], server: StandInServer,
+    hardware: Hardware,
+) -> None:  # fmt: skip
+    twin = hardware.twin
+    assert twin is not None and hardware.arm is not None
+    runners: list[SkillRunner] = []
+    asked = threading.Event()
+    stopped_at: list[int] = []
+
+    def stop_when_holding(snapshot: Any) -> None:
+        if snapshot.held == "red block" and not asked.is_set():
+            asked.set()
+            stopped_at.append(snapshot.step)
+            runners[0].clock.post(lambda: runners[0].stop("operator stop"))
+
+    options = SceneOptions("wall", constrained=True, latency=None, limit=60.0)
+    with ChatClient(robot.llm, base_url=server.base_url) as client, twin.on_step(stop_when_holding):
+        outcome = run_scene_episode(robot, goal_skill(tidy, tasks["stack"].goal),
+                                    HttpAsk(client), MemoryRecorder(), hardware, detector(),
+                                    options, on_runner=runners.append)  # fmt: skip
+    assert asked.is_set() and outcome.reason == "operator stop" and not outcome.finished
+    state = hardware.arm.state()
+    assert state.stopped and state.gripper_closed
+    assert twin.held_object() == "red block"  # the fallback decides; a stop never drops it
+
+
+def test_the_verifier_reads_camera_and_detector_only() -> None:
+    code = (
+        "import sys, onboard.manip.verify, onboard.manip.kind, onboard.manip.perception\n"
+        "bad = [m for m in sys.modules if m.startswith('onboard.drivers.twin') or"
+        " m.startswith('pybullet') or m.startswith('onboard.testing')]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_twin_keeps_the_loops_virtual_time_and_a_motion_takes_its_twin_time(
+    hardware: Hardware,
+) -> None:
+    twin = hardware.twin
+    assert twin is not None and hardware.arm is not None
+    clock = VirtualClock()
+    driver = ArmDriver(hardware.arm, clock, elapsed=lambda: twin.time)
+    driver.home()
+    keep_time(clock, twin, True)
+    began = twin.time
+    clock.call_later(5.0, lambda: None)  # a 5 s model call: 5 s of physics pass
+    clock.run(until=5.0)
+    assert abs(twin.time - began - 5.0) < 0.01
+    done = threading.Event()
+    before = twin.time
+    driver.start("arm.home", {}, done.set)
+    moved = twin.time - before
+    clock.run(until=5.0 + moved + 0.001)
+    assert done.is_set() and abs(clock.now() - 5.0 - moved) < 0.01
+
+
+def test_run_without_a_goal_or_with_a_goal_on_a_person_skill_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["run", "tidy", "--llm", "standin"]) == 2
+    assert "--goal" in capsys.readouterr().err
+    with pytest.raises(UsageError):
+        goal_skill(load_robot_skill(load_robot_default(), "tidy"), "  ")
+    assert main(["run", "engage", "--goal", "stack them"]) == 2
+    assert "scene skills" in capsys.readouterr().err
+
+
+def load_robot_default() -> RobotConfig:
+    from onboard.config import load_robot
+
+    return load_robot(Path(__file__).resolve().parent.parent / "robot.toml")
