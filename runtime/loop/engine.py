@@ -552,6 +552,10 @@ class SkillRunner:
             self.outcome.phrase = args["text"] = self._phrase or self.skill.default_phrase
             self.outcome.spoke_at, self.outcome.spoke_visible = now, observation.visible
             self.record("speech", text=args["text"])
+        if self._timing is not None:  # the command is handed to the driver now
+            before, received = self._timing
+            self.decision_overhead.append((before, time.perf_counter() - received))
+            self._timing = None
         try:
             self._running = self.driver.start(action.spec.command, args, self._command_done)
         except DriverError as exc:
@@ -560,10 +564,6 @@ class SkillRunner:
             return
         if action.spec.timeout is not None:
             self._timeout = self.clock.call_later(action.spec.timeout, self._command_timeout)
-        if self._timing is not None:
-            before, received = self._timing
-            self.decision_overhead.append((before, time.perf_counter() - received))
-            self._timing = None
         self.events.arm(action, observation)
 
     def _command_done(self) -> None:
