@@ -200,7 +200,8 @@ def _object(line: bytes, what: str) -> dict[str, Any]:
 
 
 def _check_version(obj: dict[str, Any]) -> None:
-    if obj.get("v") != VERSION:
+    version = obj.get("v")
+    if isinstance(version, bool) or version != VERSION:
         raise ValueError(f"protocol version {_show(obj.get('v'))}; this end speaks {VERSION}")
 
 

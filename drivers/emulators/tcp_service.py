@@ -148,6 +148,9 @@ class TcpService:
                 full = len(self._clients) >= self.max_clients
                 if not full:
                     self._clients.add(sock)
+            if not self._running.is_set():  # accepted as close() ran: it hung up the others
+                _hang_up(sock)
+                return
             if full:
                 why = f"{self.max_clients} clients connected already (at most {self.max_clients})"
                 with contextlib.suppress(OSError):

@@ -174,7 +174,8 @@ def _request(line: bytes) -> dict[str, Any]:
         raise BadRequest(f"not a line of JSON: {_show(line)}") from None
     if not isinstance(request, dict):
         raise BadRequest(f"not a JSON object: {_show(request)}; ask {REQUESTS}")
-    if request.get("v", VERSION) != VERSION:
+    version = request.get("v", VERSION)
+    if isinstance(version, bool) or version != VERSION:
         raise BadRequest(f"protocol version {_show(request.get('v'))}; this server speaks 1")
     return request
 
