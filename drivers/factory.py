@@ -3,6 +3,11 @@
 It takes the drivers' own settings (``[drivers.arm]``, ``[drivers.camera]``, ``[safety]``)
 and the folder their relative paths start from, not the whole robot.toml, so the drivers
 need nothing from the runtime above them.
+
+A camera must watch the world its arm moves: ``kind = "sim"`` builds a twin in this process,
+which only the ``sim`` arm moves, and ``kind = "sim-serve"`` watches the twin of ``onboard sim
+serve``, which only an arm driven through sim serve (JAKA, G-code) moves. Any other pairing of
+a simulated camera is refused before anything is built.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ __all__ = ["Hardware", "hardware"]
 class Hardware:
     arm: SafeArm | None
     camera: Camera | None
-    twin: Twin | None  # the physics twin, when either is simulated
+    twin: Twin | None  # the physics twin in this process, when the arm or camera is "sim"
 
 
 @contextmanager
@@ -42,6 +47,7 @@ def hardware(
     Relative paths in the settings (a scene, a playback recording) start from ``root``,
     the folder that holds robot.toml; a scene may also be a shipped scene's name.
     """
+    _check_pairing(arm, camera)
     with ExitStack() as stack:
         twin = None
         if "sim" in (getattr(arm, "kind", None), getattr(camera, "kind", None)):
@@ -57,6 +63,24 @@ def hardware(
                 device.connect()
                 stack.callback(device.close)
         yield Hardware(safe_arm, cam, twin)
+
+
+def _check_pairing(arm: ArmConfig | None, camera: CameraConfig | None) -> None:
+    """Refuse a simulated camera that would watch another world than the arm's."""
+    if arm is None or camera is None:
+        return
+    if camera.kind == "sim" and arm.kind != "sim":
+        raise DriverError(
+            f'[drivers.camera] kind = "sim" with a {arm.kind} arm: the sim camera would watch '
+            "its own twin, not the arm's; to see what the arm moves, run `onboard sim serve` "
+            'and set kind = "sim-serve" (host, port: its --camera-port)'
+        )
+    if camera.kind == "sim-serve" and arm.kind == "sim":
+        raise DriverError(
+            '[drivers.camera] kind = "sim-serve" with the sim arm: the served camera watches '
+            "sim serve's twin, not this arm's; set the camera's kind = \"sim\", or drive sim "
+            'serve\'s arm (kind = "jaka", host and port: its --jaka-port)'
+        )
 
 
 def _resolve(root: Path, path: Path) -> Path:
@@ -93,6 +117,10 @@ def _camera(config: CameraConfig | None, root: Path, twin: Twin | None) -> Camer
 
         playback = _resolve(root, config.playback) if config.playback else None
         return RealSenseCamera(config.model_copy(update={"playback": playback}))
+    if config.kind == "sim-serve":
+        from onboard.drivers.camera.served_camera import ServedCamera
+
+        return ServedCamera(config)
     from onboard.drivers.camera.twin_camera import SimCamera
 
     if twin is None:

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["CameraConfig", "RealSenseConfig", "SimCameraConfig"]
+__all__ = ["CameraConfig", "RealSenseConfig", "SimCameraConfig", "SimServeCameraConfig"]
 
 
 class RealSenseConfig(BaseModel):
@@ -49,4 +49,21 @@ class SimCameraConfig(BaseModel):
     timeout: Annotated[float, Field(gt=0, description="read() gives up after this many s")] = 2.0
 
 
-CameraConfig = Annotated[RealSenseConfig | SimCameraConfig, Field(discriminator="kind")]
+class SimServeCameraConfig(BaseModel):
+    """``[drivers.camera]`` with ``kind = "sim-serve"``: the camera of the twin that
+    ``onboard sim serve`` runs, over loopback TCP (its ``--camera-port``), so perception sees
+    the world the served arm moves."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["sim-serve"] = "sim-serve"
+    host: str = Field(default="127.0.0.1", description="where onboard sim serve runs")
+    port: Annotated[int, Field(ge=1, le=65535, description="its --camera-port")] = 10002
+    timeout: Annotated[
+        float, Field(gt=0, description="seconds for any socket step and for read()")
+    ] = 2.0
+
+
+CameraConfig = Annotated[
+    RealSenseConfig | SimCameraConfig | SimServeCameraConfig, Field(discriminator="kind")
+]

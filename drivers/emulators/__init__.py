@@ -8,7 +8,11 @@ Each is written from its firmware's or controller's public source, cited rule by
 - :mod:`onboard.drivers.emulators.jaka_server`: a JAKA controller's JSON protocol on TCP
   (10001 + 10000);
 - :mod:`onboard.drivers.emulators.pty_controller`: the pty plumbing the two G-code ones share;
-- :mod:`onboard.drivers.emulators.serve`: all three on one physics twin, until SIGTERM.
+- :mod:`onboard.drivers.emulators.serve`: all three on one physics twin, until SIGTERM, with
+  that twin's camera (:mod:`~onboard.drivers.emulators.camera_server`) and its ground truth
+  for judges (:mod:`~onboard.drivers.emulators.truth_server`; the judges' client:
+  :mod:`~onboard.drivers.emulators.truth_client`) on TCP
+  (:mod:`~onboard.drivers.emulators.tcp_service`, the plumbing those two share).
 
 They run the backend arm's blocking calls in order on one thread (:class:`BackendWorker`), as a
 controller's motion planner does, so their command links stay free for ``stop``. A stop

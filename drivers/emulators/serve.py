@@ -1,12 +1,18 @@
-"""Serve the twin's arm over the real protocols: JAKA JSON on TCP, Marlin and GRBL on ptys.
+"""Serve the twin over the real protocols: JAKA JSON on TCP, Marlin and GRBL on ptys, its
+camera and its ground truth on TCP.
 
 ``serve(scene, ...)`` builds one physics twin, puts the JAKA emulator and the two G-code
-emulators in front of the same simulated arm, prints where they listen and runs until SIGTERM
-or SIGINT (or until ``stop`` is set). ``onboard sim serve`` runs it. Connect a driver::
+emulators in front of the same simulated arm, serves frames of that twin's camera
+(:mod:`~onboard.drivers.emulators.camera_server`) and its ground truth for judges
+(:mod:`~onboard.drivers.emulators.truth_server`), prints where each listens and runs until
+SIGTERM or SIGINT (or until ``stop`` is set). ``onboard sim serve`` runs it. Connect a driver::
 
     GcodeArmConfig(url="/dev/pts/N")                     # the printed Marlin pty
     GcodeArmConfig(url="/dev/pts/M", dialect="grbl")     # the printed GRBL pty
     JakaArmConfig(host="127.0.0.1", port=10001, status_port=10000)
+    SimServeCameraConfig(host="127.0.0.1", port=10002)   # what the served arm's camera sees
+
+and a judge: ``TruthClient("127.0.0.1", 10003)``. Every TCP port listens on ``jaka_host``.
 
 The Marlin emulator is a build with ``EMERGENCY_PARSER`` (what the README asks of the firmware)
 and a fan output for the gripper; the GRBL one is set up as :data:`GRBL_ARM` says.
@@ -17,21 +23,37 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from onboard.base.listen import check_port, listen_error
 from onboard.base.signals import on_stop_signals
 from onboard.drivers.arm.twin_arm import SimArm, SimArmConfig
+from onboard.drivers.emulators.camera_server import CameraServer
 from onboard.drivers.emulators.grbl_pty import GrblEmulator
 from onboard.drivers.emulators.jaka_server import JakaServer
 from onboard.drivers.emulators.marlin_pty import MarlinEmulator
+from onboard.drivers.emulators.tcp_service import TcpService
+from onboard.drivers.emulators.truth_server import TruthServer
 from onboard.drivers.twin import Scene, Twin
 
-__all__ = ["GRBL_ARM", "serve"]
+__all__ = ["GRBL_ARM", "Served", "serve"]
 
 #: the served GRBL machine: homing on ($22, so it boots in alarm until home()), the max rates
 #: of an arm ($110-$112, mm/min; GRBL's default is 500); its machine zero is the twin's base
 GRBL_ARM = {22: 1.0, 110: 12000.0, 111: 12000.0, 112: 12000.0}
+
+
+@dataclass(frozen=True)
+class Served:
+    """Where each service of one ``serve`` listens (handed to its ``ready`` callback)."""
+
+    jaka: tuple[str, int]
+    status: tuple[str, int]
+    camera: tuple[str, int]
+    truth: tuple[str, int]
+    marlin: str | None  # pty paths; None with gcode=False
+    grbl: str | None
 
 
 def serve(
@@ -41,10 +63,14 @@ def serve(
     status_port: int = 10000,
     gcode: bool = True,
     *,
+    camera_port: int = 10002,
+    truth_port: int = 10003,
     stop: threading.Event | None = None,
     say: Callable[[str], None] | None = None,
+    ready: Callable[[Served], None] | None = None,
 ) -> None:
-    """Run both emulators on one twin until SIGTERM/SIGINT (or ``stop`` is set)."""
+    """Run the emulators, the camera and the truth port on one twin until SIGTERM/SIGINT (or
+    ``stop`` is set). Port 0 picks a free port; ``ready`` is called once all listen."""
     stop = stop or threading.Event()
     say = say or _say
     with contextlib.ExitStack() as stack:
@@ -54,6 +80,8 @@ def serve(
         stack.callback(arm.close)
         check_port("--jaka-port", jaka_port)
         check_port("--status-port", status_port)
+        check_port("--camera-port", camera_port)
+        check_port("--truth-port", truth_port)
         try:
             jaka = stack.enter_context(
                 JakaServer(arm, host=jaka_host, port=jaka_port, status_port=status_port)
@@ -63,6 +91,7 @@ def serve(
             raise listen_error("sim serve", jaka_host, ports, exc) from exc
         host, port = jaka.address
         say(f"jaka: {host}:{port} (status stream {host}:{jaka.status_address[1]})")
+        ptys: list[str | None] = [None, None]
         if gcode:
             marlin = stack.enter_context(MarlinEmulator(arm, emergency_parser=True))
             say(f"gcode (marlin): {marlin.path}")
@@ -70,11 +99,32 @@ def serve(
                 GrblEmulator(arm, settings=GRBL_ARM, machine_origin=(0.0, 0.0, 0.0))
             )
             say(f"gcode (grbl): {grbl.path}")
-        say("serving the twin's arm; stop with SIGTERM or Ctrl-C")
+            ptys = [marlin.path, grbl.path]
+        camera = _listen(stack, CameraServer(twin, jaka_host, camera_port), "--camera-port")
+        kind = '[drivers.camera] kind = "sim-serve"'
+        say(f"camera: {_where(camera)} (frames of this twin, rendered on request: {kind})")
+        truth = _listen(stack, TruthServer(twin, jaka_host, truth_port), "--truth-port")
+        say(f"truth: {_where(truth)} (ground truth for judges, JSON lines; not for the robot)")
+        say("serving the twin's arm and camera; stop with SIGTERM or Ctrl-C")
+        if ready is not None:
+            ready(Served(jaka.address, jaka.status_address, camera, truth, *ptys))
         with on_stop_signals(lambda _name: stop.set()):
             while not stop.wait(0.5):
                 pass
         say("stopping")
+
+
+def _listen(stack: contextlib.ExitStack, service: TcpService, flag: str) -> tuple[str, int]:
+    """Start ``service`` (closed with the stack); where it listens, or one UsageError line."""
+    try:
+        stack.enter_context(service)
+    except OSError as exc:
+        raise listen_error("sim serve", service.host, f"{service.port} ({flag})", exc) from exc
+    return service.address
+
+
+def _where(address: tuple[str, int]) -> str:
+    return f"{address[0]}:{address[1]}"
 
 
 def _say(line: str) -> None:

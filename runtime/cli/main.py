@@ -162,11 +162,35 @@ def _parser() -> argparse.ArgumentParser:
 
     p = add("sim")
     sim = p.add_subparsers(required=True, metavar="ACTION")
-    q = sim.add_parser("serve", help="JAKA (TCP), Marlin and GRBL (pty) emulators on one twin")
+    q = sim.add_parser(
+        "serve",
+        help="JAKA (TCP), Marlin and GRBL (pty) emulators, the camera and the truth port on "
+        "one twin",
+        description="One physics twin behind the JAKA TCP and G-code (pty) emulators, with "
+        "frames of its camera and its ground truth on TCP. Port 0 picks a free port.",
+    )
     q.add_argument("--scene", type=Path, help="scene file (default: the tabletop scene)")
-    q.add_argument("--jaka-host", default="127.0.0.1")
-    q.add_argument("--jaka-port", type=int, default=10001)
-    q.add_argument("--status-port", type=int, default=10000)
+    q.add_argument(
+        "--jaka-host", default="127.0.0.1", help="the host every TCP port listens on (%(default)s)"
+    )
+    q.add_argument("--jaka-port", type=int, default=10001, help="JAKA commands (%(default)s)")
+    q.add_argument(
+        "--status-port", type=int, default=10000, help="JAKA status stream (%(default)s)"
+    )
+    q.add_argument(
+        "--camera-port",
+        type=int,
+        default=10002,
+        help='frames of the twin, rendered on request, for [drivers.camera] kind = "sim-serve" '
+        "(%(default)s; protocol: drivers/camera/frame_wire.py)",
+    )
+    q.add_argument(
+        "--truth-port",
+        type=int,
+        default=10003,
+        help='ground truth for judges, never the robot: JSON lines {"get": "truth"} and '
+        '{"move": NAME, "position": [x, y, z]} (%(default)s; drivers/emulators/truth_server.py)',
+    )
     q.add_argument("--no-gcode", action="store_true", help="no G-code ptys (Marlin, GRBL)")
     q.set_defaults(func=_sim_serve)
 
@@ -271,11 +295,17 @@ def _replay(args: argparse.Namespace) -> int:
 def _sim_serve(args: argparse.Namespace) -> int:
     from onboard.base.listen import check_listen
 
-    ports = {"--jaka-port": args.jaka_port, "--status-port": args.status_port}
+    ports = {
+        "--jaka-port": args.jaka_port,
+        "--status-port": args.status_port,
+        "--camera-port": args.camera_port,
+        "--truth-port": args.truth_port,
+    }
     check_listen("sim serve", args.jaka_host, ports)  # before the twin loads pybullet
     from onboard.drivers.emulators.serve import serve
 
-    serve(args.scene, args.jaka_host, args.jaka_port, args.status_port, gcode=not args.no_gcode)
+    serve(args.scene, args.jaka_host, args.jaka_port, args.status_port, gcode=not args.no_gcode,
+          camera_port=args.camera_port, truth_port=args.truth_port)  # fmt: skip
     return 0
 
 
