@@ -74,7 +74,7 @@ def test_a_scene_is_a_path_or_a_shipped_scenes_name(tmp_path: Path) -> None:
 
     robot = load_robot(ROOT / "robot.toml")
     assert robot.drivers.arm is not None and robot.drivers.arm.kind == "sim"
-    assert robot.drivers.arm.scene == Path("calibration")
+    assert robot.drivers.arm.scene == Path("blocks")
     assert find_scene("calibration", robot.root) == SCENES / "calibration.toml"
     assert find_scene("blocks") == SCENES / "blocks.toml"
     # a file path works as before, relative to robot.toml's folder; an existing file wins

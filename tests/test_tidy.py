@@ -6,6 +6,7 @@ twin's truth by runtime/testing/tidy_judge.py, which the robot's code never impo
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -293,3 +294,52 @@ def load_robot_default() -> RobotConfig:
     from onboard.config import load_robot
 
     return load_robot(Path(__file__).resolve().parent.parent / "robot.toml")
+
+
+def test_the_same_run_drives_the_jaka_emulator_over_tcp_and_succeeds(
+    robot: RobotConfig, tmp_path: Path, server: StandInServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``onboard run tidy`` with robot.toml naming the JAKA arm and the served camera of
+    ``onboard sim serve``: the arm moves the blocks the camera sees; the judge reads the truth
+    port."""
+    from test_sim_serve_camera import serving
+
+    from onboard.drivers.emulators.truth_client import TruthClient
+    from onboard.drivers.twin.scene import PANDA_READY
+
+    assert robot.hand_eye is not None
+    with serving("blocks") as (served, _stop):
+        (jaka_host, jaka_port), (camera_host, camera_port) = served.jaka, served.camera
+        toml = f"""
+name = "jaka-tidy"
+skills = "{bundled.skills_dir()}"
+recordings = "{tmp_path / "recordings"}"
+[llm]
+base_url = "{server.base_url}"
+[drivers.arm]
+kind = "jaka"
+host = "{jaka_host}"
+port = {jaka_port}
+status_port = {served.status[1]}
+grip_settle = 0.0
+home_joints = {list(PANDA_READY)}
+[drivers.camera]
+kind = "sim-serve"
+host = "{camera_host}"
+port = {camera_port}
+[hand_eye]
+translation = {list(robot.hand_eye.translation)}
+quaternion_xyzw = {list(robot.hand_eye.quaternion_xyzw or ())}
+"""
+        path = tmp_path / "robot.toml"
+        path.write_text(toml, encoding="utf-8")
+        goal = "put the red block on the blue block"
+        args = ["--robot", str(path), "run", "tidy", "--goal", goal, "--clock", "virtual"]
+        assert main(args) == 0, capsys.readouterr()
+        out = capsys.readouterr().out
+        assert "-> place@" in out and "-> done@" in out
+        with TruthClient(*served.truth) as truth_port:
+            now = truth_port.truth()
+        red, blue = now.objects["red block"].base, now.objects["blue block"].base
+        across = math.dist(red.position[:2], blue.position[:2])
+        assert across < 0.03 and red.position[2] > blue.position[2] + 0.02
