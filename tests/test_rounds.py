@@ -8,11 +8,13 @@ Episodes run on the virtual clock against the real stand-in over HTTP.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
+from arm_harness import BOUND
 from test_episode import QUIET, Episode, scenario
 
 from onboard.config import RobotConfig
@@ -148,3 +150,50 @@ def test_a_plan_deferred_behind_an_action_whose_verification_fails_is_dropped(
     assert after and (after[0]["reason"], after[0]["dest"]) == ("plan", "eye contact")
     assert ep.records.index(after[0]) > ep.records.index(reask)
     assert "wait for cue" not in [a for _, a in ep.outcome.actions]
+
+
+@dataclass
+class Blocks:
+    """A verifier that blocks until released: a slow model on the robot."""
+
+    entered: threading.Event
+    release: threading.Event
+    name: str = "slow"
+
+    def verify(self, step: Step, before: Observation, after: Observation) -> Verdict:
+        self.entered.set()
+        self.release.wait(BOUND)
+        return Verdict(False, "too late to matter")
+
+
+def test_a_slow_verifier_runs_off_the_loop_and_a_stop_does_not_wait_for_it(
+    robot_tmp: RobotConfig, skill: Skill, mapper: ActionMapper
+) -> None:
+    """On the wall clock a verifier runs on a worker: while it blocks, a stop still reaches
+    the robot at once and ends the episode; its late verdict changes nothing."""
+    near = Scenario.model_validate({**WALKING_BY, "scenario": {**WALKING_BY["scenario"],
+                                                               "distance": 1.6}})  # fmt: skip
+    slow = Blocks(threading.Event(), threading.Event())
+    runners: list[Any] = []
+
+    def stop_while_verifying() -> None:
+        if slow.entered.wait(BOUND):
+            runners[0].clock.post(lambda: runners[0].stop("operator stop"))
+
+    stopper = threading.Thread(target=stop_while_verifying)
+    stopper.start()
+    try:
+        with (
+            StandInServer(seed=0, **QUIET) as standin,
+            ChatClient(robot_tmp.llm, base_url=standin.base_url) as client,
+        ):
+            recorder = MemoryRecorder()
+            outcome = run_episode(robot_tmp, skill, near, HttpAsk(client), mapper, recorder,
+                                  EpisodeOptions(clock="wall"), verifiers=[slow],
+                                  on_runner=runners.append)  # fmt: skip
+        assert slow.entered.is_set() and not slow.release.is_set()
+        assert outcome.reason == "operator stop" and not outcome.finished
+        assert not [r for r in recorder.records if r["kind"] == "verify"]
+    finally:
+        slow.release.set()
+        stopper.join(BOUND)
