@@ -2,7 +2,7 @@
 
 The recording is all it needs (runtime/loop/recording.py): the skill is loaded from the text
 in its header, the robot and scenario from the header too, and the embedder must be the
-model recorded (by sha256).
+model recorded (by sha256). Images come back from the folder beside the recording.
 The episode is run again with the same skill, scenario and options on the virtual clock;
 each LLM request must equal the recorded one and gets the recorded reply (or error) after the
 recorded latency; a request the recording never answered (it was in flight when the episode
@@ -26,7 +26,7 @@ from onboard.hri.session import EpisodeOptions, make_mapper, run_episode
 from onboard.hri.world import SimRobot
 from onboard.llm.client import ChatResult, Message
 from onboard.loop.engine import SkillRunner
-from onboard.loop.recorder import MemoryRecorder, read_recording
+from onboard.loop.recorder import MemoryRecorder, read_recording, with_images
 from onboard.loop.recording import check_models, read_header
 from onboard.loop.skill import load_skill_text
 
@@ -137,6 +137,7 @@ def _replay(path: Path) -> tuple[list[str], list[str]]:
         SimRobot.COMMANDS,
     )
     scenario = Scenario.model_validate(header.scenario)
+    records = list(with_images(records, path))
     ask = ReplayAsk(records, path)
     options = EpisodeOptions(
         clock="virtual",

@@ -1,4 +1,5 @@
-"""Recording format 2: a header that makes a recording replayable on its own.
+"""Recording format 2: a header that makes a recording replayable on its own, and images
+kept once by hash beside it.
 
 The first record of a format 2 recording is its header (README, "Recordings")::
 
@@ -13,13 +14,24 @@ The first record of a format 2 recording is its header (README, "Recordings")::
 Replay reads the skill from ``skill.toml`` (``file`` is only where it came from) and checks
 each model file of ``models.files`` against the one it would use (:func:`check_models`).
 A header without ``format`` is format 1 (every recording made before this module).
+
+An image in a chat message (an OpenAI content part whose ``image_url`` is a base64 data URL)
+is recorded as a reference, its bytes kept in ``<recording stem>.images/<sha256>.<ext>``::
+
+    {"type": "image_url", "image_url": {"url": "sha256:<64 hex>", "media_type": "image/png"}}
+
+:func:`split_images` makes the references, :func:`restore_images` puts the data URLs back.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
+import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any
@@ -33,12 +45,18 @@ from onboard.loop.skill import Skill
 __all__ = [
     "FORMAT",
     "FORMAT_1_LAST",
+    "IMAGE_REF",
     "SKILL_KINDS",
     "Header",
+    "Image",
     "build_header",
     "check_models",
+    "image_file",
+    "images_dir",
     "model_sha256",
     "read_header",
+    "restore_images",
+    "split_images",
 ]
 
 #: the format this onboard writes and replays
@@ -47,6 +65,8 @@ FORMAT = 2
 SKILL_KINDS = ("person", "scene")
 #: the last onboard that wrote format 1 (no ``format`` in the header)
 FORMAT_1_LAST = "onboard 0.1.0 at commit 7c0ae66"
+#: an image reference's ``url``: this prefix, then the image's sha256 in hex
+IMAGE_REF = "sha256:"
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
@@ -234,3 +254,122 @@ def check_models(header: Header, local: Mapping[str, Path], path: Path) -> None:
                 f"{recorded.sha256}, {here} has sha256 {digest}: replay with the recorded "
                 "model ([models] in robot.toml), or record the episode again"
             )
+
+
+# -- images ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image's bytes, named by their sha256."""
+
+    sha256: str
+    media_type: str
+    data: bytes
+
+
+_DATA_URL = re.compile(r"data:(image/[a-z0-9][a-z0-9.+-]{0,63});base64,([A-Za-z0-9+/=]*)")
+_MEDIA_TYPE = re.compile(r"image/[a-z0-9][a-z0-9.+-]{0,63}")
+_HEX = re.compile(r"[0-9a-f]{64}")
+_EXTENSIONS = {"image/jpeg": "jpg", "image/svg+xml": "svg", "image/x-icon": "ico"}
+
+
+def images_dir(recording: Path) -> Path:
+    """The folder beside a recording that holds its images: ``<stem>.images``."""
+    return recording.with_name(f"{recording.stem}.images")
+
+
+def image_file(folder: Path, sha256: str, media_type: str) -> Path:
+    """``<folder>/<sha256>.<ext>``, the extension from the media type (``image/png``: png)."""
+    subtype = media_type.partition("/")[2]
+    extension = _EXTENSIONS.get(media_type) or re.sub(r"[^a-z0-9]", "", subtype)[:16] or "img"
+    return folder / f"{sha256}.{extension}"
+
+
+def split_images(messages: Any) -> tuple[Any, list[Image]]:
+    """``messages`` with each base64 image part replaced by a reference, and the images.
+
+    Only a data URL that its bytes give back exactly (canonical base64) becomes a
+    reference; any other URL is recorded as it is. Messages without images are returned
+    unchanged (the same object)."""
+    if not isinstance(messages, list):
+        return messages, []
+    images: list[Image] = []
+    out = [_split_message(m, images) for m in messages]
+    return (out, images) if images else (messages, [])
+
+
+def _split_message(message: Any, images: list[Image]) -> Any:
+    content = message.get("content") if isinstance(message, Mapping) else None
+    if not isinstance(content, list):
+        return message
+    found = len(images)
+    parts = [_split_part(part, images) for part in content]
+    return message if len(images) == found else {**message, "content": parts}
+
+
+def _split_part(part: Any, images: list[Image]) -> Any:
+    if not (isinstance(part, Mapping) and part.get("type") == "image_url"):
+        return part
+    image_url = part.get("image_url")
+    if not isinstance(image_url, Mapping) or "media_type" in image_url:
+        return part
+    url = image_url.get("url")
+    matched = _DATA_URL.fullmatch(url) if isinstance(url, str) else None
+    if matched is None:
+        return part
+    try:
+        data = base64.b64decode(matched.group(2), validate=True)
+    except (binascii.Error, ValueError):
+        return part
+    if base64.b64encode(data).decode("ascii") != matched.group(2):
+        return part
+    image = Image(hashlib.sha256(data).hexdigest(), matched.group(1), data)
+    images.append(image)
+    ref = {**image_url, "url": IMAGE_REF + image.sha256, "media_type": image.media_type}
+    return {**part, "image_url": ref}
+
+
+def restore_images(messages: Any, load: Callable[[str, str], bytes]) -> Any:
+    """``messages`` with each image reference back to its data URL; ``load(sha256,
+    media_type)`` gives the image's bytes (checked against the hash by the caller).
+    Messages without references are returned unchanged (the same object)."""
+    if not isinstance(messages, list) or not any(_refs(m) for m in messages):
+        return messages
+    return [_restore_message(m, load) if _refs(m) else m for m in messages]
+
+
+def _refs(message: Any) -> bool:
+    content = message.get("content") if isinstance(message, Mapping) else None
+    return isinstance(content, list) and any(_reference(p) is not None for p in content)
+
+
+def _reference(part: Any) -> tuple[str, str] | None:
+    """(sha256, media type) of an image reference part, else None."""
+    if not (isinstance(part, Mapping) and part.get("type") == "image_url"):
+        return None
+    image_url = part.get("image_url")
+    if not isinstance(image_url, Mapping):
+        return None
+    url, media_type = image_url.get("url"), image_url.get("media_type")
+    if not (isinstance(url, str) and url.startswith(IMAGE_REF) and isinstance(media_type, str)):
+        return None
+    sha256 = url[len(IMAGE_REF) :]
+    if not (_HEX.fullmatch(sha256) and _MEDIA_TYPE.fullmatch(media_type)):
+        return None
+    return sha256, media_type
+
+
+def _restore_message(message: Mapping[str, Any], load: Callable[[str, str], bytes]) -> Any:
+    parts = []
+    for part in message["content"]:
+        ref = _reference(part)
+        if ref is None:
+            parts.append(part)
+            continue
+        sha256, media_type = ref
+        encoded = base64.b64encode(load(sha256, media_type)).decode("ascii")
+        image_url = {k: v for k, v in part["image_url"].items() if k != "media_type"}
+        image_url["url"] = f"data:{media_type};base64,{encoded}"
+        parts.append({**part, "image_url": image_url})
+    return {**message, "content": parts}
