@@ -380,7 +380,8 @@ def _garbage(recording: Path, kind: str) -> str:
         "not-json": "this is not\na recording\n",
         "empty": "",
         "first-half": "".join(lines[: len(lines) // 2]),
-        "torn-mid-line": text[: len(text) // 2],
+        # past the header (which holds the skill's text), torn inside a later record
+        "torn-mid-line": text[: (len(lines[0]) + len(text)) // 2],
         "no-header": "".join(lines[1:]),
     }[kind]
 

@@ -343,3 +343,29 @@ quaternion_xyzw = {list(robot.hand_eye.quaternion_xyzw or ())}
         red, blue = now.objects["red block"].base, now.objects["blue block"].base
         across = math.dist(red.position[:2], blue.position[:2])
         assert across < 0.03 and red.position[2] > blue.position[2] + 0.02
+
+
+def test_a_recorded_tidy_trial_and_a_recorded_run_replay(
+    robot: RobotConfig, tidy: Skill, tasks: dict[str, TidyTask], server: StandInServer,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """An evaluation trial (its set-up in the header) and an ``onboard run tidy`` replay with
+    nothing but the recording: the same action sequence."""
+    from onboard.hri.replay import replay
+
+    options = SceneOptions("virtual", constrained=True, latency=1.0, limit=60.0)
+    trial_path = tmp_path / "push.jsonl"
+    with ChatClient(robot.llm, base_url=server.base_url) as client:
+        trial = run_tidy_trial(robot, tidy, tasks["push"], 3, HttpAsk(client), detector(),
+                               options, jitter=0.01, seed=5, record=trial_path)  # fmt: skip
+    recorded, replayed = replay(trial_path)
+    assert recorded == replayed == trial.actions
+
+    run_path = tmp_path / "run.jsonl"
+    goal = "hand me the blue block"
+    args = ["run", "tidy", "--goal", goal, "--llm", "standin", "--clock", "virtual",
+            "--record", str(run_path)]  # fmt: skip
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(["replay", str(run_path)]) == 0
+    assert "replay reproduces the recorded action sequence" in capsys.readouterr().out

@@ -11,6 +11,7 @@ translated at the boundary that meets them, with ``raise ... from exc``.
     │   ├── SkillError         a skill file
     │   └── ScenarioError      a scenario file
     ├── ModelError             a model file is missing or unreadable
+    │   └── ModelMismatch      ... differs from the one a recording was made with
     ├── LLMError               the LLM endpoint failed
     │   ├── LLMTimeout         ... past the decision deadline      (also a TimeoutError)
     │   ├── LLMReplyError      ... answered something unusable (or too much)
@@ -25,6 +26,7 @@ translated at the boundary that meets them, with ``raise ... from exc``.
     ├── RecordingError         a recording cannot be read or written
     │   ├── RecordingWriteError  ... a write failed mid-episode (disk full): the robot stopped
     │   ├── IncompleteRecording  ... has no end record: its process was killed
+    │   ├── RecordingFormatError ... is in a format this onboard does not replay (format 1)
     │   └── ReplayDivergence   a replay did not follow its recording
     ├── CandidateError         a bottom-up candidate cannot be found or added
     ├── CalibrationError       `onboard calibrate` cannot run as asked or store its result
@@ -51,9 +53,11 @@ __all__ = [
     "LLMTimeout",
     "LinkLost",
     "ModelError",
+    "ModelMismatch",
     "OnboardError",
     "Problem",
     "RecordingError",
+    "RecordingFormatError",
     "RecordingWriteError",
     "ReplayDivergence",
     "SafetyError",
@@ -106,6 +110,10 @@ class ScenarioError(ConfigError):
 
 class ModelError(OnboardError):
     """A model file is missing or cannot be loaded."""
+
+
+class ModelMismatch(ModelError):
+    """A model file here differs (by sha256) from the one a recording was made with."""
 
 
 class LLMError(OnboardError):
@@ -162,6 +170,11 @@ class RecordingWriteError(RecordingError):
 
 class IncompleteRecording(RecordingError):
     """A recording has a header but no end record: the process writing it was killed."""
+
+
+class RecordingFormatError(RecordingError):
+    """A recording in a format this onboard does not replay: format 1 (before the header
+    carried the skill's text), or a format newer than it knows."""
 
 
 class ReplayDivergence(RecordingError):

@@ -101,8 +101,9 @@ def run_scene(robot: RobotConfig, skill: Skill, args: argparse.Namespace) -> int
         ):
             mode = f"constrained, {client.structured_output} form" if constrained else "free"
             print(f"onboard: {skill.name}: {args.goal!r}, LLM {url} ({mode}), {clock} clock")
+            asked = {"goal": args.goal, "scene": str(getattr(robot.drivers.arm, "scene", None))}
             outcome = run_scene_episode(
-                robot, skill, HttpAsk(client), recorder, found, detector, options
+                robot, skill, HttpAsk(client), recorder, found, detector, options, task=asked
             )
     sequence = " -> ".join(f"{a}@{t:.1f}s" for t, a in outcome.actions)
     print(f"actions: {sequence}")

@@ -27,6 +27,8 @@ from onboard.base.errors import ModelError
 
 #: the model shipped with onboard (``models/minilm`` in the repository, package data installed)
 DEFAULT_MODEL_DIR = bundled.package_path("onboard.models") / "minilm"
+#: the ONNX graph inside a model folder (its sha256 is recorded in every episode's header)
+MODEL_FILE = "model.onnx"
 REBUILD_CMD = "pip install -e '.[train]' && python models/minilm/build.py"
 MAX_TOKENS = 128
 DIM = 384
@@ -41,7 +43,7 @@ class Embedder:
     def __init__(self, model_dir: Path, threads: int = 1, *, optimize: bool = True) -> None:
         """``optimize=False`` runs the graph as written, without fused kernels or folding
         (slower; tests compare it with the optimized session to measure kernel noise)."""
-        model_path = Path(model_dir) / "model.onnx"
+        model_path = Path(model_dir) / MODEL_FILE
         tokenizer_path = Path(model_dir) / "tokenizer.json"
         options = session_options(threads, optimize)
         try:

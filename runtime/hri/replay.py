@@ -1,5 +1,8 @@
 """Replay a recorded episode offline: the LLM is answered from the recording.
 
+The recording is all it needs (runtime/loop/recording.py): the skill is loaded from the text
+in its header, the robot and scenario from the header too, and the embedder must be the
+model recorded (by sha256). Images come back from the folder beside the recording.
 The episode is run again with the same skill, scenario and options on the virtual clock;
 each LLM request must equal the recorded one and gets the recorded reply (or error) after the
 recorded latency; a request the recording never answered (it was in flight when the episode
@@ -17,12 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from onboard.base.errors import IncompleteRecording, LLMTimeout, RecordingError, ReplayDivergence
-from onboard.config import RobotConfig
+from onboard.grounding.embedder import MODEL_FILE
 from onboard.hri.scenario import Scenario
-from onboard.hri.session import EpisodeOptions, load_robot_skill, make_mapper, run_episode
+from onboard.hri.session import EpisodeOptions, make_mapper, run_episode
+from onboard.hri.world import SimRobot
 from onboard.llm.client import ChatResult, Message
 from onboard.loop.engine import SkillRunner
-from onboard.loop.recorder import MemoryRecorder, read_recording
+from onboard.loop.recorder import MemoryRecorder, read_recording, with_images
+from onboard.loop.recording import check_models, read_header
+from onboard.loop.skill import load_skill_text
 
 __all__ = ["ReplayAsk", "replay"]
 
@@ -110,26 +116,33 @@ def replay(path: Path) -> tuple[list[str], list[str]]:
 
 def _replay(path: Path) -> tuple[list[str], list[str]]:
     records = list(read_recording(path))
-    header = next((r for r in records if r["kind"] == "header"), None)
+    header = read_header(records, path)
     end = next((r for r in reversed(records) if r["kind"] == "end"), None)
-    if header is None:
-        raise RecordingError(f"{path}: not an onboard recording (no header record)")
     if end is None:
         raise IncompleteRecording(
             f"{path}: incomplete episode: no end record (its process was killed); the "
             f"{len(records)} records written are intact and can be read, not replayed"
         )
-    robot = RobotConfig.model_validate(header["robot"]).model_copy(
-        update={"root": Path(header["robot_root"])}
+    if header.skill_kind == "scene":
+        from onboard.manip.replay import replay_scene
+
+        return replay_scene(path, header, records, end)
+    robot = header.robot_config()
+    check_models(header, {"embedder": robot.embedder_dir / MODEL_FILE}, path)
+    skill = load_skill_text(
+        header.skill.toml,
+        f"{path} (skill {header.skill.name})",
+        robot.drivers.robot.perception,
+        SimRobot.COMMANDS,
     )
-    skill = load_robot_skill(robot, header["skill"])
-    scenario = Scenario.model_validate(header["scenario"])
+    scenario = Scenario.model_validate(header.scenario)
+    records = list(with_images(records, path))
     ask = ReplayAsk(records, path)
     options = EpisodeOptions(
         clock="virtual",
-        action_text=header["options"]["action_text"],
-        second_stage=header["options"]["second_stage"],
-        constrained=header["options"]["constrained"],
+        action_text=_flag(header.options, "action_text", path),
+        second_stage=_flag(header.options, "second_stage", path),
+        constrained=_flag(header.options, "constrained", path),
         latency=ask.next_latency,
         keep_candidates=False,
     )
@@ -138,6 +151,16 @@ def _replay(path: Path) -> tuple[list[str], list[str]]:
     if ask.divergence:
         raise ReplayDivergence(ask.divergence)
     return [a for _, a in end["actions"]], [a for _, a in outcome.actions]
+
+
+def _flag(options: dict[str, Any], key: str, path: Path) -> bool:
+    value = options.get(key)
+    if not isinstance(value, bool):
+        raise RecordingError(
+            f"{path}: header: [options.{key}] is {type(value).__name__}, not true or false; "
+            "not a valid onboard recording"
+        )
+    return value
 
 
 _SIGNAL_REASON = re.compile(r"^(SIG[A-Z]+) received$")

@@ -20,6 +20,7 @@ from onboard.catalog import load_robot_skill, make_mapper
 from onboard.config import RobotConfig
 from onboard.drivers.speech import EspeakSpeech, RecordedSpeech, Speech
 from onboard.grounding.candidates import CandidateStore
+from onboard.grounding.embedder import MODEL_FILE
 from onboard.grounding.mapping import ActionMapper
 from onboard.hri.checks import PersonVisible
 from onboard.hri.kind import PersonKind
@@ -30,6 +31,7 @@ from onboard.loop.clock import Clock, VirtualClock, WallClock
 from onboard.loop.engine import Ask, Check, Outcome, SkillRunner, Verify
 from onboard.loop.exitcodes import ExitCode, for_signal
 from onboard.loop.recorder import Recorder
+from onboard.loop.recording import build_header
 from onboard.loop.skill import Skill
 
 __all__ = [
@@ -113,15 +115,16 @@ def run_episode(
     clock = make_clock(options.clock)
     recorder.use_clock(clock.now)
     recorder.hide(robot.llm.api_key())
-    recorder.write(
-        "header",
-        robot=robot.model_dump(mode="json"),
-        robot_root=str(robot.root.resolve()),
-        skill=str(skill.path.resolve()),
+    header = build_header(
+        robot,
+        skill,
+        "person",
         scenario=scenario.model_dump(mode="json", by_alias=True),
         options={k: v for k, v in options.__dict__.items() if k != "latency"},
         latency=options.latency if isinstance(options.latency, float) else None,
+        models={"embedder": robot.embedder_dir / MODEL_FILE},
     )
+    recorder.write("header", **header)
     if recorder.fault is not None:  # not even the header could be written: nothing moved
         raise recorder.fault
     store = CandidateStore(robot.recordings_dir / "candidates.jsonl")

@@ -229,6 +229,8 @@ class SkillRunner:
         #: moves on whenever the runner does (an action begins, a plan is asked, a stop):
         #: an off-loop check or verification from an older epoch is stale
         self._epoch = 0
+        #: fallbacks since the last planned action began (the skill's max_fallbacks bounds it)
+        self._fallbacks_in_row = 0
         self.breaker_failures = breaker_failures
         self.breaker_cooldown = breaker_cooldown
         self._failed_in_row = 0
@@ -508,6 +510,7 @@ class SkillRunner:
     # -- act -------------------------------------------------------------------------------
 
     def _act(self, steps: list[Step], phrase: str | None, rounds: int) -> None:
+        self._fallbacks_in_row = 0
         current = self.skill.actions[self.current]
         if self._running is not None and not current.spec.interruptible:
             self._deferred = (steps, phrase, rounds)
@@ -521,7 +524,13 @@ class SkillRunner:
     def _fall_back(self, why: str) -> None:
         self._queue = []
         self._rounds = self.max_rounds  # the fallback ends the decision: nothing re-asks it
+        self._fallbacks_in_row += 1
         self.record("fallback", action=self.skill.fallback, why=why)
+        limit = self.skill.max_fallbacks
+        if limit is not None and self._fallbacks_in_row > limit:
+            # the last fallback made the robot safe; asking again would only repeat it
+            self.stop(f"gave up after {limit} fallbacks in a row: {why}")
+            return
         self._begin(Step(self.skill.fallback), f"fallback: {why}")
 
     def _begin(self, step: Step, reason: str) -> None:

@@ -1,19 +1,28 @@
-"""Episodes as JSON lines, flushed per record, so a crash loses nothing already written."""
+"""Episodes as JSON lines, flushed per record, so a crash loses nothing already written.
+
+Images in a record's ``messages`` are written once each, by hash, into the folder beside the
+recording (``<stem>.images/``, runtime/loop/recording.py) before the record that references
+them; :func:`read_recording` with ``images=True`` puts them back.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import shutil
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
 from onboard.base.errors import RecordingError, RecordingWriteError
 from onboard.base.secrets import scrub
+from onboard.loop.recording import Image, image_file, images_dir, restore_images, split_images
 
-__all__ = ["MemoryRecorder", "Recorder", "enforce_quota", "read_recording"]
+__all__ = ["MemoryRecorder", "Recorder", "enforce_quota", "read_recording", "with_images"]
 
 
 class Recorder:
@@ -23,6 +32,11 @@ class Recorder:
     file is closed with every record before it intact (each was flushed), ``fault`` holds
     the one-line :class:`RecordingWriteError`, ``on_fault`` is called once (the episode
     stops the robot) and the records go on in memory only.
+
+    An image in a record's ``messages`` is stored once in ``<stem>.images/<sha256>.<ext>``
+    (a temporary file renamed into place) before the record that references it; an image
+    that cannot be written is a failed write like any other, and its record is not written.
+    Records kept in memory only keep their images in memory (``images``).
     """
 
     #: called once with the error when a write first fails
@@ -37,6 +51,9 @@ class Recorder:
         self.fault: RecordingWriteError | None = None
         self._secrets: list[str] = []
         self.records: list[dict[str, Any]] = []
+        #: images of the records kept in memory only, by sha256
+        self.images: dict[str, bytes] = {}
+        self._stored: set[Path] = set()
         if path is None:
             return
         try:
@@ -48,17 +65,45 @@ class Recorder:
     def write(self, kind: str, **fields: Any) -> None:
         record = {"seq": self._seq, "t": self._t(), "wall": round(time.time(), 3), "kind": kind}
         record.update(fields)
+        images: list[Image] = []
+        if "messages" in record:  # images first: the secrets are scrubbed from text only
+            record["messages"], images = split_images(record["messages"])
         if self._secrets:
             record = scrub(record, self._secrets)
         self._seq += 1
         self.records.append(record)
         if self._file is None:
+            self.images.update((image.sha256, image.data) for image in images)
             return
         try:
+            for image in images:
+                self._store(image)
             self._file.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
             self._file.flush()
         except OSError as exc:
+            self.images.update((image.sha256, image.data) for image in images)
             self._failed(exc)
+
+    def _store(self, image: Image) -> None:
+        """Write an image once, atomically: it is complete on disk or not there at all."""
+        target = image_file(images_dir(self.path), image.sha256, image.media_type)
+        if target in self._stored:
+            return
+        if not target.is_file():
+            _write_atomically(target, image.data)
+        self._stored.add(target)
+
+    def image(self, sha256: str, media_type: str) -> bytes:
+        """The bytes of an image a record references (kept in memory, or on disk)."""
+        if sha256 in self.images:
+            return self.images[sha256]
+        return _load_image(images_dir(self.path), sha256, media_type, self.path)
+
+    def restored(self, record: dict[str, Any]) -> dict[str, Any]:
+        """``record`` with its images back as data URLs (as the episode sent them)."""
+        if "messages" not in record:
+            return record
+        return {**record, "messages": restore_images(record["messages"], self.image)}
 
     def _failed(self, exc: OSError) -> None:
         file, self._file = self._file, None
@@ -109,15 +154,32 @@ class Recorder:
         self.close()
 
 
+def _write_atomically(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
 class MemoryRecorder(Recorder):
-    """Keeps records in memory only (benchmarks, evaluation without --record)."""
+    """Keeps records, and their images, in memory only (benchmarks, evaluation without
+    --record)."""
 
     def __init__(self, clock_now: Any = None) -> None:
         super().__init__(None, clock_now)
 
 
 def enforce_quota(folder: Path, max_bytes: int, keep: Path) -> list[Path]:
-    """Delete the oldest episodes (``*.jsonl`` in ``folder``) until the rest fit ``max_bytes``.
+    """Delete the oldest episodes (``*.jsonl`` in ``folder``, each with its images folder)
+    until the rest fit ``max_bytes``.
 
     ``keep`` (the recording about to be written) and ``candidates.jsonl`` (the bottom-up
     candidates, not an episode) are never deleted. Returns what was deleted, oldest first.
@@ -129,7 +191,8 @@ def enforce_quota(folder: Path, max_bytes: int, keep: Path) -> list[Path]:
                 continue
             with contextlib.suppress(OSError):
                 info = path.stat()
-                episodes.append((info.st_mtime, path.name, info.st_size, path))
+                size = info.st_size + _folder_size(images_dir(path))
+                episodes.append((info.st_mtime, path.name, size, path))
     episodes.sort()
     total = sum(size for _, _, size, _ in episodes)
     dropped = []
@@ -138,13 +201,67 @@ def enforce_quota(folder: Path, max_bytes: int, keep: Path) -> list[Path]:
             break
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+        shutil.rmtree(images_dir(path), ignore_errors=True)
         total -= size
         dropped.append(path)
     return dropped
 
 
-def read_recording(path: Path) -> Iterator[dict[str, Any]]:
-    """The records of a recording; a torn last line (a crash mid-write) is skipped."""
+def _folder_size(folder: Path) -> int:
+    total = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            with contextlib.suppress(OSError):
+                if entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+    return total
+
+
+def read_recording(path: Path, *, images: bool = False) -> Iterator[dict[str, Any]]:
+    """The records of a recording; a torn last line (a crash mid-write) is skipped. With
+    ``images``, each image reference is back to its data URL (:func:`with_images`)."""
+    records = _records(path)
+    return with_images(records, path) if images else records
+
+
+def with_images(records: Iterable[dict[str, Any]], path: Path) -> Iterator[dict[str, Any]]:
+    """``records`` of the recording at ``path`` with their images read back from its images
+    folder, each checked against its hash: a missing or corrupt image is a RecordingError."""
+    folder = images_dir(path)
+    loaded: dict[str, bytes] = {}
+
+    def load(sha256: str, media_type: str) -> bytes:
+        if sha256 not in loaded:
+            loaded[sha256] = _load_image(folder, sha256, media_type, path)
+        return loaded[sha256]
+
+    for record in records:
+        if "messages" in record:
+            record = {**record, "messages": restore_images(record["messages"], load)}
+        yield record
+
+
+def _load_image(folder: Path, sha256: str, media_type: str, recording: Path) -> bytes:
+    file = image_file(folder, sha256, media_type)
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        raise RecordingError(
+            f"{file}: image missing ({recording} references it): copy the recording with "
+            f"its images folder {folder.name}/"
+        ) from None
+    except OSError as exc:
+        raise RecordingError(f"{file}: cannot read the image: {exc.strerror or exc}") from exc
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise RecordingError(
+            f"{file}: image corrupt: its bytes have sha256 {digest}, not the one its name "
+            f"and {recording} give"
+        )
+    return data
+
+
+def _records(path: Path) -> Iterator[dict[str, Any]]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:

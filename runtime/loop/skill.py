@@ -8,17 +8,18 @@ and the driver command each action runs. A skill that loads is a skill that can 
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from string import Template
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from onboard.base.errors import Problem, SkillError
-from onboard.base.tomlfile import KeyLines, ProblemAt, format_key, load_model
+from onboard.base.tomlfile import KeyLines, ProblemAt, format_key, read_toml, validation_problems
 
 __all__ = [
     "ActionSpec",
@@ -29,6 +30,7 @@ __all__ = [
     "StimulusSpec",
     "action_name_problem",
     "load_skill",
+    "load_skill_text",
 ]
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
@@ -142,6 +144,11 @@ class SkillHeader(_Strict):
     fallback: Text
     default_phrase: Text
     params: dict[str, str] = {}
+    max_fallbacks: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="stop the episode after this many fallbacks in a row with no planned "
+        "action between (the fallback has made the robot safe); unset: never",
+    )
     max_rounds: Annotated[int, Field(ge=0, le=10)] = Field(
         default=1, description="re-asks per decision after its first proposal (engine.py)"
     )
@@ -220,8 +227,11 @@ class Skill:
     reject: list[str]
     lines: KeyLines = field(repr=False, compare=False)
     max_rounds: int = 1
+    max_fallbacks: int | None = None
     kind: str = "person"
     scene: SceneSpec | None = None
+    #: the TOML text the skill was loaded from (a recording's header carries it)
+    source: str = field(default="", repr=False, compare=False)
 
     @property
     def questions(self) -> SecondStage:
@@ -247,7 +257,38 @@ def load_skill(
 
     ``commands``: the driver commands actions may name, or per skill kind (``{"person":
     ..., "scene": ...}``); None checks no command."""
-    spec, lines = load_model(path, SkillFile, SkillError)
+    data, source = read_toml(path, SkillError)
+    return _resolve(data, source, path, perception, commands)
+
+
+def load_skill_text(
+    text: str,
+    name: str,
+    perception: Collection[str] = ("activity", "gaze"),
+    commands: Collection[str] | Mapping[str, Collection[str]] | None = None,
+) -> Skill:
+    """Load and check a skill from its TOML text (a recording's header holds it), with the
+    same checks as :func:`load_skill`; ``name`` stands for the file in every problem (and
+    is the skill's ``path``)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SkillError([Problem(name, "", None, f"TOML syntax error: {exc}")]) from exc
+    return _resolve(data, text, Path(name), perception, commands)
+
+
+def _resolve(
+    data: dict[str, Any],
+    source: str,
+    path: Path,
+    perception: Collection[str],
+    commands: Collection[str] | Mapping[str, Collection[str]] | None,
+) -> Skill:
+    lines = KeyLines(source)
+    try:
+        spec = SkillFile.model_validate(data)
+    except ValidationError as exc:
+        raise SkillError(validation_problems(path, lines, exc)) from exc
     problems = list(_check(spec, path, lines, set(perception), commands))
     if problems:
         raise SkillError(problems)
@@ -266,8 +307,10 @@ def load_skill(
         reject=list(spec.mapping.reject),
         lines=lines,
         max_rounds=spec.skill.max_rounds,
+        max_fallbacks=spec.skill.max_fallbacks,
         kind=spec.skill.kind,
         scene=spec.scene,
+        source=source,
     )
 
 

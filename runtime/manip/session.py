@@ -10,20 +10,23 @@ an arm motion takes the simulated time it took in the twin.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from string import Template
+from typing import Any
 
 from onboard.base.errors import ConfigError, Problem, RecordingWriteError, UsageError
 from onboard.base.signals import on_stop_signals
 from onboard.catalog import make_mapper
 from onboard.config import RobotConfig
 from onboard.drivers.factory import Hardware, hardware
+from onboard.grounding.embedder import MODEL_FILE
 from onboard.hri.session import make_clock
 from onboard.loop.clock import Clock, VirtualClock, WallClock
 from onboard.loop.engine import Ask, Outcome, SkillRunner
 from onboard.loop.recorder import Recorder
+from onboard.loop.recording import build_header
 from onboard.loop.skill import Skill
 from onboard.manip.arm_driver import ArmDriver
 from onboard.manip.kind import SceneKind
@@ -90,10 +93,12 @@ def run_scene_episode(
     detector: Detector,
     options: SceneOptions = SceneOptions(),
     on_runner: Callable[[SkillRunner], None] | None = None,
+    task: Mapping[str, Any] | None = None,
 ) -> Outcome:
     """Run ``skill`` (its goal already set: :func:`goal_skill`) until it ends, it is stopped,
     or ``options.limit`` seconds pass. ``on_runner`` sees the runner before it starts (tests
-    and benchmarks)."""
+    and benchmarks); ``task`` is what the recording's header says the episode was asked
+    (the request, the scene; by default the skill's goal)."""
     if found.arm is None or found.camera is None:
         raise UsageError("a scene skill needs an arm and a camera")
     clock = make_clock(options.clock)
@@ -101,16 +106,16 @@ def run_scene_episode(
     virtual = isinstance(clock, VirtualClock)
     recorder.use_clock(clock.now)
     recorder.hide(robot.llm.api_key())
-    recorder.write(
-        "header",
-        robot=robot.model_dump(mode="json"),
-        robot_root=str(robot.root.resolve()),
-        skill=str(skill.path.resolve()),
-        skill_kind="scene",
-        task={"goal": skill.goal},
-        options={"clock": options.clock, "constrained": options.constrained},
+    header = build_header(
+        robot,
+        skill,
+        "scene",
+        task=dict(task) if task is not None else {"goal": skill.goal},
+        options={k: v for k, v in options.__dict__.items() if k != "latency"},
         latency=options.latency if isinstance(options.latency, float) else None,
+        models={"embedder": robot.embedder_dir / MODEL_FILE, "detector": detector.path},
     )
+    recorder.write("header", **header)
     if recorder.fault is not None:
         raise recorder.fault
     elapsed = (lambda: twin.time) if (virtual and twin is not None) else None

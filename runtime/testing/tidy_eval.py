@@ -19,7 +19,7 @@ from onboard.loop.recorder import MemoryRecorder, Recorder
 from onboard.loop.skill import Skill
 from onboard.manip.session import SceneOptions, goal_skill, run_scene_episode, scene_hardware
 from onboard.perception.detector import Detector
-from onboard.testing.tidy_judge import TidyTask, judge, set_up
+from onboard.testing.tidy_judge import SETTLE, TidyTask, judge, set_up
 
 __all__ = ["TidyTrial", "run_tidy_trial"]
 
@@ -63,9 +63,13 @@ def run_tidy_trial(
     recorder = Recorder(record) if record is not None else MemoryRecorder()
     with scene_hardware(robot.with_arm_scene(task.scene)) as found, recorder:
         assert found.twin is not None, "tidy evaluation needs the in-process twin (kind = sim)"
-        set_up(found.twin, task, rng, jitter)
+        placed = set_up(found.twin, task, rng, jitter)
+        # what the set-up did, so a replay does the same: each block put at x, y, z (world
+        # frame, metres), then every object let settle for `settle` seconds
+        asked = {"goal": task.goal, "name": task.name, "scene": task.scene, "trial": trial,
+                 "seed": seed, "jitter": jitter, "setup": placed, "settle": SETTLE}  # fmt: skip
         outcome = run_scene_episode(
-            robot, episode_skill, ask, recorder, found, found_detector, options, on_runner
+            robot, episode_skill, ask, recorder, found, found_detector, options, on_runner, asked
         )
         verdict = judge(found.twin, task, skill)
     kinds = [r["kind"] for r in recorder.records]

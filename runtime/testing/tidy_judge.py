@@ -24,6 +24,8 @@ __all__ = ["TidyTask", "Verdict", "judge", "load_tasks", "set_up"]
 ACROSS = 0.03
 #: metres from the hand-over point a given object may be
 HANDED = 0.06
+#: seconds the objects settle after the set-up (a replay settles as long)
+SETTLE = 0.5
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,10 @@ def _pair(raw: dict[str, Any], key: str) -> tuple[str, str] | None:
     return str(first), str(second)
 
 
-def set_up(twin: Twin, task: TidyTask, rng: random.Random, jitter: float) -> None:
-    """Move the task's objects into place, jitter every object on the table, let them settle."""
+def set_up(twin: Twin, task: TidyTask, rng: random.Random, jitter: float) -> dict[str, list[float]]:
+    """Move the task's objects into place, jitter every block, let them settle; returns where
+    each was put (world frame), so a replay can do the same (runtime/manip/replay.py)."""
+    placed: dict[str, list[float]] = {}
     for name in twin.object_names():
         if twin.kind_of(name) != "block":
             continue
@@ -91,8 +95,10 @@ def set_up(twin: Twin, task: TidyTask, rng: random.Random, jitter: float) -> Non
         if name in task.setup:
             x, y, z = task.setup[name]
         dx, dy = (rng.uniform(-jitter, jitter) for _ in range(2))
+        placed[name] = [x + dx, y + dy, z]
         twin.set_object_pose(name, (x + dx, y + dy, z))
-    twin.settle(0.5)
+    twin.settle(SETTLE)
+    return placed
 
 
 def judge(twin: Twin, task: TidyTask, skill: Skill) -> Verdict:
