@@ -6,6 +6,7 @@ twin's truth by runtime/testing/tidy_judge.py, which the robot's code never impo
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import subprocess
@@ -369,3 +370,35 @@ def test_a_recorded_tidy_trial_and_a_recorded_run_replay(
     capsys.readouterr()
     assert main(["replay", str(run_path)]) == 0
     assert "replay reproduces the recorded action sequence" in capsys.readouterr().out
+
+
+def test_with_images_each_plan_request_carries_the_frame_stored_once_by_hash(
+    robot: RobotConfig, tidy: Skill, tasks: dict[str, TidyTask], server: StandInServer,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """``[prompt] images = true``: the camera frame goes with each plan request as an OpenAI
+    ``image_url`` part, through the client and the stand-in; the recording stores each image
+    once beside it, by hash; the replay restores and compares them."""
+    from onboard.hri.replay import replay
+
+    path = tmp_path / "tidy.toml"
+    path.write_text(tidy.path.read_text(encoding="utf-8").replace(
+        "images = false", "images = true"), encoding="utf-8")  # fmt: skip
+    seeing = load_skill(path, commands={"scene": ARM_COMMANDS})
+    assert seeing.prompt.images
+    record = tmp_path / "stack.jsonl"
+    options = SceneOptions("virtual", constrained=True, latency=1.0, limit=60.0)
+    with ChatClient(robot.llm, base_url=server.base_url) as client:
+        trial = run_tidy_trial(robot, seeing, tasks["stack"], 0, HttpAsk(client), detector(),
+                               options, jitter=0.01, seed=0, record=record)  # fmt: skip
+    assert trial.success
+    lines = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
+    requests = [r for r in lines if r["kind"] == "request" and r["purpose"] == "plan"]
+    parts = [p for r in requests for p in r["messages"][-1]["content"] if isinstance(p, dict)]
+    images = [p["image_url"]["url"] for p in parts if p.get("type") == "image_url"]
+    assert len(images) == len(requests) and all(u.startswith("sha256:") for u in images)
+    stored = list((tmp_path / "stack.images").iterdir())
+    assert stored and {f.stem for f in stored} == {u.removeprefix("sha256:") for u in images}
+    assert all(f.read_bytes().startswith(b"\x89PNG") for f in stored)
+    recorded, replayed = replay(record)
+    assert recorded == replayed
