@@ -97,7 +97,7 @@ def run_scene(robot: RobotConfig, skill: Skill, args: argparse.Namespace) -> int
         with (
             ChatClient(robot.llm, base_url=url) as client,
             Recorder(path) as recorder,
-            scene_hardware(robot) as found,
+            scene_hardware(robot, realtime=clock == "wall") as found,
         ):
             mode = f"constrained, {client.structured_output} form" if constrained else "free"
             print(f"onboard: {skill.name}: {args.goal!r}, LLM {url} ({mode}), {clock} clock")

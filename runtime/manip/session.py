@@ -61,9 +61,12 @@ def goal_skill(skill: Skill, goal: str) -> Skill:
 
 
 @contextmanager
-def scene_hardware(robot: RobotConfig) -> Iterator[Hardware]:
-    """The arm and camera of robot.toml, connected; both are needed for a scene skill."""
+def scene_hardware(robot: RobotConfig, realtime: bool = False) -> Iterator[Hardware]:
+    """The arm and camera of robot.toml, connected; both are needed for a scene skill.
+    ``realtime``: a simulated arm's motions follow the wall clock (for a wall-clock run)."""
     arm, camera = robot.drivers.arm, robot.drivers.camera
+    if realtime and arm is not None and arm.kind == "sim":
+        arm = arm.model_copy(update={"realtime": True})
     if arm is None or camera is None:
         missing = " and ".join(n for n, c in (("arm", arm), ("camera", camera)) if c is None)
         raise ConfigError(
