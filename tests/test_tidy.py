@@ -335,7 +335,9 @@ quaternion_xyzw = {list(robot.hand_eye.quaternion_xyzw or ())}
         path = tmp_path / "robot.toml"
         path.write_text(toml, encoding="utf-8")
         goal = "put the red block on the blue block"
-        args = ["--robot", str(path), "run", "tidy", "--goal", goal, "--clock", "virtual"]
+        record = tmp_path / "jaka.jsonl"
+        args = ["--robot", str(path), "run", "tidy", "--goal", goal, "--clock", "virtual",
+                "--record", str(record)]  # fmt: skip
         assert main(args) == 0, capsys.readouterr()
         out = capsys.readouterr().out
         assert "-> place@" in out and "-> done@" in out
@@ -344,6 +346,11 @@ quaternion_xyzw = {list(robot.hand_eye.quaternion_xyzw or ())}
         red, blue = now.objects["red block"].base, now.objects["blue block"].base
         across = math.dist(red.position[:2], blue.position[:2])
         assert across < 0.03 and red.position[2] > blue.position[2] + 0.02
+    # the run replays offline against the twin of the scene sim serve ran
+    assert main(["replay", str(record)]) == 2
+    assert "--scene" in capsys.readouterr().err
+    assert main(["replay", str(record), "--scene", "blocks"]) == 0
+    assert "replay reproduces the recorded action sequence" in capsys.readouterr().out
 
 
 def test_a_recorded_tidy_trial_and_a_recorded_run_replay(

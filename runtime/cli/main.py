@@ -158,6 +158,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = add("replay")
     p.add_argument("recording", type=Path)
+    p.add_argument("--scene", help="scene recordings: the twin scene that stands in for the "
+                   "hardware it was recorded on (default: the scene its task names)")  # fmt: skip
     p.set_defaults(func=_replay)
 
     p = add("sim")
@@ -289,7 +291,7 @@ def _eval(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from onboard.cli.replay import replay_command
 
-    return replay_command(args.recording)
+    return replay_command(args.recording, args.scene)
 
 
 def _sim_serve(args: argparse.Namespace) -> int:

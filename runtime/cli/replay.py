@@ -9,8 +9,8 @@ from onboard.hri.replay import replay
 __all__ = ["replay_command"]
 
 
-def replay_command(path: Path) -> int:
-    recorded, replayed = replay(path)
+def replay_command(path: Path, scene: str | None = None) -> int:
+    recorded, replayed = replay(path, scene)
     print(f"recorded: {' -> '.join(recorded)}")
     print(f"replayed: {' -> '.join(replayed)}")
     if recorded != replayed:

@@ -105,16 +105,17 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     )
 
 
-def replay(path: Path) -> tuple[list[str], list[str]]:
-    """(recorded action sequence, replayed action sequence); raises ReplayDivergence."""
+def replay(path: Path, scene: str | None = None) -> tuple[list[str], list[str]]:
+    """(recorded action sequence, replayed action sequence); raises ReplayDivergence.
+    ``scene``: for a scene recording, the twin scene to replay in instead of its task's."""
     try:
-        return _replay(path)
+        return _replay(path, scene)
     except (KeyError, TypeError, ValueError, IndexError) as exc:  # pydantic errors included
         what = f"missing {exc}" if isinstance(exc, KeyError) else type(exc).__name__
         raise RecordingError(f"{path}: not a valid onboard recording ({what})") from exc
 
 
-def _replay(path: Path) -> tuple[list[str], list[str]]:
+def _replay(path: Path, scene: str | None = None) -> tuple[list[str], list[str]]:
     records = list(read_recording(path))
     header = read_header(records, path)
     end = next((r for r in reversed(records) if r["kind"] == "end"), None)
@@ -126,7 +127,7 @@ def _replay(path: Path) -> tuple[list[str], list[str]]:
     if header.skill_kind == "scene":
         from onboard.manip.replay import replay_scene
 
-        return replay_scene(path, header, records, end)
+        return replay_scene(path, header, records, end, scene)
     robot = header.robot_config()
     check_models(header, {"embedder": robot.embedder_dir / MODEL_FILE}, path)
     skill = load_skill_text(

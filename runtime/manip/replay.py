@@ -32,13 +32,21 @@ __all__ = ["replay_scene"]
 
 
 def replay_scene(
-    path: Path, header: Header, records: list[dict[str, Any]], end: dict[str, Any]
+    path: Path,
+    header: Header,
+    records: list[dict[str, Any]],
+    end: dict[str, Any],
+    scene: str | None = None,
 ) -> tuple[list[str], list[str]]:
-    """(recorded action sequence, replayed action sequence); raises ReplayDivergence."""
+    """(recorded action sequence, replayed action sequence); raises ReplayDivergence.
+    ``scene`` replaces the task's (a run recorded on hardware names none)."""
     task = header.task or {}
-    scene = task.get("scene")
+    scene = scene or task.get("scene")
     if not isinstance(scene, str) or not scene or scene == "None":
-        raise RecordingError(f"{path}: header: the task names no scene to replay in")
+        raise RecordingError(
+            f"{path}: recorded on an arm that is not simulated, so its task names no scene: "
+            "say which twin scene stands in for it (onboard replay REC --scene blocks)"
+        )
     recorded = header.robot_config()
     robot = recorded.model_copy(
         update={
