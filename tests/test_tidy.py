@@ -359,7 +359,7 @@ def test_a_recorded_tidy_trial_and_a_recorded_run_replay(
 ) -> None:  # fmt: skip
     """An evaluation trial (its set-up in the header) and an ``onboard run tidy`` replay with
     nothing but the recording: the same action sequence."""
-    from onboard.hri.replay import replay
+    from onboard.cli.replay import replay_recording as replay
 
     options = SceneOptions("virtual", constrained=True, latency=1.0, limit=60.0)
     trial_path = tmp_path / "push.jsonl"
@@ -386,7 +386,7 @@ def test_with_images_each_plan_request_carries_the_frame_stored_once_by_hash(
     """``[prompt] images = true``: the camera frame goes with each plan request as an OpenAI
     ``image_url`` part, through the client and the stand-in; the recording stores each image
     once beside it, by hash; the replay restores and compares them."""
-    from onboard.hri.replay import replay
+    from onboard.cli.replay import replay_recording as replay
 
     path = tmp_path / "tidy.toml"
     path.write_text(tidy.path.read_text(encoding="utf-8").replace(

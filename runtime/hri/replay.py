@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from onboard.base.errors import IncompleteRecording, LLMTimeout, RecordingError, ReplayDivergence
 from onboard.grounding.embedder import MODEL_FILE
@@ -27,10 +27,12 @@ from onboard.hri.world import SimRobot
 from onboard.llm.client import ChatResult, Message
 from onboard.loop.engine import SkillRunner
 from onboard.loop.recorder import MemoryRecorder, read_recording, with_images
-from onboard.loop.recording import check_models, read_header
+from onboard.loop.recording import Header, check_models, read_header
 from onboard.loop.skill import load_skill_text
 
-__all__ = ["ReplayAsk", "replay"]
+__all__ = ["ReplayAsk", "as_recording_error", "read_episode", "replay"]
+
+T = TypeVar("T")
 
 
 class ReplayAsk:
@@ -105,17 +107,24 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     )
 
 
-def replay(path: Path, scene: str | None = None) -> tuple[list[str], list[str]]:
-    """(recorded action sequence, replayed action sequence); raises ReplayDivergence.
-    ``scene``: for a scene recording, the twin scene to replay in instead of its task's."""
+def replay(path: Path) -> tuple[list[str], list[str]]:
+    """(recorded action sequence, replayed action sequence) of a person recording; raises
+    ReplayDivergence. ``onboard replay`` replays either kind (onboard.cli.replay)."""
+    return as_recording_error(path, lambda: _replay(path))
+
+
+def as_recording_error(path: Path, run: Callable[[], T]) -> T:
+    """``run()``, a malformed recording's KeyError, TypeError... as one RecordingError line."""
     try:
-        return _replay(path, scene)
+        return run()
     except (KeyError, TypeError, ValueError, IndexError) as exc:  # pydantic errors included
         what = f"missing {exc}" if isinstance(exc, KeyError) else type(exc).__name__
         raise RecordingError(f"{path}: not a valid onboard recording ({what})") from exc
 
 
-def _replay(path: Path, scene: str | None = None) -> tuple[list[str], list[str]]:
+def read_episode(path: Path) -> tuple[list[dict[str, Any]], Header, dict[str, Any]]:
+    """A recording's records, its header and its end record; an episode without an end
+    (its process was killed) is an IncompleteRecording."""
     records = list(read_recording(path))
     header = read_header(records, path)
     end = next((r for r in reversed(records) if r["kind"] == "end"), None)
@@ -124,10 +133,13 @@ def _replay(path: Path, scene: str | None = None) -> tuple[list[str], list[str]]
             f"{path}: incomplete episode: no end record (its process was killed); the "
             f"{len(records)} records written are intact and can be read, not replayed"
         )
-    if header.skill_kind == "scene":
-        from onboard.manip.replay import replay_scene
+    return records, header, end
 
-        return replay_scene(path, header, records, end, scene)
+
+def _replay(path: Path) -> tuple[list[str], list[str]]:
+    records, header, end = read_episode(path)
+    if header.skill_kind != "person":
+        raise RecordingError(f"{path}: a {header.skill_kind} recording, not a person one")
     robot = header.robot_config()
     check_models(header, {"embedder": robot.embedder_dir / MODEL_FILE}, path)
     skill = load_skill_text(

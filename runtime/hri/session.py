@@ -13,7 +13,7 @@ from enum import StrEnum
 from functools import partial
 from typing import Any
 
-from onboard.base.errors import CandidateError, RecordingWriteError
+from onboard.base.errors import CandidateError
 from onboard.base.secrets import scrub
 from onboard.base.signals import on_stop_signals
 from onboard.catalog import load_robot_skill, make_mapper
@@ -29,6 +29,7 @@ from onboard.hri.world import SimRobot, SimWorld
 from onboard.llm.client import ChatClient, ChatResult, Message
 from onboard.loop.clock import Clock, VirtualClock, WallClock
 from onboard.loop.engine import Ask, Check, Outcome, SkillRunner, Verify
+from onboard.loop.episode import begin_recording, cancel, stop_hooks
 from onboard.loop.exitcodes import ExitCode, for_signal
 from onboard.loop.recorder import Recorder
 from onboard.loop.recording import build_header
@@ -113,8 +114,6 @@ def run_episode(
     ``on_runner`` sees the runner before it starts (benchmarks read its timings).
     """
     clock = make_clock(options.clock)
-    recorder.use_clock(clock.now)
-    recorder.hide(robot.llm.api_key())
     header = build_header(
         robot,
         skill,
@@ -124,9 +123,7 @@ def run_episode(
         latency=options.latency if isinstance(options.latency, float) else None,
         models={"embedder": robot.embedder_dir / MODEL_FILE},
     )
-    recorder.write("header", **header)
-    if recorder.fault is not None:  # not even the header could be written: nothing moved
-        raise recorder.fault
+    begin_recording(recorder, clock, robot.llm.api_key(), header)
     store = CandidateStore(robot.recordings_dir / "candidates.jsonl")
     runner: SkillRunner | None = None
 
@@ -162,19 +159,7 @@ def run_episode(
     if on_runner is not None:
         on_runner(runner)
 
-    def stop_on_fault(fault: RecordingWriteError) -> None:  # a full disk: stop the robot
-        clock.post(lambda: runner.stop(f"recording failed: {fault}"))
-
-    recorder.on_fault = stop_on_fault
-
-    def stop_on_signal(name: str) -> None:
-        # runs in the signal handler: post the stop, and stop waiting for the LLM (the virtual
-        # clock waits for it on the loop thread) so the stop runs within a second
-        clock.post(lambda: runner.stop(f"{name} received", signal=name))
-        clock.interrupt()
-        _cancel(ask)
-
-    with on_stop_signals(stop_on_signal, options.handle_signals):
+    with on_stop_signals(stop_hooks(runner, ask, recorder), options.handle_signals):
         try:
             world.start()
             runner.start(world.observation())
@@ -183,18 +168,12 @@ def run_episode(
             if not runner.finished:
                 runner.stop(SCENARIO_ENDED if clock.now() >= scenario.end else "interrupted")
             world.close()
-            _cancel(ask)
+            cancel(ask)
             if isinstance(clock, WallClock):
                 clock.close()
     if recorder.fault is not None:  # the robot is stopped; what was written is kept
         raise recorder.fault
     return runner.outcome
-
-
-def _cancel(ask: Ask) -> None:
-    cancel = getattr(ask, "cancel", None)
-    if callable(cancel):
-        cancel()
 
 
 def _keep_candidate(

@@ -20,7 +20,7 @@ from onboard.base.errors import RecordingError, ReplayDivergence
 from onboard.drivers.arm.config import SimArmConfig
 from onboard.drivers.camera.config import SimCameraConfig
 from onboard.grounding.embedder import MODEL_FILE
-from onboard.hri.replay import ReplayAsk
+from onboard.hri.replay import ReplayAsk, as_recording_error, read_episode
 from onboard.loop.recorder import MemoryRecorder, with_images
 from onboard.loop.recording import Header, check_models
 from onboard.loop.skill import load_skill_text
@@ -28,7 +28,19 @@ from onboard.manip.commands import ARM_COMMANDS
 from onboard.manip.session import SceneOptions, goal_skill, run_scene_episode, scene_hardware
 from onboard.perception.detector import Detector
 
-__all__ = ["replay_scene"]
+__all__ = ["replay_scene", "replay_scene_recording"]
+
+
+def replay_scene_recording(path: Path, scene: str | None = None) -> tuple[list[str], list[str]]:
+    """(recorded action sequence, replayed action sequence) of a scene recording."""
+
+    def run() -> tuple[list[str], list[str]]:
+        records, header, end = read_episode(path)
+        if header.skill_kind != "scene":
+            raise RecordingError(f"{path}: a {header.skill_kind} recording, not a scene one")
+        return replay_scene(path, header, records, end, scene)
+
+    return as_recording_error(path, run)
 
 
 def replay_scene(

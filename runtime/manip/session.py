@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from string import Template
 from typing import Any
 
-from onboard.base.errors import ConfigError, Problem, RecordingWriteError, UsageError
+from onboard.base.errors import ConfigError, Problem, UsageError
 from onboard.base.signals import on_stop_signals
 from onboard.catalog import make_mapper
 from onboard.config import RobotConfig
@@ -25,6 +25,7 @@ from onboard.grounding.embedder import MODEL_FILE
 from onboard.hri.session import make_clock
 from onboard.loop.clock import Clock, VirtualClock, WallClock
 from onboard.loop.engine import Ask, Outcome, SkillRunner
+from onboard.loop.episode import begin_recording, stop_hooks
 from onboard.loop.recorder import Recorder
 from onboard.loop.recording import build_header
 from onboard.loop.skill import Skill
@@ -107,8 +108,6 @@ def run_scene_episode(
     clock = make_clock(options.clock)
     twin = found.twin
     virtual = isinstance(clock, VirtualClock)
-    recorder.use_clock(clock.now)
-    recorder.hide(robot.llm.api_key())
     header = build_header(
         robot,
         skill,
@@ -118,9 +117,7 @@ def run_scene_episode(
         latency=options.latency if isinstance(options.latency, float) else None,
         models={"embedder": robot.embedder_dir / MODEL_FILE, "detector": detector.path},
     )
-    recorder.write("header", **header)
-    if recorder.fault is not None:
-        raise recorder.fault
+    begin_recording(recorder, clock, robot.llm.api_key(), header)
     elapsed = (lambda: twin.time) if (virtual and twin is not None) else None
     driver = ArmDriver(found.arm, clock, elapsed=elapsed, record=recorder.write)
     driver.home()
@@ -161,19 +158,7 @@ def run_scene_episode(
         on_runner(runner)
     _look_periodically(runner, perception, options.look_every)
 
-    def stop_on_fault(fault: RecordingWriteError) -> None:
-        clock.post(lambda: runner.stop(f"recording failed: {fault}"))
-
-    recorder.on_fault = stop_on_fault
-
-    def stop_on_signal(name: str) -> None:
-        clock.post(lambda: runner.stop(f"{name} received", signal=name))
-        clock.interrupt()
-        cancel = getattr(ask, "cancel", None)
-        if callable(cancel):
-            cancel()
-
-    with on_stop_signals(stop_on_signal, options.handle_signals):
+    with on_stop_signals(stop_hooks(runner, ask, recorder), options.handle_signals):
         try:
             runner.start(perception.look())
             clock.run(until=options.limit)
