@@ -409,3 +409,28 @@ def test_with_images_each_plan_request_carries_the_frame_stored_once_by_hash(
     assert all(f.read_bytes().startswith(b"\x89PNG") for f in stored)
     recorded, replayed = replay(record)
     assert recorded == replayed
+
+
+def test_without_hand_eye_a_scene_run_is_one_line_before_anything_moves(
+    robot: RobotConfig, tidy: Skill, hardware: Hardware, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    from onboard.base.errors import ConfigError
+
+    blind = robot.model_copy(update={"hand_eye": None})
+    assert hardware.twin is not None
+    joints = hardware.twin.joints()
+    with pytest.raises(ConfigError) as caught:
+        run_scene_episode(blind, goal_skill(tidy, "stack them"), lambda *_: None,  # type: ignore[arg-type]
+                          MemoryRecorder(), hardware, detector())  # fmt: skip
+    assert "hand_eye" in str(caught.value) and "onboard calibrate --write" in str(caught.value)
+    assert hardware.twin.joints() == joints  # the arm never moved
+    # onboard check says what a scene skill still needs, without failing the robot
+    path = tmp_path / "robot.toml"
+    text = (Path(__file__).resolve().parent.parent / "robot.toml").read_text(encoding="utf-8")
+    path.write_text(text.split("[hand_eye]")[0].replace(
+        'skills = "skills"', f'skills = "{bundled.skills_dir()}"'), encoding="utf-8")  # fmt: skip
+    assert main(["--robot", str(path), "check"]) == 0
+    assert (
+        "tidy is a scene skill: to run it, robot.toml needs [hand_eye]" in capsys.readouterr().out
+    )

@@ -74,6 +74,14 @@ def check(robot_path: Path | None) -> int:
     for skill in skills:
         print(f"  skill {skill.name}: {len(skill.actions)} actions, start {skill.start!r}, "
               f"end {skill.end!r}  ({skill.path})")  # fmt: skip
+        missing = [] if skill.kind != "scene" else [
+            key for key, value in (("[drivers.arm]", robot.drivers.arm),
+                                   ("[drivers.camera]", robot.drivers.camera),
+                                   ("[hand_eye]", robot.hand_eye)) if value is None
+        ]  # fmt: skip
+        if missing:
+            print(f"    note: {skill.name} is a scene skill: to run it, robot.toml needs "
+                  f"{', '.join(missing)} (onboard calibrate --write gives [hand_eye])")  # fmt: skip
     own = [s.name for held_out, s in scenarios if not held_out]
     held = [s.name for held_out, s in scenarios if held_out]
     print(f"  {len(own)} scenarios: {', '.join(own)}")

@@ -105,6 +105,7 @@ def run_scene_episode(
     (the request, the scene; by default the skill's goal)."""
     if found.arm is None or found.camera is None:
         raise UsageError("a scene skill needs an arm and a camera")
+    hand_eye = _hand_eye(robot)  # before anything moves
     clock = make_clock(options.clock)
     twin = found.twin
     virtual = isinstance(clock, VirtualClock)
@@ -126,7 +127,7 @@ def run_scene_episode(
     perception = ScenePerception(
         found.camera,
         detector,
-        SceneObserver(_hand_eye(robot), sides="base"),
+        SceneObserver(hand_eye, sides="base"),
         clock.now,
         holding=lambda: driver.holding,
         images=skill.prompt.images,
