@@ -281,20 +281,14 @@ def test_the_twin_keeps_the_loops_virtual_time_and_a_motion_takes_its_twin_time(
 
 
 def test_run_without_a_goal_or_with_a_goal_on_a_person_skill_is_a_usage_error(
-    capsys: pytest.CaptureFixture[str],
+    tidy: Skill, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["run", "tidy", "--llm", "standin"]) == 2
     assert "--goal" in capsys.readouterr().err
     with pytest.raises(UsageError):
-        goal_skill(load_robot_skill(load_robot_default(), "tidy"), "  ")
+        goal_skill(tidy, "  ")
     assert main(["run", "engage", "--goal", "stack them"]) == 2
     assert "scene skills" in capsys.readouterr().err
-
-
-def load_robot_default() -> RobotConfig:
-    from onboard.config import load_robot
-
-    return load_robot(Path(__file__).resolve().parent.parent / "robot.toml")
 
 
 def test_the_same_run_drives_the_jaka_emulator_over_tcp_and_succeeds(

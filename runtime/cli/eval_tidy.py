@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from collections import defaultdict
 
@@ -15,6 +16,7 @@ from rich.table import Table
 from onboard import bundled
 from onboard.base.errors import UsageError
 from onboard.cli.endpoint import llm_endpoint
+from onboard.cli.eval import STANDIN_NOTE
 from onboard.config import RobotConfig
 from onboard.hri.session import HttpAsk
 from onboard.llm.client import ChatClient
@@ -26,8 +28,6 @@ from onboard.testing.tidy_eval import TidyTrial, detector, run_tidy_trial
 from onboard.testing.tidy_judge import load_tasks
 
 __all__ = ["evaluate_tidy_command"]
-
-STANDIN_NOTE = "the stand-in's tables test the runtime, not a model"
 
 
 def evaluate_tidy_command(robot: RobotConfig, skill: Skill, args: argparse.Namespace) -> int:
@@ -91,10 +91,10 @@ def evaluate_tidy_command(robot: RobotConfig, skill: Skill, args: argparse.Names
             name,
             requests[name],
             f"{sum(t.success for t in runs)}/{len(runs)}",
-            f"{_median([len(t.actions) for t in runs]):g}",
+            f"{statistics.median([len(t.actions) for t in runs]):g}",
             str(sum(t.replans for t in runs)),
             str(sum(t.fallbacks for t in runs)),
-            f"{_median([t.seconds for t in runs]):.1f}",
+            f"{statistics.median([t.seconds for t in runs]):.1f}",
             "" if failure is None else f"{failure.reason}; {failure.end_reason}",
         )
     table.add_row("all", "", f"{successes}/{total} ({successes / total:.0%})", *[""] * 5)
@@ -102,14 +102,6 @@ def evaluate_tidy_command(robot: RobotConfig, skill: Skill, args: argparse.Names
     console.print(table)
     console.print(f"{args.trials} trials per goal; {wall:.1f} s wall time", soft_wrap=True)
     return code
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def _json(

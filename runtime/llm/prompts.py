@@ -17,6 +17,7 @@ from onboard.loop.skill import Skill
 
 __all__ = [
     "answer_schema",
+    "closed_schema",
     "first_stage",
     "lose_person",
     "plan_schema",
@@ -90,7 +91,9 @@ def reason_schema(skill: Skill) -> dict[str, Any] | None:
     return dict(FREE_REASON)
 
 
-def _closed(answer: dict[str, Any], reason: Mapping[str, Any] | None) -> dict[str, Any]:
+def closed_schema(answer: dict[str, Any], reason: Mapping[str, Any] | None) -> dict[str, Any]:
+    """An object schema of ``answer``'s properties, then ``reason`` unless None: every
+    property required, no other allowed."""
     properties = dict(answer)
     if reason is not None:
         properties["reason"] = dict(reason)
@@ -106,7 +109,7 @@ def plan_schema(
     actions: Sequence[str], reason: Mapping[str, Any] | None = FREE_REASON
 ) -> dict[str, Any]:
     """Constrained decoding: ``action`` must be one of the action names."""
-    return _closed({"action": {"type": "string", "enum": list(actions)}}, reason)
+    return closed_schema({"action": {"type": "string", "enum": list(actions)}}, reason)
 
 
 def wait_time_schema(
@@ -116,8 +119,8 @@ def wait_time_schema(
     number: dict[str, Any] = {"type": "number"}
     if choices is not None:
         number["enum"] = [int(c) if float(c).is_integer() else c for c in choices]
-    return _closed({"wait_time": number}, reason)
+    return closed_schema({"wait_time": number}, reason)
 
 
 def answer_schema(reason: Mapping[str, Any] | None = FREE_REASON) -> dict[str, Any]:
-    return _closed({"answer": {"type": "string", "enum": ["yes", "no"]}}, reason)
+    return closed_schema({"answer": {"type": "string", "enum": ["yes", "no"]}}, reason)

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from onboard.base.errors import LLMReplyError
 from onboard.grounding.mapping import ActionMapper
 from onboard.llm import prompts
 from onboard.llm.client import Message
@@ -79,15 +78,12 @@ class SceneKind:
 
     def plan_schema(self, skill: Skill, now: Observation) -> dict[str, Any] | None:
         names = _names(now)
-        regions = list(_scene(skill).regions)
         answer = {
             "action": {"type": "string", "enum": list(skill.actions)},
             "object": {"type": "string", "enum": [*names, NONE]},
-            "target": {"type": "string", "enum": [*names, *regions, NONE]},
+            "target": {"type": "string", "enum": [*names, *self.scene.regions, NONE]},
         }
-        schema = prompts.plan_schema(list(skill.actions), prompts.reason_schema(skill))
-        properties = {**answer, **{k: v for k, v in schema["properties"].items() if k == "reason"}}
-        return {**schema, "properties": properties, "required": list(properties)}
+        return prompts.closed_schema(answer, prompts.reason_schema(skill))
 
     # -- the reply -------------------------------------------------------------------------
 
@@ -158,6 +154,6 @@ def _names(now: Observation) -> list[str]:
 
 
 def _scene(skill: Skill) -> SceneSpec:
-    if skill.scene is None:
-        raise LLMReplyError(f"skill {skill.name!r} has no [scene]")
+    if skill.scene is None:  # the loader gives every scene skill one
+        raise ValueError(f"skill {skill.name!r} has no [scene]")
     return skill.scene

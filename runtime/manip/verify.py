@@ -82,8 +82,11 @@ class _Geometry:
         ox, oy, oz = (float(v) for v in other.position)
         return math.hypot(x - ox, y - oy) < ON_TOP and z > oz + 0.3 * float(other.size)
 
-    def broken(self, effects: Effects, seen: SceneObservation) -> list[Effect]:
-        return [e for e in effects.standing if not self.holds(e, seen)]
+    def lost(self, effects: Effects, seen: SceneObservation) -> str:
+        """What no longer holds of the standing effects ("the red block is no longer on the
+        blue block"); empty when all hold."""
+        broken = [e for e in effects.standing if not self.holds(e, seen)]
+        return "; ".join(e.text().replace(" is ", " is no longer ", 1) for e in broken)
 
 
 class EffectVerify:
@@ -102,9 +105,8 @@ class EffectVerify:
         verdict = self._effect(step, before, after)
         if not verdict.ok:
             return verdict
-        broken = self._geometry.broken(self.effects, after)
-        if broken:
-            lost = "; ".join(e.text().replace(" is ", " is no longer ", 1) for e in broken)
+        lost = self._geometry.lost(self.effects, after)
+        if lost:
             return Verdict(False, f"{lost} (it was before {step.text()})", 0.0)
         return verdict
 
@@ -185,8 +187,7 @@ class SceneCheck:
             if command == "arm.place":
                 holding = None
             if step.action == self.skill.end:
-                broken = self._geometry.broken(self.effects, observation)
-                if broken:
-                    lost = "; ".join(e.text().replace(" is ", " is no longer ", 1) for e in broken)
+                lost = self._geometry.lost(self.effects, observation)
+                if lost:
                     return Verdict(False, f"not done: {lost}", 0.0)
         return Verdict(True, score=1.0)
