@@ -13,12 +13,23 @@ from typing import Any
 
 from onboard.drivers.twin.scene import RGBA, ObjectSpec, TableSpec, Vec3
 
-__all__ = ["KIND_DEFAULTS", "Built", "KindDefaults", "build_object", "build_table"]
+__all__ = [
+    "DRAWER_LINK",
+    "HANDLE_LINK",
+    "KIND_DEFAULTS",
+    "Built",
+    "KindDefaults",
+    "build_object",
+    "build_table",
+]
 
 #: PyBullet client (a ``pybullet_utils.bullet_client.BulletClient``; pybullet has no stubs)
 Client = Any
 
 WALL = 0.01  # metres: wall thickness of drawers
+#: a drawer body's links: 0 slides on the prismatic joint, 1 is the handle fixed to its front
+DRAWER_LINK, HANDLE_LINK = 0, 1
+HANDLE_COLOR: RGBA = (0.15, 0.15, 0.17, 1.0)
 
 
 @dataclass(frozen=True)
@@ -210,26 +221,30 @@ def _drawer(p: Client, spec: ObjectSpec, color: RGBA, mass: float) -> int:
         ((WALL / 2, iy / 2, side / 2), (-ix / 2 + WALL / 2, 0, -iz / 2 + side / 2)),  # back
         ((ix / 2, WALL / 2, side / 2), (0, iy / 2 - WALL / 2, -iz / 2 + side / 2)),
         ((ix / 2, WALL / 2, side / 2), (0, -iy / 2 + WALL / 2, -iz / 2 + side / 2)),
-        ((0.015, min(0.06, iy / 3), 0.008), (ix / 2 + 0.015, 0, 0)),  # handle
     ]
+    # the handle is a link of its own, fixed to the drawer's front: a grasp attaches to it,
+    # and the detector has a class for it
+    handle = [((0.015, min(0.06, iy / 3), 0.008), (0.0, 0.0, 0.0))]
     base_shape, base_visual = _box_array(p, cabinet)
     link_shape, link_visual = _box_array(p, drawer)
+    handle_shape, handle_visual = _box_array(p, handle)
     body = int(
         p.createMultiBody(
             baseMass=0.0,
             baseCollisionShapeIndex=base_shape,
             baseVisualShapeIndex=base_visual,
             basePosition=(0, 0, 1),
-            linkMasses=[0.5],
-            linkCollisionShapeIndices=[link_shape],
-            linkVisualShapeIndices=[link_visual],
-            linkPositions=[(WALL / 2 + 0.002, 0, 0)],
-            linkOrientations=[(0, 0, 0, 1)],
-            linkInertialFramePositions=[(0, 0, 0)],
-            linkInertialFrameOrientations=[(0, 0, 0, 1)],
-            linkParentIndices=[0],
-            linkJointTypes=[p.JOINT_PRISMATIC],
-            linkJointAxis=[(1, 0, 0)],
+            linkMasses=[0.5, 0.05],
+            linkCollisionShapeIndices=[link_shape, handle_shape],
+            linkVisualShapeIndices=[link_visual, handle_visual],
+            linkPositions=[(WALL / 2 + 0.002, 0, 0), (ix / 2 + 0.015, 0, 0)],
+            linkOrientations=[(0, 0, 0, 1), (0, 0, 0, 1)],
+            linkInertialFramePositions=[(0, 0, 0), (0, 0, 0)],
+            linkInertialFrameOrientations=[(0, 0, 0, 1), (0, 0, 0, 1)],
+            # 0 is the cabinet (base), 1 the drawer link: the handle rides on the drawer
+            linkParentIndices=[0, 1],
+            linkJointTypes=[p.JOINT_PRISMATIC, p.JOINT_FIXED],
+            linkJointAxis=[(1, 0, 0), (0, 0, 0)],
         )
     )
     travel = _drawer_travel(spec)
@@ -237,6 +252,7 @@ def _drawer(p: Client, spec: ObjectSpec, color: RGBA, mass: float) -> int:
     p.changeVisualShape(body, -1, rgbaColor=color)
     darker = (color[0] * 0.75, color[1] * 0.75, color[2] * 0.75, color[3])
     p.changeVisualShape(body, 0, rgbaColor=darker)
+    p.changeVisualShape(body, HANDLE_LINK, rgbaColor=HANDLE_COLOR)
     return body
 
 

@@ -28,6 +28,10 @@ translated at the boundary that meets them, with ``raise ... from exc``.
     │   ├── IncompleteRecording  ... has no end record: its process was killed
     │   ├── RecordingFormatError ... is in a format this onboard does not replay (format 1)
     │   └── ReplayDivergence   a replay did not follow its recording
+    ├── CodeError              generated robot code was refused or did not run to its end
+    │   ├── CodeRefused        ... the sandbox's check refused it (file:line: refused: reason)
+    │   └── CodeAborted        ... a run ended early (step budget, memory, CPU, wall time, an
+    │                              API call that failed, a signal): the arm was stopped
     ├── CandidateError         a bottom-up candidate cannot be found or added
     ├── CalibrationError       `onboard calibrate` cannot run as asked or store its result
     └── UsageError             the command line asks for something impossible (a port, a URL)
@@ -44,6 +48,9 @@ __all__ = [
     "CalibrationError",
     "CameraError",
     "CandidateError",
+    "CodeAborted",
+    "CodeError",
+    "CodeRefused",
     "ConfigError",
     "DriverError",
     "IncompleteRecording",
@@ -179,6 +186,27 @@ class RecordingFormatError(RecordingError):
 
 class ReplayDivergence(RecordingError):
     """A replay asked something its recording does not hold."""
+
+
+class CodeError(OnboardError):
+    """Generated robot code was refused, or a run of it did not reach its end."""
+
+
+class CodeRefused(CodeError):
+    """The sandbox's check refused a program; ``problems`` holds one line per refusal."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class CodeAborted(CodeError):
+    """A run of generated code ended early; ``reason`` names why in one word (``steps``,
+    ``memory``, ``cpu``, ``wall``, ``api``, ``error``, ``signal``): the arm was stopped."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
 
 
 class CandidateError(OnboardError):

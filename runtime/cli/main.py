@@ -40,6 +40,10 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
     ),
     ("any recording", [("replay", "re-run a recorded episode offline and compare")]),
     (
+        "generated code (ReplanVLM)",
+        [("code", "check, run (on the twin) or document the robot API of generated programs")],
+    ),
+    (
         "this robot",
         [
             ("check", "validate robot.toml and every skill, scenario and scene it uses"),
@@ -196,6 +200,30 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--no-gcode", action="store_true", help="no G-code ptys (Marlin, GRBL)")
     q.set_defaults(func=_sim_serve)
 
+    p = add("code")
+    code = p.add_subparsers(required=True, metavar="ACTION")
+    q = code.add_parser(
+        "check",
+        help="refuse a program outside the sandbox's allow-list: FILE:LINE: refused: REASON",
+        description="Check a generated program against the sandbox's allow-list; exit 1 and"
+        " print FILE:LINE: refused: REASON per problem, exit 0 when it is accepted.",
+    )
+    q.add_argument("file", type=Path)
+    q.set_defaults(func=_code_check)
+    q = code.add_parser(
+        "run",
+        help="run an accepted program in the sandbox, on the arm robot.toml names",
+        description="Run an accepted program in the sandbox's child process; it reaches the"
+        " robot only through the robot API. A limit (steps, memory, CPU, wall time) ends it"
+        " with a named reason and the arm stopped.",
+    )
+    q.add_argument("file", type=Path)
+    q.add_argument("--scene", help="sim arm: the twin scene to run in")
+    q.add_argument("--yes", action="store_true", help="confirm a run on a real arm up front")
+    q.set_defaults(func=_code_run)
+    q = code.add_parser("api", help="print the robot API's documentation (as prompts get it)")
+    q.set_defaults(func=_code_api)
+
     p = add("calibrate")
     p.add_argument("--low", type=float, nargs=3, default=[0.35, -0.15, 0.15], metavar="M")
     p.add_argument("--high", type=float, nargs=3, default=[0.55, 0.15, 0.35], metavar="M")
@@ -292,6 +320,24 @@ def _replay(args: argparse.Namespace) -> int:
     from onboard.cli.replay import replay_command
 
     return replay_command(args.recording, args.scene)
+
+
+def _code_check(args: argparse.Namespace) -> int:
+    from onboard.cli.code_check import check_command
+
+    return check_command(args.file)
+
+
+def _code_run(args: argparse.Namespace) -> int:
+    from onboard.cli.code_run import run_command
+
+    return run_command(_robot(args), args)
+
+
+def _code_api(args: argparse.Namespace) -> int:
+    from onboard.cli.code_run import api_command
+
+    return api_command()
 
 
 def _sim_serve(args: argparse.Namespace) -> int:

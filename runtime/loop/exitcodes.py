@@ -12,6 +12,7 @@ from enum import IntEnum
 from onboard.base.errors import (
     CalibrationError,
     CandidateError,
+    CodeError,
     ConfigError,
     DriverError,
     IncompleteRecording,
@@ -47,7 +48,8 @@ TABLE: dict[ExitCode, tuple[str, str]] = {
     ExitCode.TASK_FAILED: (
         "task failed",
         "the episode ran to its verdict and the verdict is failure; `map`: no match; `replay`:"
-        " the replay diverged from its recording",
+        " the replay diverged from its recording; `code check`: the program was refused;"
+        " `code run`: it ended early (a limit, a failed API call; the arm stopped)",
     ),
     ExitCode.INPUT_ERROR: (
         "configuration or input error",
@@ -83,7 +85,7 @@ def for_signal(name: str) -> ExitCode:
 
 def for_error(exc: OnboardError) -> ExitCode:
     """The exit code of an error that ended a command before it could finish."""
-    if isinstance(exc, ReplayDivergence):
+    if isinstance(exc, ReplayDivergence | CodeError):
         return ExitCode.TASK_FAILED
     if isinstance(exc, RecordingWriteError | IncompleteRecording):
         return ExitCode.INCOMPLETE
