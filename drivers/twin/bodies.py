@@ -26,7 +26,10 @@ __all__ = [
 #: PyBullet client (a ``pybullet_utils.bullet_client.BulletClient``; pybullet has no stubs)
 Client = Any
 
-WALL = 0.01  # metres: wall thickness of drawers
+WALL = 0.01  # metres: wall thickness of drawers and of a conveyor's end stop
+#: metres a conveyor's end stop rises above its belt (above an apple's centre), and its
+#: side rails (below the finger tips of a grasp on the belt)
+STOP_HEIGHT, RAIL_HEIGHT = 0.05, 0.02
 #: a drawer body's links: 0 slides on the prismatic joint, 1 is the handle fixed to its front
 DRAWER_LINK, HANDLE_LINK = 0, 1
 HANDLE_COLOR: RGBA = (0.15, 0.15, 0.17, 1.0)
@@ -191,7 +194,24 @@ def _round_body(p: Client, shape: int, visual: int, mass: float) -> int:
 
 def _conveyor(p: Client, spec: ObjectSpec, color: RGBA, mass: float) -> int:
     ex, ey, ez = _extent(spec)
-    body = _box_body(p, (ex / 2, ey / 2, ez / 2), (0, 0, 1), color, mass=0.0)
+    if spec.end_stop:
+        # the stop and the rails are part of the belt's body, so what leans on them is still
+        # driven (pressed against the stop); downstream is +x, or -x for a negative speed.
+        # The rails keep a queue of round things from buckling sideways off the belt.
+        end = (ex / 2 - WALL / 2) * (1.0 if (spec.speed or 0.05) >= 0 else -1.0)
+        top = ez / 2
+        parts = [
+            ((ex / 2, ey / 2, ez / 2), (0.0, 0.0, 0.0)),
+            ((WALL / 2, ey / 2, STOP_HEIGHT / 2), (end, 0.0, top + STOP_HEIGHT / 2)),
+        ]
+        for side in (1.0, -1.0):
+            rail = (0.0, side * (ey / 2 - WALL / 2), top + RAIL_HEIGHT / 2)
+            parts.append(((ex / 2, WALL / 2, RAIL_HEIGHT / 2), rail))
+        shape, visual = _box_array(p, parts)
+        body = int(p.createMultiBody(0.0, shape, visual, (0, 0, 1)))
+        p.changeVisualShape(body, -1, rgbaColor=color)
+    else:
+        body = _box_body(p, (ex / 2, ey / 2, ez / 2), (0, 0, 1), color, mass=0.0)
     # a frictionless belt: the twin sets the velocity of what rests on it every step
     p.changeDynamics(body, -1, lateralFriction=0.0, spinningFriction=0.0, rollingFriction=0.0)
     return body

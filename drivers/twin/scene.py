@@ -125,7 +125,8 @@ class ObjectSpec(_Strict):
     ``size`` (metres) is the edge of a block, the length of a bar or banana, the diameter of
     fruit and plates, the outer width of a box and the largest extent of a toy. Drawers and
     conveyors take ``extent`` = [x, y, z] instead; a conveyor moves what rests on it at
-    ``speed`` m/s along its own x axis, and a drawer starts ``opening`` metres open.
+    ``speed`` m/s along its own x axis (``end_stop``: a wall across its downstream end, where
+    what it carries queues instead of falling off), and a drawer starts ``opening`` metres open.
     """
 
     name: str = Field(min_length=1)
@@ -137,6 +138,7 @@ class ObjectSpec(_Strict):
     extent: tuple[Positive, Positive, Positive] | None = None
     mass: float | None = Field(default=None, ge=0, description="kg; 0 = fixed in place")
     speed: float | None = None
+    end_stop: bool | None = None
     opening: float | None = Field(default=None, ge=0)
 
     @field_validator("position")
@@ -162,6 +164,12 @@ class ObjectSpec(_Strict):
     @classmethod
     def _speed_for_conveyor(cls, value: float | None, info: ValidationInfo) -> float | None:
         _only_for(info, ("conveyor",), "speed")
+        return value
+
+    @field_validator("end_stop")
+    @classmethod
+    def _stop_for_conveyor(cls, value: bool | None, info: ValidationInfo) -> bool | None:
+        _only_for(info, ("conveyor",), "end_stop")
         return value
 
     @field_validator("mass")
