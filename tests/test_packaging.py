@@ -35,6 +35,8 @@ DATA = (
     "skills/*.toml",
     "skills/scenarios/*.toml",
     "skills/scenarios/heldout/*.toml",
+    "skills/tasks/*.toml",
+    "skills/tasks/code/*.py",
     "models/__init__.py",
     "models/minilm/model.onnx",
     "models/minilm/tokenizer.json",

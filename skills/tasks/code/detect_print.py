@@ -1,0 +1,2 @@
+# Look once and print what is seen.
+print(detect())

@@ -1,0 +1,4 @@
+# Find objects by words.
+detect()
+for words in ["something yellow", "a round red fruit", "a plate"]:
+    print(words, "->", find(words))

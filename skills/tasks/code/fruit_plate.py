@@ -1,0 +1,5 @@
+# Put the apple on the plate.
+detect()
+pick("apple")
+put_in("plate")
+home()

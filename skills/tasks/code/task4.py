@@ -1,0 +1,20 @@
+# Task 4: from the conveyor's end stop: blue, then green, then red. The blocks are taken
+# off the belt, then put back on it upstream one by one in that order; each queues behind
+# the one before.
+ORDER = ["blue block", "green block", "red block"]
+ASIDE = [[0.4, 0.22], [0.5, 0.22], [0.6, 0.22]]
+BELT_START = [0.32, 0.0]
+END = [0.7, 0.0]
+
+detect()
+for name in ORDER:
+    wait_until_at(name, END[0] - 0.04, END[1], 0.06, 20.0)
+for i in range(len(ORDER)):
+    pick(ORDER[i])
+    place(ASIDE[i])
+for i in range(len(ORDER)):
+    pick(ORDER[i])
+    place(BELT_START)
+    arrived = wait_until_at(ORDER[i], END[0] - 0.04 * i, END[1], 0.02, 20.0)
+    print(ORDER[i], "queued" if arrived else "not queued")
+home()
