@@ -1,10 +1,10 @@
 """The arm as the loop's driver: a scene skill's commands run off the loop, through the clock.
 
 Each command (pick, place, push, give, home, recover) is a motion of
-:mod:`onboard.manip.motions`: :class:`SafeArm` calls, always through its safety limits. It runs as submitted work: on a worker thread on the
-wall clock, so perception, timers and a stop are never blocked; on the virtual clock it takes
-the simulated time the motion took in the physics twin (``elapsed``), so a run on the virtual
-clock keeps the twin's time.
+:mod:`onboard.manip.motions`: :class:`SafeArm` calls, always through its safety limits. It
+runs as submitted work: on a worker thread on the wall clock, so perception, timers and a
+stop are never blocked; on the virtual clock it takes the simulated time the motion took in
+the physics twin (``elapsed``), so a run on the virtual clock keeps the twin's time.
 
 :meth:`stop` reaches :meth:`Arm.stop` at once, from the loop, whatever runs: the motion in
 progress aborts before its next step and the arm holds where it is. A stop never opens the

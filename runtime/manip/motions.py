@@ -10,6 +10,7 @@ object's bottom the tool point is (to put it down on a surface of a known height
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from onboard.drivers.arm.base import Pose
@@ -57,13 +58,16 @@ class Motions:
         at: Pose,
         rise: float,
         approach: float = APPROACH,
+        before_close: Callable[[], None] = lambda: None,
     ) -> None:
         """Open, come down on ``at`` from ``approach`` m above, close, go back up; ``rise``:
-        metres from the object's bottom to the tool point at ``at``."""
+        metres from the object's bottom to the tool point at ``at``; ``before_close`` runs
+        when the fingers are there, open (to wait for a moving object)."""
         above = replace(at, z=at.z + approach)
         self.arm.grip(False)
         self.arm.move_to(above, self.speed)
         self.arm.move_to(at, self.speed)
+        before_close()
         self.arm.grip(True)
         self.holding, self.held_rise = name, rise
         self.arm.move_to(above, self.speed)
