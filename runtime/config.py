@@ -17,6 +17,7 @@ from onboard.drivers.camera.config import CameraConfig
 from onboard.perception.pose import HandEyeConfig
 
 __all__ = [
+    "CodeConfig",
     "DriversConfig",
     "EvalConfig",
     "LLMConfig",
@@ -160,6 +161,30 @@ class EvalConfig(_Strict):
     seed: int = 0
 
 
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class CodeConfig(_Strict):
+    """``[code]``: generated code (``onboard code run``): where ``give_me()`` holds things out,
+    whether a run on a real arm asks first, and the sandbox's limits."""
+
+    handover: tuple[Finite, Finite, Finite] = Field(
+        default=(0.35, -0.25, 0.3), description="x, y, z (m, base frame) of the hand-over pose"
+    )
+    confirm: bool | None = Field(
+        default=None,
+        description="ask before running code on the arm; None: yes for a real arm, no for sim",
+    )
+    steps: Annotated[int, Field(gt=0, description="statements a program may run")] = 10_000
+    memory_mb: Annotated[int, Field(gt=0, description="address space of the child, MB")] = 256
+    cpu_seconds: Annotated[float, Field(gt=0, description="CPU time of the child")] = 10.0
+    wall_seconds: Annotated[float, Field(gt=0, description="wall time of a run")] = 600.0
+
+    def confirm_on(self, arm_kind: str | None) -> bool:
+        """Whether a run on an arm of ``arm_kind`` asks first."""
+        return self.confirm if self.confirm is not None else arm_kind not in (None, "sim")
+
+
 class RobotConfig(_Strict):
     name: str = Field(min_length=1)
     clock: Literal["wall", "virtual"] = "wall"
@@ -180,6 +205,7 @@ class RobotConfig(_Strict):
     safety: SafetyLimits = SafetyLimits()
     hand_eye: HandEyeConfig | None = None
     eval: EvalConfig = EvalConfig()
+    code: CodeConfig = CodeConfig()
     root: Path = Field(default=Path("."), exclude=True)
     _example: bool = PrivateAttr(default=False)
 

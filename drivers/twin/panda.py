@@ -11,6 +11,8 @@ pick-and-place at 0.15 or 0.4 m/s landed 17-18 mm from its target (measured). So
 ``weld`` on (the default) a fixed constraint ties the object to the hand, made only once
 both fingers press on the same loose object (contact points with at least 1 N each), and
 removed when the gripper opens; the same pick-and-place then lands within 2 mm.
+A grasp may also attach to a link of a fixed body (a drawer's handle): the candidates are
+(body, link) pairs, -1 naming a body's base.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class Panda:
         self.closed = False
         self._weld: int | None = None
         self.held: int | None = None
+        self.held_link = -1  # the link of ``held`` the weld attaches to (-1: its base)
         self.marker: HandMarker | None = None
         self.reset(spec.home)
         if spec.marker is not None:
@@ -217,21 +220,28 @@ class Panda:
                 maxVelocity=0.1,
             )
 
-    def pinched(self, candidates: Collection[int]) -> int | None:
-        """The candidate body both fingers press on, if any."""
+    def pinched(self, candidates: Collection[tuple[int, int]]) -> tuple[int, int] | None:
+        """The candidate (body, link) both fingers press on, if any."""
         pressed = []
         for finger in FINGERS:
             contacts = self._p.getContactPoints(bodyA=self.body, linkIndexA=finger)
             pressed.append(
-                {c[2] for c in contacts if c[9] >= GRIP_MIN_FORCE and c[2] in candidates}
+                {
+                    (c[2], c[4])
+                    for c in contacts
+                    if c[9] >= GRIP_MIN_FORCE and (c[2], c[4]) in candidates
+                }
             )
         both = pressed[0] & pressed[1]
         return min(both) if both else None
 
-    def weld(self, body: int) -> None:
-        """Fix ``body`` to the hand where it is now."""
+    def weld(self, body: int, link: int = -1) -> None:
+        """Fix ``body`` (its ``link``; -1: its base) to the hand where it is now."""
         hand = self._p.getLinkState(self.body, HAND)
-        obj = self._p.getBasePositionAndOrientation(body)
+        if link < 0:
+            obj = self._p.getBasePositionAndOrientation(body)
+        else:
+            obj = self._p.getLinkState(body, link)[:2]  # its centre of mass, as the base's
         # constraint frames are relative to each link's centre of mass
         rel = Transform(tuple(hand[0]), tuple(hand[1])).inverse() @ Transform(
             tuple(obj[0]), tuple(obj[1])
@@ -241,7 +251,7 @@ class Panda:
                 self.body,
                 HAND,
                 body,
-                -1,
+                link,
                 self._p.JOINT_FIXED,
                 (0, 0, 0),
                 rel.position,
@@ -251,13 +261,13 @@ class Panda:
             )
         )
         self._p.changeConstraint(self._weld, maxForce=200)
-        self.held = body
+        self.held, self.held_link = body, link
 
     def release(self) -> None:
         if self._weld is not None:
             self._p.removeConstraint(self._weld)
         self._weld = None
-        self.held = None
+        self.held, self.held_link = None, -1
 
 
 @cache

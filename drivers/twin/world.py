@@ -35,7 +35,7 @@ from pybullet_utils.bullet_client import BulletClient
 from onboard.drivers.arm.base import Pose
 from onboard.drivers.camera.base import Intrinsics
 from onboard.drivers.twin import camera
-from onboard.drivers.twin.bodies import Built, build_object, build_table
+from onboard.drivers.twin.bodies import HANDLE_LINK, Built, build_object, build_table
 from onboard.drivers.twin.frames import Quat, Vec3
 from onboard.drivers.twin.marker import HandMarker
 from onboard.drivers.twin.panda import IKSolution, Panda
@@ -133,6 +133,10 @@ class Twin:
             self._p.disconnect()
             raise
         self._loose = {b.body for b in self._objects.values() if not b.static}
+        self._drawers = {b.body: b for b in self._objects.values() if b.kind == "drawer"}
+        #: what a grasp may attach to: loose bodies, and the drawers' handles
+        self._grippable = {(body, -1) for body in self._loose}
+        self._grippable |= {(body, HANDLE_LINK) for body in self._drawers}
         self._belts = [b for b in self._objects.values() if b.kind == "conveyor"]
         for built in self._objects.values():
             if built.kind == "drawer":
@@ -280,7 +284,10 @@ class Twin:
     def reset_joints(self, joints: Sequence[float]) -> None:
         """Teleport the arm (gripper open), without simulating the way there."""
         with self.lock:
+            drawer = self._held_drawer()
             self.panda.reset(joints)
+            if drawer is not None:
+                self._drive_drawer(drawer, self.drawer_opening(drawer.name))
             self._publish()
 
     def ee_pose(self) -> Pose:
@@ -302,9 +309,13 @@ class Twin:
             self.panda.set_targets(joints, max_velocity)
 
     def grip(self, close: bool) -> None:
-        """Drive the fingers closed (with the configured force) or open; opening releases."""
+        """Drive the fingers closed (with the configured force) or open; opening releases
+        (a drawer let go of is held by its motor again, where it now is)."""
         with self.lock:
+            drawer = self._held_drawer()
             self.panda.grip(close)
+            if drawer is not None and self.panda.held is None:
+                self._drive_drawer(drawer, self.drawer_opening(drawer.name))
             self._publish()
 
     def gripper_closed(self) -> bool:
@@ -364,7 +375,8 @@ class Twin:
         joints, velocities = arm.joint_states()
         body = arm.held
         if body is None and arm.closed:
-            body = arm.pinched(self._loose)
+            pinched = arm.pinched(self._grippable)
+            body = None if pinched is None else pinched[0]
         return Snapshot(
             step=self._steps,
             time=self._steps * DT,
@@ -396,7 +408,12 @@ class Twin:
             known = ", ".join(repr(n) for n in self._objects) or "none"
             raise KeyError(f"no object {name!r} in the scene; objects: {known}") from None
 
+    def _held_drawer(self) -> Built | None:
+        held = self.panda.held
+        return None if held is None else self._drawers.get(held)
+
     def _drive_drawer(self, built: Built, opening: float) -> None:
+        """The drawer's 30 N motor holds it at ``opening``."""
         self._p.setJointMotorControl2(
             built.body,
             0,
@@ -418,6 +435,11 @@ class Twin:
     def _update_grasp(self) -> None:
         arm = self.panda
         if arm.closed and arm.held is None and self.scene.arm.weld:
-            body = arm.pinched(self._loose)
-            if body is not None:
-                arm.weld(body)
+            pinched = arm.pinched(self._grippable)
+            if pinched is not None:
+                arm.weld(*pinched)
+                if pinched[0] in self._drawers:
+                    # the hand moves the drawer now: its motor lets go (a passive joint)
+                    self._p.setJointMotorControl2(
+                        pinched[0], 0, self._p.VELOCITY_CONTROL, targetVelocity=0.0, force=0.0
+                    )

@@ -1,10 +1,10 @@
 """The arm as the loop's driver: a scene skill's commands run off the loop, through the clock.
 
-Each command (pick, place, push, give, home, recover) is a short sequence of :class:`SafeArm`
-calls, always through its safety limits. It runs as submitted work: on a worker thread on the
-wall clock, so perception, timers and a stop are never blocked; on the virtual clock it takes
-the simulated time the motion took in the physics twin (``elapsed``), so a run on the virtual
-clock keeps the twin's time.
+Each command (pick, place, push, give, home, recover) is a motion of
+:mod:`onboard.manip.motions`: :class:`SafeArm` calls, always through its safety limits. It
+runs as submitted work: on a worker thread on the wall clock, so perception, timers and a
+stop are never blocked; on the virtual clock it takes the simulated time the motion took in
+the physics twin (``elapsed``), so a run on the virtual clock keeps the twin's time.
 
 :meth:`stop` reaches :meth:`Arm.stop` at once, from the loop, whatever runs: the motion in
 progress aborts before its next step and the arm holds where it is. A stop never opens the
@@ -16,25 +16,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from onboard.base.errors import ArmError, DriverError
-from onboard.drivers.arm.base import Pose
 from onboard.drivers.arm.safety import SafeArm
 from onboard.drivers.base import Args, Done, Running
 from onboard.loop.clock import Clock, Timer
 from onboard.manip.commands import ARM_COMMANDS
+from onboard.manip.motions import Motions
 
 __all__ = ["ArmDriver"]
-
-#: metres above a grasp or release pose the tool approaches and leaves from
-APPROACH = 0.10
-#: metres a push starts behind the object, and stops short of the target point
-PUSH_BACK = 0.06
-#: the fingers close this fraction of the object's size above its centre: clear of the
-#: table (and SafeArm's floor) for an object resting on it
-GRASP_ABOVE = 0.25
 
 
 class _Command:
@@ -75,14 +66,9 @@ class ArmDriver:
         self.elapsed = elapsed
         self.speed = speed
         self.record = record or (lambda *_a, **_k: None)
-        self.holding: str | None = None
-        #: half the held object's height: its centre sits this far above what it rests on
-        self.held_half: float | None = None
-        #: how far above the held object's centre the tool point is
-        self.held_offset = 0.0
+        self.motions = Motions(arm, speed)
         self._latched = False
         self._motion = threading.Lock()
-        self._tool: Pose | None = None
 
     @property
     def commands(self) -> frozenset[str]:
@@ -138,71 +124,40 @@ class ArmDriver:
         self._latched = False
         self.arm.resume()
 
-    # -- motions (worker thread; one at a time) -----------------------------------------------
+    # -- motions (worker thread; one at a time): onboard.manip.motions ------------------------
+
+    @property
+    def holding(self) -> str | None:
+        """What the gripper holds, by the driver's own account (the object it picked)."""
+        return self.motions.holding
 
     def home(self) -> None:
         """Home the arm now (blocking), and take its tool orientation for the motions."""
         with self._motion:
             self.arm.resume()
-            self._home({})
-
-    def _pose(self, x: float, y: float, z: float) -> Pose:
-        if self._tool is None:
-            self._tool = self.arm.state().pose
-        return replace(self._tool, x=x, y=y, z=z)
+            self.motions.home()
 
     def _home(self, args: Mapping[str, Any]) -> None:
-        self.arm.home()
-        self._tool = self.arm.state().pose
+        self.motions.home()
 
     def _pick(self, args: Mapping[str, Any]) -> None:
         x, y, z = float(args["x"]), float(args["y"]), float(args["z"])
-        size = float(args.get("size", 0.04))
-        offset = GRASP_ABOVE * size
-        grasp, above = self._pose(x, y, z + offset), self._pose(x, y, z + APPROACH)
-        self.arm.grip(False)
-        self.arm.move_to(above, self.speed)
-        self.arm.move_to(grasp, self.speed)
-        self.arm.grip(True)
-        self.holding, self.held_half, self.held_offset = str(args["object"]), size / 2, offset
-        self.arm.move_to(above, self.speed)
+        self.motions.pick_centre(str(args["object"]), x, y, z, float(args.get("size", 0.04)))
 
     def _place(self, args: Mapping[str, Any]) -> None:
-        """Put what the gripper holds on the target: its centre half its height above the
-        target's top (an object's top, or the table in a region)."""
-        x, y = float(args["tx"]), float(args["ty"])
-        z = float(args["top"]) + (self.held_half if self.held_half is not None else 0.02)
-        z += self.held_offset
-        release, above = self._pose(x, y, z + 0.005), self._pose(x, y, z + APPROACH)
-        self.arm.move_to(above, self.speed)
-        self.arm.move_to(release, self.speed)
-        self.arm.grip(False)
-        self.holding = self.held_half = None
-        self.held_offset = 0.0
-        self.arm.move_to(above, self.speed)
+        """Put what the gripper holds on the target: its bottom on the target's top (an
+        object's top, or the table in a region)."""
+        self.motions.place(float(args["tx"]), float(args["ty"]), float(args["top"]))
 
     def _push(self, args: Mapping[str, Any]) -> None:
         x, y, z = float(args["x"]), float(args["y"]), float(args["z"])
-        z += GRASP_ABOVE * float(args.get("size", 0.04))  # the fingers on its upper half
-        tx, ty = float(args["tx"]), float(args["ty"])
-        dx, dy = tx - x, ty - y
-        length = max((dx * dx + dy * dy) ** 0.5, 1e-6)
-        ux, uy = dx / length, dy / length
-        behind = (x - ux * PUSH_BACK, y - uy * PUSH_BACK)
-        # the fingers end short of the target point by the gap they started behind the object
-        end = (tx - ux * PUSH_BACK, ty - uy * PUSH_BACK)
-        self.arm.grip(True)
-        self.arm.move_to(self._pose(*behind, z + APPROACH), self.speed)
-        self.arm.move_to(self._pose(*behind, z), self.speed)
-        self.arm.move_to(self._pose(*end, z), self.speed / 2)
-        self.arm.move_to(self._pose(*end, z + APPROACH), self.speed)
-        self.arm.grip(False)
+        size = float(args.get("size", 0.04))
+        self.motions.push(x, y, z, size, float(args["tx"]), float(args["ty"]))
 
     def _give(self, args: Mapping[str, Any]) -> None:
-        x, y, z = float(args["x"]), float(args["y"]), float(args["z"])
-        self.arm.move_to(self._pose(x, y, z), self.speed)
+        self.motions.give(float(args["x"]), float(args["y"]), float(args["z"]))
 
     def _recover(self, args: Mapping[str, Any]) -> None:
-        if self.holding is not None and "tx" in args:
+        if self.motions.holding is not None and "tx" in args:
             self._place(args)
-        self._home(args)
+        self.motions.home()

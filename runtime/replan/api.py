@@ -1,0 +1,465 @@
+"""The robot API of generated code: fifteen functions, the same on the real arm and the twin.
+
+Generated programs name objects by the strings :meth:`RobotAPI.detect` returns and points by
+lists of floats (metres, the robot's base frame); every value crossing the API is JSON-able,
+because it crosses the sandbox's pipe. Objects are reached through perception only (the
+camera, the detector, the hand-eye calibration: :mod:`onboard.replan.seeing`) and the arm's
+own state; every motion goes through :class:`SafeArm` (:mod:`onboard.manip.motions`).
+
+:func:`api_doc` is the documentation prompts get, generated from the signatures and the first
+paragraph of each docstring; :func:`call` is the sandbox's dispatcher: it checks the name and
+the argument types against the signature, and turns every failure into one line
+(:class:`RobotAPIError`, ``pick('apple'): no apple seen``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import time
+import types
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from onboard.base.errors import CodeError, OnboardError
+from onboard.drivers.arm.safety import SafeArm
+from onboard.drivers.camera.base import Camera
+from onboard.grounding.mapping import Embeds
+from onboard.manip.motions import APPROACH, Motions
+from onboard.manip.resolve import ObjectResolver
+from onboard.perception.detector import Detector
+from onboard.perception.pose import HandEye
+from onboard.replan.drawer import DrawerMotions
+from onboard.replan.seeing import Eyes, Look
+from onboard.replan.tracking import Seen
+
+__all__ = ["FUNCTIONS", "RobotAPI", "RobotAPIError", "api_doc", "call"]
+
+#: metres between the fingers below which a closed gripper holds nothing
+EMPTY_WIDTH = 0.004
+#: robot seconds between the two looks that tell whether an object moves
+MOTION_LOOK = 0.5
+#: m/s: an object slower than this is taken to stand still
+STILL = 0.01
+#: seconds the fingers take to close on an object they straddle (they close early by this)
+CLOSE_LEAD = 0.2
+#: seconds of margin the arm gets to be down at the point a moving object will pass
+INTERCEPT_MARGIN = 1.0
+#: metres the fingers stay below an object's top when they close on it (at most)
+GRASP_BELOW_TOP = 0.015
+#: metres above the highest thing seen that the hand travels at
+CLEARANCE = 0.05
+#: metres a drawer is pulled open
+OPEN_PULL = 0.15
+#: metres from a drawer's handle into its open part, where things are put in
+INTO_DRAWER = 0.09
+#: seconds one wait may last at most
+MAX_WAIT = 600.0
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class RobotAPIError(CodeError):
+    """A robot API call failed or was called wrongly; one line: ``pick('apple'): no apple seen``."""
+
+
+def _api(method: F) -> F:
+    """Errors inside a call come out as one RobotAPIError naming the call."""
+
+    @functools.wraps(method)
+    def wrapper(self: RobotAPI, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except OnboardError as exc:
+            raise RobotAPIError(f"{_call_text(method.__name__, args, kwargs)}: {exc}") from exc
+
+    return typing.cast(F, wrapper)
+
+
+class _Failed(OnboardError):
+    """What a call says went wrong (without the call; :func:`_api` adds it)."""
+
+
+class RobotAPI:
+    """The robot as generated code sees it."""
+
+    def __init__(
+        self,
+        arm: SafeArm,
+        camera: Camera,
+        detector: Detector,
+        hand_eye: HandEye,
+        embedder: Embeds,
+        pause: Callable[[float], None],
+        handover: tuple[float, float, float],
+        now: Callable[[], float] = time.monotonic,
+        speed: float = 0.2,
+    ) -> None:
+        """``pause(seconds)`` lets robot time pass (``twin.step`` in-process, ``time.sleep``
+        on a real robot); ``now()`` is that time (``lambda: twin.time``, ``time.monotonic``)."""
+        self.arm = arm
+        self.motions = Motions(arm, speed)
+        self.eyes = Eyes(camera, detector, hand_eye, now)
+        self.resolver = ObjectResolver(embedder)
+        self.pause = pause
+        self.now = now
+        self.handover = handover
+        self.drawers = DrawerMotions(self.motions)
+
+    # -- perception --------------------------------------------------------------------------
+
+    @_api
+    def detect(self) -> list[str]:
+        """Looks at the table with a fresh camera frame and returns the names of the objects
+        seen, e.g. ["red block", "apple", "apple 2"]. A name stays the same from one look to
+        the next (same kind, nearest position)."""
+        return list(self.eyes.look().objects)
+
+    @_api
+    def find(self, description: str) -> str | None:
+        """The name of the seen object that best matches the words ("the fruit", "something
+        red"), or None if nothing seen matches well."""
+        look = self.eyes.last or self.eyes.look()
+        return self.resolver.resolve(description, list(look.objects)).name
+
+    @_api
+    def where(self, name: str) -> list[float]:
+        """[x, y, z] in metres of the object's centre as last seen (robot base frame: x ahead,
+        y to the left, z up from the table)."""
+        seen = self.eyes.tracker.tracks.get(name)
+        if seen is None:
+            raise _Failed(f"no {name} seen{self._seen_list()}")
+        return [round(v, 4) for v in seen.position]
+
+    @_api
+    def objects_on(self, name: str) -> list[str]:
+        """The names of the objects resting on the object (a stack on it), bottom to top."""
+        look = self._seeing(name)
+        stack, below = [], name
+        while True:
+            above = [n for n, under in look.on.items() if under == below and n not in stack]
+            if not above:
+                return stack
+            below = min(above, key=lambda n: look.objects[n].position[2])
+            stack.append(below)
+
+    # -- manipulation ------------------------------------------------------------------------
+
+    @_api
+    def pick(self, name: str) -> None:
+        """Looks again, grasps the object and lifts it; an object that moves (on a conveyor)
+        is met where it will be. Fails if something is held already, the object is not seen
+        or out of reach, or the gripper closes on nothing."""
+        if self.motions.holding is not None:
+            raise _Failed(f"already holding {self.motions.holding}; put it somewhere first")
+        first = self._seeing(name).objects[name]
+        self.pause(MOTION_LOOK)
+        second = self._seeing(name).objects[name]
+        dt = max(second.time - first.time, 1e-6)
+        velocity = ((second.position[0] - first.position[0]) / dt,
+                    (second.position[1] - first.position[1]) / dt)  # fmt: skip
+        grasp_z = max(second.top - min(GRASP_BELOW_TOP, (second.top - _bottom(second)) / 2), 0.0)
+        rise = grasp_z - _bottom(second)
+        approach = max(APPROACH, self._travel_z(second) - grasp_z)
+        if math.hypot(*velocity) < STILL:
+            at = self.motions.pose(second.position[0], second.position[1], grasp_z)
+            self.motions.pick(name, at, rise, approach)
+        else:
+            self._intercept(name, second, velocity, grasp_z, rise, approach)
+        if self._closed_on_nothing():
+            self.motions.release()
+            raise _Failed(f"the gripper closed on nothing: {name} was not where it was seen")
+
+    @_api
+    def place(self, target: str | list[float]) -> None:
+        """Puts what is held on an object (its name), or at a point [x, y] on the table."""
+        self._holding_something()
+        if isinstance(target, str):
+            seen = self._seeing(target).objects[target]
+            x, y, top = seen.position[0], seen.position[1], seen.top
+        else:
+            if len(target) != 2:
+                raise _Failed(f"a point on the table is [x, y], got {len(target)} numbers")
+            x, y, top = float(target[0]), float(target[1]), 0.0
+        self._put(x, y, top)
+
+    @_api
+    def put_in(self, container: str) -> None:
+        """Puts what is held into a box, onto a plate, or into an open drawer (by name)."""
+        self._holding_something()
+        look = self._seeing(container)
+        seen = look.objects[container]
+        if seen.label == "drawer":
+            handle = self._handle_of(seen, look)
+            x, y = self.drawers.inside(handle, seen.position, INTO_DRAWER)
+            self._put(x, y, handle[2])
+        else:
+            self._put(seen.position[0], seen.position[1], seen.top)
+
+    @_api
+    def give_me(self) -> None:
+        """Holds what is held out at the hand-over pose, for a person to take."""
+        self._holding_something()
+        self.motions.give(*self.handover)
+
+    @_api
+    def open_drawer(self, name: str = "drawer") -> None:
+        """Grasps the drawer's handle (as the camera sees it), pulls the drawer open, lets
+        go."""
+        self._hand_free()
+        look = self._seeing(name)
+        handle = self._handle_of(look.objects[name], look)
+        self.drawers.pull(handle, look.objects[name].position, OPEN_PULL)
+
+    @_api
+    def close_drawer(self, name: str = "drawer") -> None:
+        """Grasps the drawer's handle and pushes the drawer shut, lets go."""
+        self._hand_free()
+        look = self._seeing(name)
+        drawer = look.objects[name]
+        handle = self._handle_of(drawer, look)
+        opening = self.drawers.opening(handle, drawer, look)
+        self.drawers.pull(handle, drawer.position, -opening)
+
+    @_api
+    def move_to(self, x: float, y: float, z: float) -> None:
+        """Moves the tool point (between the finger tips, pointing down) to [x, y, z]."""
+        self.motions.arm.move_to(self.motions.pose(x, y, z), self.motions.speed)
+
+    @_api
+    def wait_until_at(
+        self, name: str, x: float, y: float, within: float = 0.05, timeout: float = 30.0
+    ) -> bool:
+        """Looks every 0.2 s (robot time) until the object is within ``within`` metres of
+        [x, y]; True then, False when ``timeout`` seconds pass first."""
+        _wait_length(timeout)
+        start = self.now()
+        while True:
+            seen = self.eyes.look().objects.get(name)
+            if seen is not None and math.dist(seen.position[:2], (x, y)) <= within:
+                return True
+            if self.now() - start >= timeout:
+                return False
+            self.pause(0.2)
+
+    @_api
+    def wait(self, seconds: float) -> None:
+        """Lets ``seconds`` of time pass, the arm holding still."""
+        _wait_length(seconds)
+        self.pause(seconds)
+
+    @_api
+    def holding(self) -> str | None:
+        """The name of what the gripper holds, by the robot's own account, or None."""
+        return self.motions.holding
+
+    @_api
+    def home(self) -> None:
+        """Moves the arm to its home pose (what it holds stays held)."""
+        self.motions.home()
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _seeing(self, name: str) -> Look:
+        look = self.eyes.look()
+        if name not in look.objects:
+            raise _Failed(f"no {name} seen{self._seen_list()}")
+        return look
+
+    def _seen_list(self) -> str:
+        look = self.eyes.last
+        names = ", ".join(look.objects) if look is not None else ""
+        return f" (seen: {names})" if names else " (nothing seen)"
+
+    def _holding_something(self) -> None:
+        if self.motions.holding is None:
+            raise _Failed("nothing is held: pick something first")
+
+    def _hand_free(self) -> None:
+        if self.motions.holding is not None:
+            raise _Failed(f"the hand holds {self.motions.holding}: put it somewhere first")
+
+    def _travel_z(self, *also: Seen) -> float:
+        """The height the hand travels at: clear of everything seen, held object included."""
+        look = self.eyes.last
+        tops = [s.top for s in (*(look.objects.values() if look else ()), *also)]
+        hanging = self.motions.held_rise if self.motions.held_rise is not None else 0.02
+        return max(tops, default=0.0) + CLEARANCE + hanging
+
+    def _put(self, x: float, y: float, top: float) -> None:
+        rise = self.motions.held_rise if self.motions.held_rise is not None else 0.02
+        approach = max(APPROACH, self._travel_z() - (top + rise))
+        self.motions.place(x, y, top, approach)
+
+    def _closed_on_nothing(self) -> bool:
+        width = self.arm.state().extra.get("gripper_width")
+        return width is not None and width < EMPTY_WIDTH
+
+    def _intercept(
+        self,
+        name: str,
+        seen: Seen,
+        velocity: tuple[float, float],
+        grasp_z: float,
+        rise: float,
+        approach: float,
+    ) -> None:
+        """Meet a moving object: the fingers down across its path ahead of it, closing as
+        it passes between them."""
+        speed = math.hypot(*velocity)
+        here = self.arm.state().pose
+        x0, y0 = seen.position[0], seen.position[1]
+        travel = math.dist((here.x, here.y, here.z), (x0, y0, grasp_z + approach))
+        lead = (travel + 2 * approach) / self.motions.speed + INTERCEPT_MARGIN
+        x, y = x0 + velocity[0] * lead, y0 + velocity[1] * lead
+        arrival = seen.time + math.hypot(x - x0, y - y0) / speed
+        # the fingers close across the path: the finger axis at right angles to the motion
+        yaw = _half_turn(math.atan2(velocity[1], velocity[0]))
+        at = self.motions.pose(x, y, grasp_z, yaw)
+
+        def when_it_passes() -> None:
+            wait = arrival - CLOSE_LEAD - self.now()
+            if wait > 0:
+                self.pause(wait)
+
+        self.motions.pick(name, at, rise, approach, before_close=when_it_passes)
+
+    def _handle_of(self, drawer: Seen, look: Look) -> tuple[float, float, float]:
+        if "handle" not in look.classes:
+            raise _Failed("the detector has no 'handle' class: it cannot see the drawer's handle")
+        near = [h for h in look.handles if math.dist(h[:2], drawer.position[:2]) < 0.4]
+        if not near:
+            raise _Failed(f"no handle seen near {drawer.name}")
+        return min(near, key=lambda h: math.dist(h[:2], drawer.position[:2]))
+
+
+def _bottom(seen: Seen) -> float:
+    """Where an object's bottom is: half its size below its centre, under its top."""
+    return max(0.0, min(seen.position[2] - seen.size / 2, seen.top - 0.01))
+
+
+def _half_turn(angle: float) -> float:
+    """The angle, or its opposite direction, whichever lies in (-pi/2, pi/2]."""
+    while angle > math.pi / 2:
+        angle -= math.pi
+    while angle <= -math.pi / 2:
+        angle += math.pi
+    return angle
+
+
+def _wait_length(seconds: float) -> None:
+    if not 0 <= seconds <= MAX_WAIT:
+        raise _Failed(f"{seconds} s: a wait is 0 to {MAX_WAIT:g} seconds")
+
+
+# -- the dispatcher and the documentation -------------------------------------------------
+
+FUNCTIONS: tuple[str, ...] = (
+    "detect",
+    "find",
+    "where",
+    "objects_on",
+    "pick",
+    "place",
+    "put_in",
+    "give_me",
+    "open_drawer",
+    "close_drawer",
+    "move_to",
+    "wait_until_at",
+    "wait",
+    "holding",
+    "home",
+)
+
+
+def api_doc() -> str:
+    """The robot API as generated code sees it: one signature and its doc per function."""
+    hints_of = {name: typing.get_type_hints(getattr(RobotAPI, name)) for name in FUNCTIONS}
+    blocks = []
+    for name in FUNCTIONS:
+        method = getattr(RobotAPI, name)
+        hints = hints_of[name]
+        params = []
+        for p in list(inspect.signature(method).parameters.values())[1:]:
+            text = f"{p.name}: {_type_text(hints[p.name])}"
+            if p.default is not inspect.Parameter.empty:
+                text += f" = {p.default!r}"
+            params.append(text)
+        head = f"{name}({', '.join(params)}) -> {_type_text(hints['return'])}"
+        doc = " ".join(inspect.getdoc(method).split("\n\n")[0].split())  # type: ignore[union-attr]
+        blocks.append(f"{head}\n    {doc}")
+    return "\n".join(blocks) + "\n"
+
+
+def call(api: RobotAPI, name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> object:
+    """Call ``name`` on ``api`` with JSON-decoded arguments, checked against the signature;
+    a wrong name, number or type of argument is a RobotAPIError."""
+    if name not in FUNCTIONS:
+        raise RobotAPIError(f"{name}: not a robot API function; they are: {', '.join(FUNCTIONS)}")
+    method = getattr(RobotAPI, name)
+    text = _call_text(name, tuple(args), kwargs)
+    try:
+        bound = inspect.signature(method).bind(api, *args, **kwargs)
+    except TypeError as exc:
+        raise RobotAPIError(f"{text}: {exc}") from None
+    hints = typing.get_type_hints(method)
+    for param, value in list(bound.arguments.items())[1:]:
+        if not _fits(value, hints[param]):
+            raise RobotAPIError(
+                f"{text}: {param} must be {_type_text(hints[param])}, got {_json_type(value)}"
+            )
+    return method(*bound.args, **bound.kwargs)
+
+
+def _fits(value: object, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        return any(_fits(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool) and _finite(value)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if hint is bool:
+        return isinstance(value, bool)
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return isinstance(value, list) and all(_fits(v, item) for v in value)
+    raise TypeError(f"the robot API does not check {hint!r}")
+
+
+def _finite(value: int | float) -> bool:
+    return math.isfinite(value)
+
+
+def _type_text(hint: Any) -> str:
+    if hint is type(None):
+        return "None"
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        return " | ".join(_type_text(h) for h in typing.get_args(hint))
+    if origin is list:
+        return f"list[{_type_text(typing.get_args(hint)[0])}]"
+    return str(hint.__name__)
+
+
+def _json_type(value: object) -> str:
+    names = {bool: "a bool", int: "an int", float: "a float", str: "a str", list: "a list"}
+    return "None" if value is None else names.get(type(value), f"a {type(value).__name__}")
+
+
+def _call_text(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    parts = [_short(a) for a in args] + [f"{k}={_short(v)}" for k, v in kwargs.items()]
+    return f"{name}({', '.join(parts)})"
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+

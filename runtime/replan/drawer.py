@@ -1,0 +1,103 @@
+"""Opening and closing a drawer by its handle: grasp it, pull or push, let go.
+
+A drawer's handle is a flat bar on its front, flush with it, so the fingers can only close on
+its top and bottom: the tool comes in level, pointing into the drawer, the fingers above and
+below the bar. The hand is 21 cm across its fingers, so the handle must be high enough for
+its lower half to clear the table (about 12 cm on the twin's Panda); lower, the approach is
+blocked and the motion fails with the arm's error.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from onboard.base.errors import ArmError
+from onboard.drivers.arm.base import Pose
+from onboard.manip.motions import Motions
+from onboard.perception.pose import matrix_to_rpy
+from onboard.replan.seeing import Look
+from onboard.replan.tracking import Point, Seen
+
+__all__ = ["DrawerMotions"]
+
+#: metres in front of the handle the tool lines up before it moves in
+STANDOFF = 0.12
+#: metres the tool point stops short of the handle's grasp point (the finger pads' middle)
+GRASP_SHORT = 0.005
+#: m/s while the hand moves the drawer
+PULL_SPEED = 0.05
+#: metres from a handle's grasp point back to the drawer's front panel
+HANDLE_TO_PANEL = 0.02
+#: metres a push stops short of the cabinet's front (a drawer is not driven into its stop)
+SHUT_MARGIN = 0.005
+#: metres between the fingers below which a closed gripper holds nothing
+EMPTY_WIDTH = 0.004
+
+
+class DrawerMotions:
+    def __init__(self, motions: Motions) -> None:
+        self.motions = motions
+
+    def pull(self, handle: Point, centre: Point, distance: float) -> None:
+        """Grasp the handle, move it ``distance`` m away from the drawer's centre (negative:
+        towards it), let go, back off and home."""
+        out = _outward(handle, centre)
+        arm, rpy = self.motions.arm, _level_pointing(-out)
+
+        def at(shift: float, up: float = 0.0) -> Pose:
+            x, y = handle[0] + out[0] * shift, handle[1] + out[1] * shift
+            return Pose(x, y, handle[2] + up, *rpy)
+
+        arm.grip(False)
+        arm.move_to(at(STANDOFF, 0.05), self.motions.speed)
+        arm.move_to(at(STANDOFF), self.motions.speed)
+        arm.move_to(at(GRASP_SHORT), PULL_SPEED)
+        arm.grip(True)
+        width = arm.state().extra.get("gripper_width")
+        if width is not None and width < EMPTY_WIDTH:
+            arm.grip(False)
+            arm.move_to(at(STANDOFF), self.motions.speed)
+            raise ArmError("the gripper closed on nothing: the handle was not where it was seen")
+        arm.move_to(at(GRASP_SHORT + distance), PULL_SPEED)
+        arm.grip(False)
+        arm.move_to(at(GRASP_SHORT + distance + STANDOFF / 2), self.motions.speed)
+        self.motions.home()
+
+    def inside(self, handle: Point, centre: Point, depth: float) -> tuple[float, float]:
+        """The point ``depth`` m into the drawer from its handle (where things go in)."""
+        out = _outward(handle, centre)
+        return handle[0] - out[0] * depth, handle[1] - out[1] * depth
+
+    def opening(self, handle: Point, drawer: Seen, look: Look) -> float:
+        """How far the drawer stands open, as the camera sees it: from its front panel (behind
+        the handle) to the front edge of the cabinet's top."""
+        out = _outward(handle, drawer.position)
+        points = look.points(drawer.name)
+        if len(points) == 0:
+            raise ArmError(f"no depth on {drawer.name}: cannot tell how far it is open")
+        top = float(np.percentile(points[:, 2], 95))
+        cabinet = points[points[:, 2] >= top - 0.008]
+        c = np.asarray(drawer.position[:2])
+        front = float(np.max((cabinet[:, :2] - c) @ out))
+        panel = float((np.asarray(handle[:2]) - c) @ out) - HANDLE_TO_PANEL
+        return max(0.0, panel - front - SHUT_MARGIN)
+
+
+def _outward(handle: Point, centre: Point) -> np.ndarray:
+    """The level unit vector from the drawer's centre to its handle (the pull direction)."""
+    d = np.array([handle[0] - centre[0], handle[1] - centre[1]], dtype=np.float64)
+    n = float(np.linalg.norm(d))
+    if n < 1e-6:
+        raise ArmError("the handle is at the drawer's centre: no direction to pull in")
+    return d / n
+
+
+def _level_pointing(into: np.ndarray) -> tuple[float, float, float]:
+    """Roll, pitch, yaw of a tool pointing level along ``into``, the fingers above and below."""
+    z = np.array([into[0], into[1], 0.0])
+    y = np.array([0.0, 0.0, -1.0])
+    x = np.cross(y, z)
+    rpy = matrix_to_rpy(np.column_stack([x, y, z]))
+    return (rpy[0], rpy[1], rpy[2] if math.isfinite(rpy[2]) else 0.0)

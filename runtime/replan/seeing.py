@@ -1,0 +1,133 @@
+"""What the robot API sees: a fresh camera frame through the detector, in the base frame.
+
+One :meth:`Eyes.look` reads a new frame, detects, locates (the scene observer with the
+hand-eye transform), names the objects stably (:class:`~onboard.replan.tracking.Tracker`) and
+measures what the motions need from the depth: each object's top, and where the drawers'
+handles are. Only the camera, the detector and the hand-eye calibration are read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from onboard.base.errors import CameraError
+from onboard.drivers.camera.base import Camera, Frame
+from onboard.perception.detector import Detection, Detector
+from onboard.perception.pose import HandEye, centre_region, locate
+from onboard.perception.scene_observer import SceneObserver
+from onboard.replan.tracking import Point, Seen, Tracker
+
+__all__ = ["PARTS", "Eyes", "Look"]
+
+#: labels of parts of other objects (a drawer's handle): located, never named as objects
+PARTS = frozenset({"handle"})
+#: metres a handle's grasp point lies behind the surface the camera sees
+HANDLE_DEPTH = 0.01
+#: the fraction of a box whose depth gives an object's top
+TOP_REGION = 0.6
+
+
+@dataclass(frozen=True)
+class Look:
+    time: float
+    objects: dict[str, Seen]  # by name, in the detector's order
+    on: dict[str, str]  # name -> the name of what it rests on
+    handles: list[Point] = field(default_factory=list)  # grasp points of handles seen
+    classes: frozenset[str] = frozenset()  # what the detector can see at all
+    boxes: dict[str, tuple[float, float, float, float]] = field(default_factory=dict)
+    frame: Frame | None = None
+
+    def points(self, name: str) -> npt.NDArray[np.float64]:
+        """The base-frame points (n, 3) the camera sees inside ``name``'s box."""
+        if self.frame is None:
+            return np.zeros((0, 3))
+        rows, cols = centre_region(self.boxes[name], self.frame.depth.shape, 1.0)
+        return self._cloud(rows, cols)
+
+    _cloud: Callable[[slice, slice], npt.NDArray[np.float64]] = field(
+        default=lambda _r, _c: np.zeros((0, 3)), repr=False
+    )
+
+
+class Eyes:
+    def __init__(
+        self,
+        camera: Camera,
+        detector: Detector,
+        hand_eye: HandEye,
+        now: Callable[[], float],
+    ) -> None:
+        self.camera = camera
+        self.detector = detector
+        self.hand_eye = hand_eye
+        self.now = now
+        self.observer = SceneObserver(hand_eye, sides="base")
+        self.tracker = Tracker()
+        self.last: Look | None = None
+
+    def look(self) -> Look:
+        frame = self.camera.read()
+        time = self.now()
+        detections = self.detector.detect(frame.color)
+        parts = [d for d in detections if d.label in PARTS]
+        scene = self.observer.observe([d for d in detections if d.label not in PARTS], frame)
+        labels = [o.label for o in scene.objects]
+        positions = [_point(o.position) for o in scene.objects]
+        names = self.tracker.names(labels, positions)
+        by_observer = dict(zip((o.name for o in scene.objects), names, strict=True))
+        seen = [
+            Seen(name, o.label, _point(o.position), o.size, self._top(o.box, frame), time)
+            for name, o in zip(names, scene.objects, strict=True)
+        ]
+        self.tracker.update(seen)
+        on = {
+            by_observer[o.name]: by_observer[o.related("on")[0]]
+            for o in scene.objects
+            if o.related("on")
+        }
+        handles = [p for p in (self._handle(d, frame) for d in parts) if p is not None]
+        self.last = Look(
+            time,
+            {s.name: s for s in seen},
+            on,
+            handles,
+            frozenset(self.detector.classes),
+            {n: o.box for n, o in zip(names, scene.objects, strict=True)},
+            frame,
+            lambda rows, cols: self._cloud(frame, rows, cols),
+        )
+        return self.last
+
+    def _top(self, box: tuple[float, float, float, float], frame: Frame) -> float:
+        """The height of the highest tenth of the box's middle: the object's top."""
+        rows, cols = centre_region(box, frame.depth.shape, TOP_REGION)
+        points = self._cloud(frame, rows, cols)
+        return float(np.percentile(points[:, 2], 90)) if len(points) else 0.0
+
+    def _cloud(self, frame: Frame, rows: slice, cols: slice) -> npt.NDArray[np.float64]:
+        """The base-frame points of the pixels with depth in a part of the frame."""
+        depth = frame.depth[rows, cols]
+        v, u = np.mgrid[rows, cols]
+        ok = np.isfinite(depth) & (depth > 0)
+        i = frame.intrinsics
+        z = depth[ok].astype(np.float64)
+        camera = np.stack([(u[ok] - i.cx) / i.fx * z, (v[ok] - i.cy) / i.fy * z, z], axis=1)
+        return self.hand_eye.apply(camera).reshape(-1, 3)
+
+    def _handle(self, detection: Detection, frame: Frame) -> Point | None:
+        """Where to grasp a handle: just behind its surface as seen, base frame."""
+        try:
+            seen = locate(detection.box, frame.depth, frame.intrinsics)
+        except CameraError:
+            return None
+        return _point(self.hand_eye.apply(seen.behind(HANDLE_DEPTH)))
+
+
+def _point(v: npt.ArrayLike) -> Point:
+    a = np.asarray(v, dtype=np.float64)
+    return (float(a[0]), float(a[1]), float(a[2]))
+

@@ -1,0 +1,66 @@
+"""Names that stay the same from one look to the next: "apple", "apple 2", ...
+
+Each look's objects take the names of the tracks of their label, nearest first; an object no
+track of its label is left for gets a new name (the label, else "label 2", "label 3", ...).
+A track not seen in a look keeps its name and where it was last seen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["Seen", "Tracker"]
+
+Point = tuple[float, float, float]
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One object as last seen, base frame, metres."""
+
+    name: str
+    label: str
+    position: Point  # its centre, as the scene observer estimates it
+    size: float  # its width in the image, at its depth
+    top: float  # the height of its top surface
+    time: float  # robot time of the look
+
+
+class Tracker:
+    def __init__(self) -> None:
+        self.tracks: dict[str, Seen] = {}
+
+    def names(self, labels: Sequence[str], positions: Sequence[Point]) -> list[str]:
+        """The names of one look's objects (in the order given), matched to the tracks."""
+        names: list[str | None] = [None] * len(labels)
+        for label in dict.fromkeys(labels):
+            mine = [i for i, seen in enumerate(labels) if seen == label]
+            tracks = [t for t in self.tracks.values() if t.label == label]
+            pairs = sorted(
+                (math.dist(positions[i], t.position), i, t.name) for i in mine for t in tracks
+            )
+            taken: set[str] = set()
+            for _, i, name in pairs:
+                if names[i] is None and name not in taken:
+                    names[i] = name
+                    taken.add(name)
+            for i in mine:
+                if names[i] is None:
+                    names[i] = self._new_name(label, taken)
+                    taken.add(names[i] or "")
+        return [n or "" for n in names]
+
+    def update(self, seen: Sequence[Seen]) -> None:
+        for s in seen:
+            self.tracks[s.name] = s
+
+    def _new_name(self, label: str, taken: set[str]) -> str:
+        used = set(self.tracks) | taken
+        if label not in used:
+            return label
+        k = 2
+        while f"{label} {k}" in used:
+            k += 1
+        return f"{label} {k}"
