@@ -1,5 +1,5 @@
 # Task 2: the red block into the box; the blocks stacked on it come off first, top first.
-SPOTS = [[0.36, -0.3], [0.64, -0.3], [0.36, 0.05], [0.64, 0.05]]
+SPOTS = [[0.36, -0.3], [0.55, -0.3], [0.34, 0.05], [0.55, 0.05]]
 
 
 def free_spot(taken):

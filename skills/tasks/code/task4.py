@@ -2,9 +2,9 @@
 # off the belt, then put back on it upstream one by one in that order; each queues behind
 # the one before.
 ORDER = ["blue block", "green block", "red block"]
-ASIDE = [[0.4, 0.22], [0.5, 0.22], [0.6, 0.22]]
-BELT_START = [0.32, 0.0]
-END = [0.7, 0.0]
+ASIDE = [[0.34, 0.2], [0.44, 0.2], [0.54, 0.2]]
+BELT_START = [0.26, 0.0]
+END = [0.56, 0.0]
 
 detect()
 for name in ORDER:
