@@ -273,29 +273,56 @@ def test_the_goal_picture_shows_green_under_red_under_blue() -> None:
 
 # -- slow: the solutions and the benign corpus on the twin ------------------------------------
 
-#: what keeps a solution from passing today, by task (strict: they flip when fixed)
-BLOCKED: dict[int, str] = {}
+#: what keeps a program from passing today (strict: each flips to a failure once fixed)
+DETECTOR = "the shipped detector mislabels stacked or moved blocks and fruit on the belt"
+HANDLE = "the shipped detector has no 'handle' class yet (open_drawer cannot see the handle)"
+BOX = "put_in('box'): the API places at the box's perceived centre, ~10 cm off for a hollow box"
+BLOCKED_TASKS = {2: DETECTOR, 3: DETECTOR, 4: DETECTOR, 5: DETECTOR, 6: HANDLE, 7: BOX}
+BLOCKED_PROGRAMS = {
+    "task2": DETECTOR,
+    "task4": DETECTOR,
+    "stack_query": DETECTOR,
+    "task6": HANDLE,
+    "drawer_open_close": HANDLE,
+    "drawer_put_in": HANDLE,
+    "task7": BOX,
+    "toy_box": BOX,
+}
 
 
-@pytest.mark.parametrize("task", sorted(TASKS), ids=lambda n: f"task{n}")
+def _blocked(why: str | None) -> pytest.MarkDecorator | tuple[()]:
+    return pytest.mark.xfail(strict=True, reason=why) if why else ()
+
+
+@pytest.mark.parametrize(
+    "task",
+    [pytest.param(n, marks=_blocked(BLOCKED_TASKS.get(n)), id=f"task{n}") for n in sorted(TASKS)],
+)
 def test_each_tasks_solution_passes_its_judge_once(
     robot: RobotConfig, embedder: Embedder, task: int
 ) -> None:
-    if task in BLOCKED:
-        pytest.xfail(BLOCKED[task])
     done = run_trial(robot, TASKS[task], 0, 0, embedder, detector())
     assert done.passed, f"{done.reason}; {done.ended}: {done.message}"
 
 
-def _corpus_ids() -> list[str]:
-    return [path.stem for path, _ in benign_corpus()]
+CORPUS = benign_corpus()
 
 
-@pytest.mark.parametrize("index", range(len(_corpus_ids())), ids=_corpus_ids())
+def test_every_benign_program_is_accepted_by_the_check() -> None:
+    refused = {p.name: check(p.read_text(), API_NAMES) for p, _ in CORPUS}
+    assert {name: r for name, r in refused.items() if r} == {}
+
+
+@pytest.mark.parametrize(
+    ("path", "scene"),
+    [
+        pytest.param(p, s, marks=_blocked(BLOCKED_PROGRAMS.get(p.stem)), id=p.stem)
+        for p, s in CORPUS
+    ],
+)
 def test_every_benign_program_is_accepted_and_runs_on_the_twin(
-    robot: RobotConfig, embedder: Embedder, index: int
+    robot: RobotConfig, embedder: Embedder, path: Path, scene: str
 ) -> None:
-    path, scene = benign_corpus()[index]
     source = path.read_text()
     assert check(source, API_NAMES) == []
     with code_world(robot, scene, embedder, detector()) as (_twin, api):

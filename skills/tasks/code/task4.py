@@ -8,7 +8,8 @@ END = [0.56, 0.0]
 
 detect()
 for name in ORDER:
-    wait_until_at(name, END[0] - 0.04, END[1], 0.06, 20.0)
+    wait_until_at(name, END[0] - 0.04, END[1], 0.05, 20.0)
+wait(2.0)  # the last ones still closing up: picked standing, not met on the move
 for i in range(len(ORDER)):
     pick(ORDER[i])
     place(ASIDE[i])

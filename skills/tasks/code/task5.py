@@ -1,4 +1,6 @@
 # Task 5: the apple onto the plate on the left (+y), the lemon onto the plate on the right.
+# The fruit ride to the conveyor's end stop first, and are picked from the queue there.
+wait(8.0)
 names = detect()
 plates = [n for n in names if n.startswith("plate")]
 left = plates[0]
