@@ -421,3 +421,18 @@ def test_onboard_code_check_on_an_unreadable_file_is_one_line_exit_2(
     latin.write_bytes(b"x = '\xe9'\n")
     assert main(["code", "check", str(latin)]) == 2
     assert capsys.readouterr().err.startswith(f"onboard: error: {latin}: cannot be read (")
+
+
+def test_an_exception_escaping_the_api_kills_the_child_and_stops_at_once() -> None:
+    """A bug in the parent's call (not an OnboardError) propagates, after the stop."""
+    robot = Robot()
+
+    def buggy(name: str, args: list[Any], kwargs: dict[str, Any]) -> object:
+        raise KeyError("a bug")
+
+    code_run = CodeRun("echo(1)\n", TEST_API, buggy, on_abort=robot.stop)
+    with pytest.raises(KeyError):
+        code_run.run()
+    assert robot.stops == 1 and code_run.pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(code_run.pid, 0)
