@@ -42,8 +42,10 @@ def planar(p: tuple[float, ...], q: tuple[float, ...] | list[float]) -> float:
     return math.dist(p[:2], q[:2])
 
 
-def test_the_functions_are_the_sandboxs_names_in_doc_order() -> None:
+def test_the_functions_are_the_sandboxs_names_and_the_apis_public_methods() -> None:
     assert FUNCTIONS == API_NAMES
+    public = {n for n, v in vars(RobotAPI).items() if callable(v) and not n.startswith("_")}
+    assert public == set(API_NAMES)
 
 
 def test_the_doc_is_deterministic_and_documents_every_function() -> None:

@@ -34,6 +34,7 @@ from onboard.manip.resolve import ObjectResolver
 from onboard.perception.detector import Detector
 from onboard.perception.pose import HandEye
 from onboard.replan.drawer import DrawerMotions
+from onboard.replan.names import API_NAMES
 from onboard.replan.seeing import Eyes, Look
 from onboard.replan.tracking import Seen
 
@@ -368,23 +369,8 @@ def _wait_length(seconds: float) -> None:
 
 # -- the dispatcher and the documentation -------------------------------------------------
 
-FUNCTIONS: tuple[str, ...] = (
-    "detect",
-    "find",
-    "where",
-    "objects_on",
-    "pick",
-    "place",
-    "put_in",
-    "give_me",
-    "open_drawer",
-    "close_drawer",
-    "move_to",
-    "wait_until_at",
-    "wait",
-    "holding",
-    "home",
-)
+#: the API's names in doc order: one list, the sandbox's (onboard.replan.names)
+FUNCTIONS: tuple[str, ...] = API_NAMES
 
 
 def api_doc() -> str:
