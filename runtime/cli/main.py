@@ -220,6 +220,7 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("file", type=Path)
     q.add_argument("--scene", help="sim arm: the twin scene to run in")
     q.add_argument("--yes", action="store_true", help="confirm a run on a real arm up front")
+    q.add_argument("--json", action="store_true", help="print the run's result as JSON")
     q.set_defaults(func=_code_run)
     q = code.add_parser("api", help="print the robot API's documentation (as prompts get it)")
     q.set_defaults(func=_code_api)

@@ -141,10 +141,17 @@ class _Checker:
         method: Callable[[ast.AST], None] | None = getattr(self, "v_" + type(node).__name__, None)
         if method is not None:
             method(node)
-        elif type(node) in _REFUSED_NODES:
-            self.refuse(_REFUSED_NODES[type(node)])
         else:
-            self.refuse(f"{type(node).__name__} is not allowed")
+            self.refuse(_REFUSED_NODES.get(type(node), f"{type(node).__name__} is not allowed"))
+            self.inside(node)
+
+    def inside(self, node: ast.AST) -> None:
+        """The statements and expressions inside a refused node: their refusals too."""
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt | ast.expr):
+                self.visit(child)
+            elif isinstance(child, ast.excepthandler | ast.withitem | ast.match_case):
+                self.inside(child)
 
     def visit_all(self, nodes: Sequence[ast.AST | None]) -> None:
         for node in nodes:

@@ -23,6 +23,8 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
+
 from onboard.base.errors import CodeError, OnboardError
 from onboard.drivers.arm.safety import SafeArm
 from onboard.drivers.camera.base import Camera
@@ -32,6 +34,7 @@ from onboard.manip.resolve import ObjectResolver
 from onboard.perception.detector import Detector
 from onboard.perception.pose import HandEye
 from onboard.replan.drawer import DrawerMotions
+from onboard.replan.names import API_NAMES
 from onboard.replan.seeing import Eyes, Look
 from onboard.replan.tracking import Seen
 
@@ -51,6 +54,8 @@ INTERCEPT_MARGIN = 1.0
 GRASP_BELOW_TOP = 0.015
 #: metres above the highest thing seen that the hand travels at
 CLEARANCE = 0.05
+#: metres above the table a point belongs to a container, not the table around it
+ABOVE_TABLE = 0.004
 #: metres a drawer is pulled open
 OPEN_PULL = 0.15
 #: metres from a drawer's handle into its open part, where things are put in
@@ -137,7 +142,8 @@ class RobotAPI:
     def objects_on(self, name: str) -> list[str]:
         """The names of the objects resting on the object (a stack on it), bottom to top."""
         look = self._seeing(name)
-        stack, below = [], name
+        stack: list[str] = []
+        below = name
         while True:
             above = [n for n, under in look.on.items() if under == below and n not in stack]
             if not above:
@@ -196,7 +202,14 @@ class RobotAPI:
             x, y = self.drawers.inside(handle, seen.position, INTO_DRAWER)
             self._put(x, y, handle[2])
         else:
-            self._put(seen.position[0], seen.position[1], seen.top)
+            # aim at the middle of what stands above the table in its box, not the centre
+            # estimate (a surface pushed back by half the width: off for a wide, flat thing)
+            points = look.points(container)
+            above = points[points[:, 2] > ABOVE_TABLE]
+            if len(above) == 0:
+                raise _Failed(f"no depth on {container}")
+            x, y = (float(v) for v in np.median(above[:, :2], axis=0))
+            self._put(x, y, max(float(np.percentile(above[:, 2], 98)), seen.top))
 
     @_api
     def give_me(self) -> None:
@@ -356,23 +369,8 @@ def _wait_length(seconds: float) -> None:
 
 # -- the dispatcher and the documentation -------------------------------------------------
 
-FUNCTIONS: tuple[str, ...] = (
-    "detect",
-    "find",
-    "where",
-    "objects_on",
-    "pick",
-    "place",
-    "put_in",
-    "give_me",
-    "open_drawer",
-    "close_drawer",
-    "move_to",
-    "wait_until_at",
-    "wait",
-    "holding",
-    "home",
-)
+#: the API's names in doc order: one list, the sandbox's (onboard.replan.names)
+FUNCTIONS: tuple[str, ...] = API_NAMES
 
 
 def api_doc() -> str:
@@ -462,4 +460,3 @@ def _call_text(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
-

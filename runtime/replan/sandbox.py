@@ -122,6 +122,10 @@ class CodeRun:
             if not self._finished.is_set():
                 self._start()
                 self._serve()
+        except BaseException as exc:  # ^C, a bug: the child must not outlive it, nor the arm move
+            reason = "signal" if isinstance(exc, KeyboardInterrupt) else "error"
+            self._finish(reason, f"the run was interrupted ({type(exc).__name__})")
+            raise
         finally:
             self._reap()
         self._settled.wait()  # another thread's on_abort may still run

@@ -130,4 +130,3 @@ class Eyes:
 def _point(v: npt.ArrayLike) -> Point:
     a = np.asarray(v, dtype=np.float64)
     return (float(a[0]), float(a[1]), float(a[2]))
-

@@ -1,0 +1,141 @@
+"""``onboard code run FILE``: a generated program on the arm, through the sandbox and the robot
+API; ``onboard code api``: the API's documentation, as prompts get it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from onboard.base.errors import ConfigError, Problem, UsageError
+from onboard.base.signals import on_stop_signals
+from onboard.config import RobotConfig
+
+__all__ = ["api_command", "run_command"]
+
+
+def api_command() -> int:
+    from onboard.replan.api import api_doc
+
+    sys.stdout.write(api_doc())
+    return 0
+
+
+def run_command(robot: RobotConfig, args: argparse.Namespace) -> int:
+    """Check the program, build the robot, run it in the sandbox; 0 when it ran to its end,
+    1 when it was refused or ended early, 128 + n after signal n (the arm stopped)."""
+    from onboard.replan.allowlist import check
+    from onboard.replan.names import API_NAMES
+
+    path: Path = args.file
+    source = _read(path)
+    refusals = check(source, API_NAMES)
+    for refusal in refusals:
+        print(f"{path}:{refusal.line}: refused: {refusal.reason}")
+    if refusals:
+        return 1
+    if args.scene:
+        robot = robot.with_arm_scene(args.scene)
+    if robot.hand_eye is None:
+        why = "generated code needs it (the camera in the base frame): onboard calibrate --write"
+        raise ConfigError([Problem(robot.root / "robot.toml", "hand_eye", None, why)])
+    kind = _arm_kind(robot)
+    asks = robot.code.confirm_on(None if robot.drivers.arm is None else kind)
+    if asks and not args.yes and not _confirmed(path, kind):
+        print("onboard: not run (not confirmed)")
+        return 1
+    return _run(robot, path, source, getattr(args, "json", False))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"{path}: cannot be read ({reason})") from exc
+
+
+def _confirmed(path: Path, kind: str) -> bool:
+    print(f"onboard: run {path} on the {kind} arm? The arm will move. [y/N] ", end="", flush=True)
+    answer = sys.stdin.readline().strip().lower()
+    return answer in ("y", "yes")
+
+
+def _run(robot: RobotConfig, path: Path, source: str, as_json: bool) -> int:
+    from onboard import bundled
+    from onboard.grounding.embedder import Embedder
+    from onboard.manip.session import scene_hardware
+    from onboard.perception.detector import Detector
+    from onboard.perception.pose import HandEye
+    from onboard.replan import api
+    from onboard.replan.names import API_NAMES
+    from onboard.replan.sandbox import CodeRun, Limits
+
+    assert robot.hand_eye is not None
+    folder = bundled.detector_dir()
+    detector = Detector(folder / "model.onnx", folder / "classes.json")
+    embedder = Embedder(robot.embedder_dir)
+    code = robot.code
+    limits = Limits(code.steps, code.memory_mb, code.cpu_seconds, code.wall_seconds)
+    with scene_hardware(robot) as found:
+        assert found.arm is not None and found.camera is not None
+        twin = found.twin
+        pause, now = (twin.step, lambda: twin.time) if twin else (time.sleep, time.monotonic)
+        robot_api = api.RobotAPI(
+            found.arm,
+            found.camera,
+            detector,
+            HandEye.from_config(robot.hand_eye),
+            embedder,
+            pause,
+            code.handover,
+            now=now,
+        )
+        robot_api.home()
+        arm = found.arm
+        sandbox = CodeRun(
+            source,
+            API_NAMES,
+            lambda n, a, k: api.call(robot_api, n, a, k),
+            limits,
+            on_abort=arm.stop,
+        )
+        stopped: list[str] = []
+
+        def stop(name: str) -> None:
+            stopped.append(name)
+            sandbox.abort("signal", f"{name} received")
+
+        print(f"onboard: running {path} on the {_arm_kind(robot)} arm")
+        with on_stop_signals(stop):
+            result = sandbox.run()
+    _report(result, as_json)
+    if stopped:
+        return 128 + signal.Signals[stopped[0]].value
+    return 0 if result.ok else 1
+
+
+def _arm_kind(robot: RobotConfig) -> str:
+    arm = robot.drivers.arm
+    return "?" if arm is None else arm.kind
+
+
+def _report(result: object, as_json: bool) -> None:
+    from onboard.replan.sandbox import RunResult
+
+    assert isinstance(result, RunResult)
+    if as_json:
+        print(json.dumps(asdict(result)))
+        return
+    for name, args, kwargs in result.calls:
+        parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+        print(f"call: {name}({', '.join(parts)})")
+    if result.output:
+        print("output:")
+        print(result.output.rstrip("\n"))
+    how = "ran to its end" if result.ok else f"ended early ({result.reason}): {result.message}"
+    print(f"{how}; {result.steps} steps, {len(result.calls)} API calls")

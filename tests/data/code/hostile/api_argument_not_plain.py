@@ -1,0 +1,2 @@
+# expect: error
+pick(detect)

@@ -1,0 +1,3 @@
+# expect: refused
+async def go():
+    await home()

@@ -1,0 +1,3 @@
+# expect: refused
+class Escape:
+    pass

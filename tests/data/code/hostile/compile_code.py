@@ -1,0 +1,2 @@
+# expect: refused
+code = compile("1 + 1", "x", "eval")

@@ -1,0 +1,2 @@
+# expect: cpu
+big = 10**10**8

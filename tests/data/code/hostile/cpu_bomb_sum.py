@@ -1,0 +1,2 @@
+# expect: cpu
+total = sum(range(10**18))

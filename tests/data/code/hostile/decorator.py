@@ -1,0 +1,4 @@
+# expect: refused
+@print
+def f():
+    pass

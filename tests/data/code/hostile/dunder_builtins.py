@@ -1,0 +1,2 @@
+# expect: refused
+__builtins__["open"]("/etc/passwd")

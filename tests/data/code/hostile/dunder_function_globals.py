@@ -1,0 +1,2 @@
+# expect: refused
+pick.__globals__["__builtins__"]

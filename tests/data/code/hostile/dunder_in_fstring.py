@@ -1,0 +1,2 @@
+# expect: refused
+print(f"{().__class__.__mro__}")

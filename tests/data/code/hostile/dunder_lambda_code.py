@@ -1,0 +1,3 @@
+# expect: refused
+code = (lambda: 0).__code__
+print(code)

@@ -1,0 +1,2 @@
+# expect: refused
+eval("__import__(\"os\").system(\"id\")")

@@ -1,0 +1,2 @@
+# expect: refused
+exec("import os")

@@ -1,0 +1,2 @@
+# expect: refused
+print(format(1, "x"))

@@ -1,0 +1,3 @@
+# expect: refused
+g = (x for x in [1])
+print(g.gi_code)

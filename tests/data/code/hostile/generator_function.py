@@ -1,0 +1,3 @@
+# expect: refused
+def forever():
+    yield 1

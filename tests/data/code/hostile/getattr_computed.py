@@ -1,0 +1,3 @@
+# expect: refused
+name = "__cl" + "ass__"
+print(getattr((), name))

@@ -1,0 +1,5 @@
+# expect: refused
+count = 0
+def bump():
+    global count
+    count += 1

@@ -1,0 +1,3 @@
+# expect: refused
+table = globals()
+table["pick"] = print

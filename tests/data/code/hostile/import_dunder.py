@@ -1,0 +1,2 @@
+# expect: refused
+__import__("os").system("id")

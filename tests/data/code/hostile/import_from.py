@@ -1,0 +1,3 @@
+# expect: refused
+from subprocess import run
+run(["id"])

@@ -1,0 +1,5 @@
+# expect: refused
+def helper():
+    import importlib
+    return importlib.import_module("os")
+helper()

@@ -1,0 +1,3 @@
+# expect: refused
+it = iter([1, 2])
+print(next(it))

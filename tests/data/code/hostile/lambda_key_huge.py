@@ -1,0 +1,2 @@
+# expect: steps
+order = sorted(range(10**6), key=lambda v: -v)

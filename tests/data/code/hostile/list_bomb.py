@@ -1,0 +1,2 @@
+# expect: memory
+zeros = [0] * 10**9

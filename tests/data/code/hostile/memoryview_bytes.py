@@ -1,0 +1,2 @@
+# expect: refused
+view = memoryview(bytearray(10))

@@ -1,0 +1,3 @@
+# expect: refused
+data = "abc".encode()
+print(data)

@@ -1,0 +1,2 @@
+# expect: refused
+print(open("/etc/passwd").read())

@@ -1,0 +1,3 @@
+# expect: refused
+items = [1]
+print(items._private)

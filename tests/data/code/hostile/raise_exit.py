@@ -1,0 +1,2 @@
+# expect: refused
+raise SystemExit(3)

@@ -1,0 +1,3 @@
+# expect: steps
+for i in range(10**12):
+    pass

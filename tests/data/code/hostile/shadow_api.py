@@ -1,0 +1,3 @@
+# expect: refused
+pick = lambda name: None
+pick("apple")

@@ -1,0 +1,4 @@
+# expect: refused
+def go(home):
+    return home
+go(1)

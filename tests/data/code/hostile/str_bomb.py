@@ -1,0 +1,2 @@
+# expect: memory
+text = "x" * 10**10

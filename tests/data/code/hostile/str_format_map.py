@@ -1,0 +1,2 @@
+# expect: refused
+print("{x.__class__}".format_map({"x": 1}))

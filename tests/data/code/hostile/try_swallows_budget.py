@@ -1,0 +1,6 @@
+# expect: refused
+try:
+    for i in range(10**9):
+        pass
+except BaseException:
+    pass

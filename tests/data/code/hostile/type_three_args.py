@@ -1,0 +1,3 @@
+# expect: refused
+Thing = type("Thing", (), {"x": 1})
+print(Thing)

@@ -1,0 +1,3 @@
+# expect: refused
+from urllib.request import urlopen
+print(urlopen("http://example.com").read())

@@ -1,0 +1,3 @@
+# expect: refused
+print(vars())
+print(locals())

@@ -1,0 +1,2 @@
+# expect: wall
+wait(10**9)

@@ -1,0 +1,3 @@
+# expect: refused
+if (n := len(detect())) > 0:
+    print(n)

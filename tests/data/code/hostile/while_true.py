@@ -1,0 +1,3 @@
+# expect: refused
+while True:
+    pass

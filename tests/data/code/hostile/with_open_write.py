@@ -1,0 +1,3 @@
+# expect: refused
+with open("/tmp/owned", "w") as f:
+    f.write("x")

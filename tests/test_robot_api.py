@@ -1,0 +1,230 @@
+"""The robot API of generated code on the physics twin: each function through the shipped
+detector, the camera and SafeArm. The twin's truth is read here only to judge the result."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from onboard.config import RobotConfig
+from onboard.drivers.factory import Hardware
+from onboard.drivers.twin.bodies import HANDLE_LINK
+from onboard.drivers.twin.world import Snapshot
+from onboard.grounding.embedder import Embedder
+from onboard.manip.session import scene_hardware
+from onboard.perception.pose import HandEye
+from onboard.replan.api import FUNCTIONS, RobotAPI, RobotAPIError, api_doc, call
+from onboard.replan.names import API_NAMES
+from onboard.testing.tidy_eval import detector
+
+HANDOVER = (0.35, -0.25, 0.3)
+
+
+def make_api(robot: RobotConfig, found: Hardware, embedder: Embedder) -> RobotAPI:
+    twin = found.twin
+    assert found.arm and found.camera and twin and robot.hand_eye
+    api = RobotAPI(found.arm, found.camera, detector(), HandEye.from_config(robot.hand_eye),
+                   embedder, twin.step, HANDOVER, now=lambda: twin.time)  # fmt: skip
+    api.home()
+    return api
+
+
+@pytest.fixture
+def scene(robot: RobotConfig, request: pytest.FixtureRequest) -> Iterator[Hardware]:
+    with scene_hardware(robot.with_arm_scene(request.param)) as found:
+        yield found
+
+
+def planar(p: tuple[float, ...], q: tuple[float, ...] | list[float]) -> float:
+    return math.dist(p[:2], q[:2])
+
+
+def test_the_functions_are_the_sandboxs_names_and_the_apis_public_methods() -> None:
+    assert FUNCTIONS == API_NAMES
+    public = {n for n, v in vars(RobotAPI).items() if callable(v) and not n.startswith("_")}
+    assert public == set(API_NAMES)
+
+
+def test_the_doc_is_deterministic_and_documents_every_function() -> None:
+    doc = api_doc()
+    assert doc == api_doc()
+    heads = [line for line in doc.splitlines() if not line.startswith(" ")]
+    assert [h.split("(")[0] for h in heads] == list(FUNCTIONS)
+    assert "pick(name: str) -> None" in heads
+    assert "place(target: str | list[float]) -> None" in heads
+    assert "wait_until_at(name: str, x: float, y: float, within: float = 0.05, " in doc
+    assert all(line.strip() for line in doc.splitlines())
+
+
+@pytest.mark.parametrize("scene", ["blocks"], indirect=True)
+def test_detect_where_find_then_stack_and_read_the_stack(
+    robot: RobotConfig, scene: Hardware, embedder: Embedder
+) -> None:
+    api, twin = make_api(robot, scene, embedder), scene.twin
+    assert twin is not None
+    names = api.detect()
+    assert set(names) == {"red block", "green block", "blue block", "yellow block"}
+    assert api.detect() == names  # the same names look after look
+    for name in names:
+        assert planar(twin.object_pose(name)[0], api.where(name)) < 0.02
+    assert api.find("the red block") == "red block"
+    assert api.find("a banana") is None
+    api.pick("red block")
+    assert api.holding() == "red block" and twin.held_object() == "red block"
+    api.place("blue block")
+    assert api.holding() is None
+    red, blue = twin.object_pose("red block")[0], twin.object_pose("blue block")[0]
+    assert planar(red, blue) < 0.01 and red[2] == pytest.approx(blue[2] + 0.04, abs=0.005)
+    api.detect()
+    assert api.objects_on("blue block") == ["red block"]
+    api.pick("green block")
+    api.place([0.35, 0.2])
+    assert planar(twin.object_pose("green block")[0], (0.35, 0.2)) < 0.01
+
+
+@pytest.mark.parametrize("scene", ["blocks"], indirect=True)
+def test_failures_are_one_line_naming_the_call(
+    robot: RobotConfig, scene: Hardware, embedder: Embedder
+) -> None:
+    api = make_api(robot, scene, embedder)
+    wrong = [
+        (("pick", [3], {}), "pick(3): name must be str, got an int"),
+        (("pick", [], {}), "pick(): missing a required argument: 'name'"),
+        (("move_to", [0.4, 0.0, float("nan")], {}), "z must be float, got a float"),
+        (("place", [[0.4, "a"]], {}), "target must be str | list[float], got a list"),
+        (("wait", [True], {}), "seconds must be float, got a bool"),
+        (("fly", [], {}), "fly: not a robot API function"),
+        (("pick", ["apple"], {}), "pick('apple'): no apple seen (seen: "),
+        (("place", ["red block"], {}), "place('red block'): nothing is held"),
+        (("wait", [-1], {}), "wait(-1): -1 s: a wait is 0 to 600 seconds"),
+        (("give_me", [], {}), "give_me(): nothing is held"),
+    ]
+    for (name, args, kwargs), message in wrong:
+        with pytest.raises(RobotAPIError) as caught:
+            call(api, name, args, kwargs)
+        assert message in str(caught.value) and "\n" not in str(caught.value)
+    call(api, "pick", ["red block"], {})
+    with pytest.raises(RobotAPIError, match=r"^pick\('blue block'\): already holding red block"):
+        call(api, "pick", ["blue block"], {})
+    with pytest.raises(RobotAPIError, match=r"^move_to\(0.4, 0.0, 1.5\): SafeArm: z=1.5000 m"):
+        call(api, "move_to", [0.4, 0.0, 1.5], {})
+
+
+@pytest.mark.parametrize("scene", ["blocks"], indirect=True)
+def test_a_grasp_that_closes_on_nothing_is_the_arms_own_finding(
+    robot: RobotConfig, scene: Hardware, embedder: Embedder
+) -> None:
+    api, twin = make_api(robot, scene, embedder), scene.twin
+    assert twin is not None
+    api.detect()
+
+    def snatch(snapshot: Snapshot) -> None:  # a disturber: the block goes as the hand comes
+        if not snapshot.gripper_closed and snapshot.ee_pose.z < 0.08:
+            twin.set_object_pose("red block", (0.6, 0.3, 0.02))
+
+    with twin.on_step(snatch), pytest.raises(RobotAPIError, match="closed on nothing"):
+        api.pick("red block")
+    assert api.holding() is None and twin.held_object() is None
+
+
+@pytest.mark.parametrize("scene", ["conveyor"], indirect=True)
+def test_a_block_on_the_moving_conveyor_is_met_and_picked(
+    robot: RobotConfig, scene: Hardware, embedder: Embedder
+) -> None:
+    api, twin = make_api(robot, scene, embedder), scene.twin
+    assert twin is not None
+    assert "red block" in api.detect()
+    api.pick("red block")
+    assert twin.held_object() == "red block" and api.holding() == "red block"
+    api.place([0.35, -0.2])
+    assert planar(twin.object_pose("red block")[0], (0.35, -0.2)) < 0.01
+
+
+@pytest.mark.parametrize("scene", ["conveyor"], indirect=True)
+def test_wait_and_wait_until_at_pass_robot_time(
+    robot: RobotConfig, scene: Hardware, embedder: Embedder
+) -> None:
+    api, twin = make_api(robot, scene, embedder), scene.twin
+    assert twin is not None
+    start = twin.time
+    api.wait(1.5)
+    assert twin.time - start == pytest.approx(1.5, abs=0.01)
+    assert api.wait_until_at("red block", 0.5, -0.1, within=0.03, timeout=10.0)
+    assert planar(twin.object_pose("red block")[0], (0.5, -0.1)) < 0.04
+    start = twin.time
+    assert not api.wait_until_at("red block", 0.2, 0.3, timeout=1.0)
+    assert twin.time - start == pytest.approx(1.0, abs=0.25)
+
+
+@pytest.mark.parametrize("scene", ["tabletop"], indirect=True)
+def test_put_in_the_box_give_me_move_to_and_home(
+    robot: RobotConfig, scene: Hardware, embedder: Embedder
+) -> None:
+    api, twin = make_api(robot, scene, embedder), scene.twin
+    assert twin is not None and scene.arm is not None
+    api.detect()
+    api.pick("red block")
+    api.put_in("box")
+    lo, hi = twin._p.getAABB(twin.body_of("box"))
+    red = twin.object_pose("red block")[0]
+    assert all(a + 0.02 < v < b - 0.02 for v, a, b in zip(red[:2], lo, hi, strict=False))
+    api.pick("green block")
+    api.give_me()
+    tool = scene.arm.state().pose
+    assert math.dist(tool.position(), HANDOVER) < 0.005 and twin.held_object() == "green block"
+    api.move_to(0.4, 0.1, 0.3)
+    assert math.dist(scene.arm.state().pose.position(), (0.4, 0.1, 0.3)) < 0.005
+    api.home()
+    assert api.holding() == "green block"
+
+
+def tall_drawer(tmp_path: Path) -> Path:
+    """The drawer scene with a cabinet 28 cm tall, its handle 14 cm up: the Panda's hand,
+    21 cm across its fingers, clears the table only for a handle above about 12 cm."""
+    from onboard.drivers.twin.scene import SCENES
+
+    text = (SCENES / "drawer.toml").read_text(encoding="utf-8")
+    path = tmp_path / "tall-drawer.toml"
+    path.write_text(text.replace("extent = [0.28, 0.32, 0.16]", "extent = [0.28, 0.32, 0.28]"))
+    return path
+
+
+def test_the_drawer_is_pulled_open_and_pushed_shut_by_its_handle(
+    robot: RobotConfig, embedder: Embedder, tmp_path: Path
+) -> None:
+    with scene_hardware(robot.with_arm_scene(tall_drawer(tmp_path))) as found:
+        api, twin = make_api(robot, found, embedder), found.twin
+        assert twin is not None
+        twin.set_drawer("drawer", 0.05)
+        twin.settle(1.0)
+
+        def handle() -> tuple[float, float, float]:  # the test's truth stands in for the detector
+            lo, hi = twin._p.getAABB(twin.body_of("drawer"), HANDLE_LINK)
+            return tuple((a + b) / 2 for a, b in zip(lo, hi, strict=True))
+
+        centre = twin.object_pose("drawer")[0]
+        api.drawers.pull(handle(), centre, 0.12)
+        twin.settle(1.0)
+        assert twin.drawer_opening("drawer") == pytest.approx(0.17, abs=0.01)
+        api.drawers.pull(handle(), centre, -0.16)
+        twin.settle(1.0)
+        assert twin.drawer_opening("drawer") == pytest.approx(0.01, abs=0.01)
+
+
+@pytest.mark.xfail(strict=True, reason="the detector has no 'handle' class yet (helper 'detector')")
+def test_open_drawer_and_close_drawer_find_the_handle_through_the_detector(
+    robot: RobotConfig, embedder: Embedder, tmp_path: Path
+) -> None:
+    with scene_hardware(robot.with_arm_scene(tall_drawer(tmp_path))) as found:
+        api, twin = make_api(robot, found, embedder), found.twin
+        assert twin is not None
+        twin.set_drawer("drawer", 0.0)
+        twin.settle(1.0)
+        api.detect()
+        api.open_drawer("drawer")
+        assert twin.drawer_opening("drawer") > 0.12
+        api.close_drawer("drawer")
+        assert twin.drawer_opening("drawer") < 0.02
