@@ -26,6 +26,10 @@ ALLOWED = {
     "drivers/emulators/truth_server.py": "sim serve's truth server (judges over TCP)",
     "runtime/manip/replay.py": "a replay sets up the recorded scene",
     "runtime/testing/tidy_judge.py": "the tidy judge",
+    "runtime/testing/code_judges.py": "the code tasks' judges",
+    "runtime/testing/disturb.py": "the disturber: moves or drops objects during a run, logged",
+    "runtime/testing/code_tasks.py": "a code trial's set-up: places the objects of a variation,"
+    " renders the goal picture",
     "models/detector/dataset.py": "the detector's training data (labels from segmentation)",
 }
 
