@@ -314,14 +314,32 @@ def test_abort_from_another_thread_ends_a_blocked_call() -> None:
     assert robot.stops == 1
 
 
+class PollingRobot(Robot):
+    """Its blocking call waits in slices, as an arm's motion loop does: CPython runs a signal's
+    handler in the main thread between bytecodes, so a main thread asleep in one C call with
+    no timeout (a bare Event.wait()) that the signal missed by a hair would not run it."""
+
+    def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> object:
+        self.entered.set()
+        while not self.stopped.wait(0.05):
+            pass
+        return None
+
+
 def test_abort_from_a_signal_handler_ends_a_blocked_call() -> None:
-    robot = Robot()
+    """The handler runs in the main thread inside the blocked call, perhaps inside the
+    Event.wait whose lock on_abort's Event.set needs: abort() must not call on_abort there."""
+    robot = PollingRobot()
     code_run = CodeRun("block()\n", TEST_API, robot.call, on_abort=robot.stop)
     previous = signal.signal(signal.SIGUSR1, lambda signum, frame: code_run.abort())
+
+    def send() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})  # the main thread takes it
+        robot.entered.wait()
+        os.kill(os.getpid(), signal.SIGUSR1)
+
     try:
-        sender = threading.Thread(
-            target=lambda: (robot.entered.wait(), os.kill(os.getpid(), signal.SIGUSR1))
-        )
+        sender = threading.Thread(target=send)
         sender.start()
         result = code_run.run()
         sender.join()

@@ -109,7 +109,7 @@ class Output:
         text += "\n" if end is None else str(end)
         send({"print": text[: self.left]})
         self.left -= len(text)
-        if self.left <= 0:
+        if self.left < 0:
             send({"truncated": True})
 
 
@@ -206,10 +206,11 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         end = {"end": "memory", "message": where(exc) + "out of memory (the address-space"
                f" limit is {limits['memory_mb']} MB)"}  # fmt: skip
     except RecursionError as exc:
-        end = {"end": "error", "message": where(exc) + "RecursionError: functions call each"
-               f" other more than {limits['recursion']} deep"}  # fmt: skip
+        end = {"end": "error", "message": where(exc) + "RecursionError: calls (or data)"
+               f" nested more than {limits['recursion']} deep"}  # fmt: skip
     except Exception as exc:
-        end = {"end": "error", "message": where(exc) + f"{type(exc).__name__}: {exc}"}
+        text = " ".join(str(exc).split())  # one line, and short: a KeyError may hold a novel
+        end = {"end": "error", "message": where(exc) + f"{type(exc).__name__}: {text:.300}"}
     namespace.clear()  # frees what the program built before the end is reported
     return {**end, "steps": min(count.steps, count.limit)}
 
