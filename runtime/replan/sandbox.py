@@ -120,7 +120,11 @@ class CodeRun:
         (once in all), while :meth:`run` may be blocked in a call. Safe from a signal handler:
         it only puts the request on a ``SimpleQueue``, so ``on_abort`` never runs inside the
         handler, where it could wait on a lock the interrupted code holds. Before :meth:`run`,
-        the run ends as soon as it starts; after its end, nothing happens."""
+        the run ends as soon as it starts; after its end, nothing happens.
+
+        CPython runs a signal's handler in the main thread, between bytecodes: a main thread
+        asleep in one C call with no timeout, that the signal just missed, runs it only when
+        that call returns. ``call`` should wait in slices (an arm's motion loop does)."""
         if reason not in REASONS:
             raise ValueError(f"abort(reason={reason!r}): one of {', '.join(REASONS)}")
         self._requests.put((reason, message))
