@@ -386,6 +386,7 @@ def test_the_child_runs_inside_its_limits() -> None:
         seen["limits"] = Path(f"/proc/{pid}/limits").read_text()
         seen["net"] = os.readlink(f"/proc/{pid}/ns/net")
         seen["fds"] = " ".join(sorted(os.listdir(f"/proc/{pid}/fd")))
+        seen["uid"] = Path(f"/proc/{pid}/status").read_text().split("\nUid:")[1].split()[0]
         return None
 
     code_run = CodeRun("echo(1)\n", TEST_API, probe, Limits(memory_mb=200, cpu_seconds=3))
@@ -407,6 +408,10 @@ def test_the_child_runs_inside_its_limits() -> None:
     else:
         assert any(item.startswith("no network namespace") for item in result.isolation)
     assert "RLIMIT_NOFILE 0" in result.isolation
+    if os.getuid() == 0:  # root is exempt from RLIMIT_NPROC: the child is nobody
+        assert seen["uid"] == "65534" and "uid 65534 (root dropped)" in result.isolation
+    else:
+        assert seen["uid"] == str(os.getuid())
 
 
 # the command
