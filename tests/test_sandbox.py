@@ -314,14 +314,32 @@ def test_abort_from_another_thread_ends_a_blocked_call() -> None:
     assert robot.stops == 1
 
 
+class PollingRobot(Robot):
+    """Its blocking call waits in slices, as an arm's motion loop does: CPython runs a signal's
+    handler in the main thread between bytecodes, so a main thread asleep in one C call with
+    no timeout (a bare Event.wait()) that the signal missed by a hair would not run it."""
+
+    def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> object:
+        self.entered.set()
+        while not self.stopped.wait(0.05):
+            pass
+        return None
+
+
 def test_abort_from_a_signal_handler_ends_a_blocked_call() -> None:
-    robot = Robot()
+    """The handler runs in the main thread inside the blocked call, perhaps inside the
+    Event.wait whose lock on_abort's Event.set needs: abort() must not call on_abort there."""
+    robot = PollingRobot()
     code_run = CodeRun("block()\n", TEST_API, robot.call, on_abort=robot.stop)
     previous = signal.signal(signal.SIGUSR1, lambda signum, frame: code_run.abort())
+
+    def send() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})  # the main thread takes it
+        robot.entered.wait()
+        os.kill(os.getpid(), signal.SIGUSR1)
+
     try:
-        sender = threading.Thread(
-            target=lambda: (robot.entered.wait(), os.kill(os.getpid(), signal.SIGUSR1))
-        )
+        sender = threading.Thread(target=send)
         sender.start()
         result = code_run.run()
         sender.join()
@@ -368,6 +386,7 @@ def test_the_child_runs_inside_its_limits() -> None:
         seen["limits"] = Path(f"/proc/{pid}/limits").read_text()
         seen["net"] = os.readlink(f"/proc/{pid}/ns/net")
         seen["fds"] = " ".join(sorted(os.listdir(f"/proc/{pid}/fd")))
+        seen["uid"] = Path(f"/proc/{pid}/status").read_text().split("\nUid:")[1].split()[0]
         return None
 
     code_run = CodeRun("echo(1)\n", TEST_API, probe, Limits(memory_mb=200, cpu_seconds=3))
@@ -389,6 +408,10 @@ def test_the_child_runs_inside_its_limits() -> None:
     else:
         assert any(item.startswith("no network namespace") for item in result.isolation)
     assert "RLIMIT_NOFILE 0" in result.isolation
+    if os.getuid() == 0:  # root is exempt from RLIMIT_NPROC: the child is nobody
+        assert seen["uid"] == "65534" and "uid 65534 (root dropped)" in result.isolation
+    else:
+        assert seen["uid"] == str(os.getuid())
 
 
 # the command

@@ -32,6 +32,7 @@ from typing import Any
 
 PROGRAM = "<program>"  # as allowlist.PROGRAM; this file imports nothing of onboard
 STEP = "__onboard_step"  # no program can spell it: the check refuses names starting with _
+NOBODY = 65534
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 
@@ -109,7 +110,7 @@ class Output:
         text += "\n" if end is None else str(end)
         send({"print": text[: self.left]})
         self.left -= len(text)
-        if self.left <= 0:
+        if self.left < 0:
             send({"truncated": True})
 
 
@@ -148,6 +149,16 @@ def program_line(tb: TracebackType | None = None) -> int | None:
     return line
 
 
+def drop_root() -> str:
+    """Root is exempt from RLIMIT_NPROC (and more): a child started by root becomes nobody."""
+    if os.getuid() != 0:
+        return f"uid {os.getuid()}"
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+    return f"uid {NOBODY} (root dropped)"
+
+
 def unshare_network() -> str:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -172,7 +183,7 @@ def set_limit(name: str, soft: int, hard: int | None = None) -> str:
 def isolate(limits: dict[str, Any]) -> list[str]:
     """The network namespace where the machine allows it, then the resource limits. No new
     descriptor can open after RLIMIT_NOFILE 0: the pipes to the parent exist already."""
-    applied = [unshare_network()]
+    applied = [drop_root(), unshare_network()]
     applied.append(set_limit("RLIMIT_CORE", 0))
     applied.append(set_limit("RLIMIT_FSIZE", 0))
     applied.append(set_limit("RLIMIT_NPROC", 0))
@@ -206,10 +217,11 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         end = {"end": "memory", "message": where(exc) + "out of memory (the address-space"
                f" limit is {limits['memory_mb']} MB)"}  # fmt: skip
     except RecursionError as exc:
-        end = {"end": "error", "message": where(exc) + "RecursionError: functions call each"
-               f" other more than {limits['recursion']} deep"}  # fmt: skip
+        end = {"end": "error", "message": where(exc) + "RecursionError: calls (or data)"
+               f" nested more than {limits['recursion']} deep"}  # fmt: skip
     except Exception as exc:
-        end = {"end": "error", "message": where(exc) + f"{type(exc).__name__}: {exc}"}
+        text = " ".join(str(exc).split())  # one line, and short: a KeyError may hold a novel
+        end = {"end": "error", "message": where(exc) + f"{type(exc).__name__}: {text:.300}"}
     namespace.clear()  # frees what the program built before the end is reported
     return {**end, "steps": min(count.steps, count.limit)}
 

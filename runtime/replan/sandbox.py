@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import queue
 import signal
 import subprocess
 import sys
@@ -33,6 +34,9 @@ RECURSION = 100  # nested calls a program may make
 OUTPUT_CHARS = 65_536  # print()ed text kept; the rest is dropped
 MAX_MESSAGE = 1 << 20  # one line from the child; a longer one ends the run
 REASONS = ("steps", "memory", "cpu", "wall", "api", "error", "signal")
+
+_ASYNC_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+                  signal.SIGUSR2, signal.SIGALRM}  # fmt: skip
 
 Call = Callable[[str, list[Any], dict[str, Any]], object]
 
@@ -94,6 +98,7 @@ class CodeRun:
         self._on_abort = on_abort
         self._claim = threading.Lock()  # taken once, never released: who ends the run
         self._finished = threading.Event()
+        self._requests: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()  # abort()s
         self._settled = threading.Event()  # the ending (and on_abort) is complete
         self._end = ("error", "the run did not end")
         self._abort_error: BaseException | None = None
@@ -111,15 +116,26 @@ class CodeRun:
         return None if self._proc is None else self._proc.pid
 
     def abort(self, reason: str = "signal", message: str = "stopped from outside") -> None:
-        """Ends the run now: kills the child, calls ``on_abort`` (once in all). Safe from a
-        signal handler: nothing here waits on a lock the interrupted code may hold."""
-        self._finish(reason, message)
+        """Ends the run: at once, the watchdog thread kills the child and calls ``on_abort``
+        (once in all), while :meth:`run` may be blocked in a call. Safe from a signal handler:
+        it only puts the request on a ``SimpleQueue``, so ``on_abort`` never runs inside the
+        handler, where it could wait on a lock the interrupted code holds. Before :meth:`run`,
+        the run ends as soon as it starts; after its end, nothing happens.
+
+        CPython runs a signal's handler in the main thread, between bytecodes: a main thread
+        asleep in one C call with no timeout, that the signal just missed, runs it only when
+        that call returns. ``call`` should wait in slices (an arm's motion loop does)."""
+        if reason not in REASONS:
+            raise ValueError(f"abort(reason={reason!r}): one of {', '.join(REASONS)}")
+        self._requests.put((reason, message))
 
     def run(self) -> RunResult:
         """Runs the program to its end; returns how it ended. Re-raises what ``on_abort``
         raised, or an exception other than :class:`OnboardError` from ``call``."""
         try:
-            if not self._finished.is_set():
+            if not self._requests.empty():
+                self._finish(*self._requests.get())
+            else:
                 self._start()
                 self._serve()
         except BaseException as exc:  # ^C, a bug: the child must not outlive it, nor the arm move
@@ -150,6 +166,7 @@ class CodeRun:
             return False
         self._end = (reason, message)
         self._finished.set()
+        self._requests.put(("", ""))  # wakes the watchdog: nothing left to watch
         self._kill()
         try:
             if reason != "ok":
@@ -177,15 +194,19 @@ class CodeRun:
             env={},
             start_new_session=True,  # a terminal's ^C reaches the parent, which decides
         )
-        if self._finished.is_set():  # aborted while it started
-            self._kill()
         assert self._proc.stderr is not None
         self._watchdog = threading.Thread(target=self._watch, name="sandbox-wall", daemon=True)
         self._drainer = threading.Thread(
             target=self._drain, args=(self._proc.stderr,), name="sandbox-stderr", daemon=True
         )
-        self._watchdog.start()
-        self._drainer.start()
+        # the threads start with these signals blocked, so the kernel hands a SIGTERM to a
+        # thread that runs Python's handlers (the main one), not to one asleep in a read
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
+        try:
+            self._watchdog.start()
+            self._drainer.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         job = {
             "source": self.source,
             "api": list(self.api),
@@ -201,8 +222,13 @@ class CodeRun:
         self._send(job)
 
     def _watch(self) -> None:
-        if not self._finished.wait(self.limits.wall_seconds):
-            self._finish("wall", f"past the wall-time limit of {self.limits.wall_seconds:g} s")
+        """Ends the run at the wall-time limit, or when abort() asks (the queue wakes it)."""
+        try:
+            reason, message = self._requests.get(timeout=self.limits.wall_seconds)
+        except queue.Empty:
+            reason, message = "wall", f"past the wall-time limit of {self.limits.wall_seconds:g} s"
+        if reason:
+            self._finish(reason, message)
 
     def _drain(self, stream: IO[bytes]) -> None:
         for chunk in iter(lambda: stream.read(4096), b""):
@@ -251,7 +277,7 @@ class CodeRun:
         elif message.get("end") == "ok":
             self._finish("ok", "")
         elif message.get("end") in REASONS:
-            self._finish(str(message["end"]), str(message.get("message", "")))
+            self._finish(str(message["end"]), f"{message.get('message', '')!s:.500}")
         else:
             self._finish("error", f"the sandbox's child sent an unknown message: {message!r:.80}")
 
