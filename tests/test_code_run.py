@@ -63,3 +63,35 @@ def test_sigterm_during_a_run_stops_the_arm_and_exits_128_plus_15(tmp_path: Path
         out, _ = child.communicate(timeout=120)
     assert child.returncode == 128 + signal.SIGTERM
     assert "ended early (signal)" in out
+
+
+def test_robot_toml_can_require_a_confirmation_and_a_real_arm_asks_by_default(
+    tmp_path: Path,
+) -> None:
+    from onboard.config import CodeConfig
+
+    assert CodeConfig().confirm_on("jaka") and CodeConfig().confirm_on("marlin")
+    assert not CodeConfig().confirm_on("sim") and CodeConfig(confirm=True).confirm_on("sim")
+    text = (ROOT / "robot.toml").read_text().replace("# confirm = true", "confirm = true")
+    assert "\nconfirm = true" in text
+    robot = tmp_path / "robot.toml"
+    robot.write_text(text.replace('skills = "skills"', f'skills = "{ROOT / "skills"}"'))
+    program = tmp_path / "look.py"
+    program.write_text("print(detect())\n")
+    command = [str(ONBOARD), "--robot", str(robot), "code", "run", str(program)]
+    declined = subprocess.run(command, input="n\n", capture_output=True, text=True, cwd=tmp_path,
+                              timeout=600)  # fmt: skip
+    assert declined.returncode == 1 and "[y/N]" in declined.stdout
+    assert "not run (not confirmed)" in declined.stdout and "running" not in declined.stdout
+    accepted = subprocess.run(command, input="y\n", capture_output=True, text=True, cwd=tmp_path,
+                              timeout=600)  # fmt: skip
+    assert accepted.returncode == 0, accepted.stderr
+    assert "running" in accepted.stdout and "block" in accepted.stdout
+
+
+def test_a_program_past_its_step_budget_ends_with_the_reason_and_exit_1(tmp_path: Path) -> None:
+    program = tmp_path / "spin.py"
+    program.write_text("move_to(0.45, 0.1, 0.3)\nfor i in range(10**9):\n    pass\n")
+    done = onboard("code", "run", str(program), "--scene", "blocks", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "ended early (steps)" in done.stdout
