@@ -4,7 +4,7 @@
 
 Renders the data set from the twin (models/detector/dataset.py; cached between runs), trains
 the network below on the train split, picks the epoch with the best validation mAP@0.5,
-exports it to ONNX (``model.onnx``, output [1, 4 + C, 2100] in input pixels, class
+exports it to ONNX (``model.onnx``, output [1, 4 + C, 3549] for the 416 input: boxes in input pixels, class
 probabilities after a sigmoid), writes ``classes.json``, and measures the shipped file through
 ``onboard.perception.detector.Detector`` on the held-out test renders: mAP@0.5 (VOC all-point) and
 frames per second with one onnxruntime thread. Those are the figures in CARD.md.
@@ -472,10 +472,10 @@ def evaluate_fresh(path: Path, seeds: list[int], count: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--epochs", type=int, default=16)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--size", type=int, default=320)
+    parser.add_argument("--size", type=int, default=416)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", type=float, default=1.0, help="scale the data set sizes")
