@@ -4,10 +4,12 @@
 
 Renders the data set from the twin (models/detector/dataset.py; cached between runs), trains
 the network below on the train split, picks the epoch with the best validation mAP@0.5,
-exports it to ONNX (``model.onnx``, output [1, 4 + C, 3549] for the 416 input: boxes in input pixels, class
-probabilities after a sigmoid), writes ``classes.json``, and measures the shipped file through
-``onboard.perception.detector.Detector`` on the held-out test renders: mAP@0.5 (VOC all-point) and
-frames per second with one onnxruntime thread. Those are the figures in CARD.md.
+exports it to ONNX (``model.onnx``, output [1, 4 + C, 3549] for the 416 input: boxes in
+input pixels, class probabilities after a sigmoid), writes ``classes.json``, and measures
+the shipped file through ``onboard.perception.detector.Detector`` on the held-out test
+renders: mAP@0.5 (VOC all-point) and frames per second with one onnxruntime thread.
+``--eval-only`` measures a model's per-class AP on fresh seeds (FRESH_SEEDS) instead. Those
+are the figures in CARD.md.
 
 The network: a plain conv backbone (stride 2 convs + small residual blocks), a top-down
 feature pyramid, and per level (strides 8, 16, 32) a head with box distances (left, top,
