@@ -1,13 +1,16 @@
-"""The detector's data: random tabletop scenes rendered by the twin, labelled from its masks.
+"""The detector's data: tabletop scenes rendered by the twin, labelled from its masks.
 
-Each scene is built as an :class:`onboard.drivers.twin.Scene` with random objects (kind, size,
-colour, yaw), then rendered several times, every time with the objects placed anew on the table
-(some stacked, some fruit on the plate), the arm in another pose and the camera moved
-around the scene file's viewpoint. Boxes are the tight boxes of each object's pixels in the
-segmentation image. An object whose visible part is tiny (under MIN_PIXELS, or under
-MIN_VISIBLE of the box its 3-D extent projects to: hidden or cut off by the image border)
-is not a label but an *ignored* box: training asks nothing of the cells on it, and the mAP
-neither rewards nor punishes a detection on it (VOC's "difficult").
+Each scene is an :class:`onboard.drivers.twin.Scene` of one of the COMPOSITIONS: random
+objects, or the layout of one of the seed's seven tasks (a red/yellow/blue tower and a box,
+stacks, a conveyor with an end stop, two plates, blocks in an open or closed drawer, toys,
+food among non-food). It is rendered several times, every time with the objects laid out anew
+by :class:`Placer`, the arm in another pose and the camera moved around the scene file's
+viewpoint. Boxes are the tight boxes of each object's pixels in a link-level segmentation
+image, so a drawer's handle (a link of the drawer's body) gets a box of its own. An object
+whose visible part is tiny (under MIN_PIXELS, or under MIN_VISIBLE of the box its 3-D extent
+projects to: hidden or cut off by the image border) is not a label but an *ignored* box:
+training asks nothing of the cells on it, and the mAP neither rewards nor punishes a detection
+on it (VOC's "difficult").
 
 The splits use disjoint seeds. Train and validation images are letterboxed to the network
 input with ``onboard.perception.detector.letterbox`` (the runtime's own preprocessing); the
