@@ -483,8 +483,7 @@ def test_shipped_model_finds_the_objects_of_a_twin_scene(
     view = spec.camera.model_copy(update={"width": size[0], "height": size[1]})
     with twin_module.Twin(spec.model_copy(update={"camera": view})) as twin:
         twin.settle()
-        with twin.lock:  # Twin.render segments bodies; a drawer's handle is a link of it
-            rgb, _, seg = twin_camera.render(twin._p, view, links=True)
+        rgb, _, seg = twin.render(links=True)  # a drawer's handle is a link of it
         bodies, links = twin_camera.split_segmentation(seg)
         expected = []
         for obj in spec.objects:

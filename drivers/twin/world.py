@@ -259,6 +259,17 @@ class Twin:
         with self.lock:
             self._drive_drawer(built, min(max(opening, 0.0), built.drawer_travel))
 
+    def put_drawer(self, name: str, opening: float) -> None:
+        """Set drawer ``name`` ``opening`` metres open at once, without simulating the way
+        there (as :meth:`set_object_pose` does for an object)."""
+        built = self._get(name)
+        if built.kind != "drawer":
+            raise ValueError(f"{name!r} is a {built.kind}, not a drawer")
+        opening = min(max(opening, 0.0), built.drawer_travel)
+        with self.lock:
+            self._p.resetJointState(built.body, 0, opening)
+            self._drive_drawer(built, opening)
+
     def drawer_opening(self, name: str) -> float:
         with self.lock:
             return float(self._p.getJointState(self.body_of(name), 0)[0])
@@ -348,10 +359,11 @@ class Twin:
 
     # camera
 
-    def render(self) -> camera.Images:
-        """RGB (H, W, 3) uint8, depth (H, W) float32 metres, segmentation (H, W) int32."""
+    def render(self, links: bool = False) -> camera.Images:
+        """RGB (H, W, 3) uint8, depth (H, W) float32 metres, segmentation (H, W) int32: body
+        ids, or with ``links`` body and link (:func:`camera.split_segmentation`)."""
         with self.lock:
-            return camera.render(self._p, self.scene.camera)
+            return camera.render(self._p, self.scene.camera, links)
 
     def intrinsics(self) -> Intrinsics:
         return camera.intrinsics(self.scene.camera)

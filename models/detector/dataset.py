@@ -409,8 +409,7 @@ class Placer:
         extent = self.specs[drawer].extent or (0.3, 0.3, 0.2)
         travel = 0.8 * (extent[0] - WALL)
         opening = 0.0 if self.rng.random() < closed else float(self.rng.uniform(0.04, travel))
-        with self.twin.lock:  # the twin moves a drawer only by stepping: set it for a picture
-            self.twin._p.resetJointState(self.twin.body_of(drawer), 0, opening)
+        self.twin.put_drawer(drawer, opening)
         return opening
 
     def _food(self) -> None:
@@ -662,8 +661,7 @@ def _render_chunk(count: int, seed: int, chunk: int) -> list[Sample]:
                 large = rng.random() < LARGE_FRACTION
                 view = _jitter_camera(rng, base.camera, large)
                 twin.scene = twin.scene.model_copy(update={"camera": view})
-                with twin.lock:  # Twin.render has body ids only; the handle needs its link
-                    rgb, _, seg = camera.render(twin._p, view, links=True)
+                rgb, _, seg = twin.render(links=True)  # the handle is a link of the drawer
                 truth, ignored = label(twin, seg, layout.classes, 320 / view.width)
                 samples.append(Sample(rgb, truth, ignored))
     return samples
