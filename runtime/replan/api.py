@@ -46,6 +46,13 @@ EMPTY_WIDTH = 0.004
 MOTION_LOOK = 0.5
 #: m/s: an object slower than this is taken to stand still
 STILL = 0.01
+#: m/s two speeds measured one after the other may differ by and still be one motion (an
+#: object settling, or rocking, shifts as it is seen; a carried one keeps its velocity)
+STEADY = 0.02
+#: seconds a pick waits at most for an object carried out of reach to stop (at an end stop)
+STOP_WAIT = 20.0
+#: metres inside the arm's workspace a moving object must be met
+REACH_MARGIN = 0.03
 #: seconds the fingers take to close on an object they straddle (they close early by this)
 CLOSE_LEAD = 0.2
 #: seconds of margin the arm gets to be down at the point a moving object will pass
@@ -62,6 +69,10 @@ OPEN_PULL = 0.15
 INTO_DRAWER = 0.09
 #: seconds one wait may last at most
 MAX_WAIT = 600.0
+#: metres around a point [x, y] whose depth gives the height of the surface there
+SURFACE_RADIUS = 0.02
+#: depth points a surface needs to be measured (fewer: the point is hidden, the table assumed)
+SURFACE_POINTS = 5
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -112,6 +123,8 @@ class RobotAPI:
         self.now = now
         self.handover = handover
         self.drawers = DrawerMotions(self.motions)
+        #: the held object as it was seen before it was picked (its size and height)
+        self._held: Seen | None = None
 
     # -- perception --------------------------------------------------------------------------
 
@@ -160,27 +173,27 @@ class RobotAPI:
         or out of reach, or the gripper closes on nothing."""
         if self.motions.holding is not None:
             raise _Failed(f"already holding {self.motions.holding}; put it somewhere first")
-        first = self._seeing(name).objects[name]
-        self.pause(MOTION_LOOK)
-        second = self._seeing(name).objects[name]
-        dt = max(second.time - first.time, 1e-6)
-        velocity = ((second.position[0] - first.position[0]) / dt,
-                    (second.position[1] - first.position[1]) / dt)  # fmt: skip
-        grasp_z = max(second.top - min(GRASP_BELOW_TOP, (second.top - _bottom(second)) / 2), 0.0)
-        rise = grasp_z - _bottom(second)
-        approach = max(APPROACH, self._travel_z(second) - grasp_z)
-        if math.hypot(*velocity) < STILL:
-            at = self.motions.pose(second.position[0], second.position[1], grasp_z)
+        seen, velocity = self._motion_of(name)
+        if velocity is not None and not self._reachable(*self._meeting(seen, velocity)[:2]):
+            # carried out of reach before the hand could meet it: take it once it has stopped
+            seen, velocity = self._stopped(name), None
+        grasp_z = max(seen.top - min(GRASP_BELOW_TOP, (seen.top - _bottom(seen)) / 2), 0.0)
+        rise = grasp_z - _bottom(seen)
+        approach = max(APPROACH, self._travel_z(seen) - grasp_z)
+        if velocity is None:
+            at = self.motions.pose(seen.position[0], seen.position[1], grasp_z)
             self.motions.pick(name, at, rise, approach)
         else:
-            self._intercept(name, second, velocity, grasp_z, rise, approach)
+            self._intercept(name, seen, velocity, grasp_z, rise, approach)
         if self._closed_on_nothing():
             self.motions.release()
             raise _Failed(f"the gripper closed on nothing: {name} was not where it was seen")
+        self._held = seen
 
     @_api
     def place(self, target: str | list[float]) -> None:
-        """Puts what is held on an object (its name), or at a point [x, y] on the table."""
+        """Puts what is held on an object (its name), or at a point [x, y] on whatever is
+        there (the table, a conveyor, a plate)."""
         self._holding_something()
         if isinstance(target, str):
             seen = self._seeing(target).objects[target]
@@ -188,7 +201,8 @@ class RobotAPI:
         else:
             if len(target) != 2:
                 raise _Failed(f"a point on the table is [x, y], got {len(target)} numbers")
-            x, y, top = float(target[0]), float(target[1]), 0.0
+            x, y = float(target[0]), float(target[1])
+            top = self._surface_at(x, y)
         self._put(x, y, top)
 
     @_api
@@ -304,11 +318,76 @@ class RobotAPI:
     def _put(self, x: float, y: float, top: float) -> None:
         rise = self.motions.held_rise if self.motions.held_rise is not None else 0.02
         approach = max(APPROACH, self._travel_z() - (top + rise))
+        held = self._held if self._held and self._held.name == self.motions.holding else None
         self.motions.place(x, y, top, approach)
+        self._held = None
+        if held is not None:
+            # the robot knows where it put it: its name stays with it there
+            bottom = _bottom(held)
+            at = (x, y, top + held.position[2] - bottom)
+            self.eyes.tracker.moved(held.name, at, top + held.top - bottom, self.now())
+
+    def _surface_at(self, x: float, y: float) -> float:
+        """The height of the surface the camera sees at (x, y) below the hand and what it
+        holds (the table, a belt, a plate); the table's if it is hidden there."""
+        points = self.eyes.look().points_near(x, y, SURFACE_RADIUS)
+        rise = self.motions.held_rise if self.motions.held_rise is not None else 0.0
+        below = self.arm.state().pose.z - rise - 0.01
+        points = points[points[:, 2] < below]
+        if len(points) < SURFACE_POINTS:
+            return 0.0
+        return max(0.0, float(np.percentile(points[:, 2], 75)))
 
     def _closed_on_nothing(self) -> bool:
         width = self.arm.state().extra.get("gripper_width")
         return width is not None and width < EMPTY_WIDTH
+
+    def _motion_of(self, name: str) -> tuple[Seen, tuple[float, float] | None]:
+        """The object as last seen, and its velocity (x, y) in m/s if it moves: seen twice,
+        and a third time when it seems to move, to tell a carried object (the same velocity
+        again) from one that only settles or rocks where it is."""
+        first = self._seeing(name).objects[name]
+        self.pause(MOTION_LOOK)
+        second = self._seeing(name).objects[name]
+        velocity = _velocity(first, second)
+        if math.hypot(*velocity) < STILL:
+            return second, None
+        self.pause(MOTION_LOOK)
+        third = self._seeing(name).objects[name]
+        again = _velocity(second, third)
+        if math.hypot(*again) < STILL or math.dist(velocity, again) > STEADY:
+            return third, None
+        return third, _velocity(first, third)
+
+    def _stopped(self, name: str) -> Seen:
+        """The object once it stands still (looked at every MOTION_LOOK seconds)."""
+        last, start = self._seeing(name).objects[name], self.now()
+        while self.now() - start < STOP_WAIT:
+            self.pause(MOTION_LOOK)
+            seen = self._seeing(name).objects[name]
+            if math.hypot(*_velocity(last, seen)) < STILL:
+                return seen
+            last = seen
+        raise _Failed(f"{name} is carried out of reach and did not stop in {STOP_WAIT:g} s")
+
+    def _reachable(self, x: float, y: float) -> bool:
+        """Whether the hand may go to (x, y): inside SafeArm's workspace, with a margin."""
+        box = self.arm.limits.workspace
+        return all(
+            lo + REACH_MARGIN <= v <= hi - REACH_MARGIN
+            for v, lo, hi in zip((x, y), box.min[:2], box.max[:2], strict=True)
+        )
+
+    def _meeting(
+        self, seen: Seen, velocity: tuple[float, float], approach: float = APPROACH
+    ) -> tuple[float, float, float]:
+        """Where (x, y) and when a moving object is met: as far ahead on its path as the hand
+        needs to get down there first (from ``approach`` m above its top)."""
+        here = self.arm.state().pose
+        x0, y0 = seen.position[0], seen.position[1]
+        travel = math.dist((here.x, here.y, here.z), (x0, y0, seen.top + approach))
+        lead = (travel + 2 * approach) / self.motions.speed + INTERCEPT_MARGIN
+        return x0 + velocity[0] * lead, y0 + velocity[1] * lead, seen.time + lead
 
     def _intercept(
         self,
@@ -321,13 +400,7 @@ class RobotAPI:
     ) -> None:
         """Meet a moving object: the fingers down across its path ahead of it, closing as
         it passes between them."""
-        speed = math.hypot(*velocity)
-        here = self.arm.state().pose
-        x0, y0 = seen.position[0], seen.position[1]
-        travel = math.dist((here.x, here.y, here.z), (x0, y0, grasp_z + approach))
-        lead = (travel + 2 * approach) / self.motions.speed + INTERCEPT_MARGIN
-        x, y = x0 + velocity[0] * lead, y0 + velocity[1] * lead
-        arrival = seen.time + math.hypot(x - x0, y - y0) / speed
+        x, y, arrival = self._meeting(seen, velocity, approach)
         # the fingers close across the path: the finger axis at right angles to the motion
         yaw = _half_turn(math.atan2(velocity[1], velocity[0]))
         at = self.motions.pose(x, y, grasp_z, yaw)
@@ -346,6 +419,15 @@ class RobotAPI:
         if not near:
             raise _Failed(f"no handle seen near {drawer.name}")
         return min(near, key=lambda h: math.dist(h[:2], drawer.position[:2]))
+
+
+def _velocity(before: Seen, after: Seen) -> tuple[float, float]:
+    """m/s in x and y between two looks at one object."""
+    dt = max(after.time - before.time, 1e-6)
+    return (
+        (after.position[0] - before.position[0]) / dt,
+        (after.position[1] - before.position[1]) / dt,
+    )
 
 
 def _bottom(seen: Seen) -> float:
