@@ -36,6 +36,7 @@ from onboard.perception.pose import HandEye
 from onboard.replan.drawer import DrawerMotions
 from onboard.replan.names import API_NAMES
 from onboard.replan.seeing import Eyes, Look
+from onboard.replan.spots import free_spot
 from onboard.replan.tracking import Seen
 
 __all__ = ["FUNCTIONS", "RobotAPI", "RobotAPIError", "api_doc", "call"]
@@ -63,6 +64,8 @@ GRASP_BELOW_TOP = 0.015
 CLEARANCE = 0.05
 #: metres above the table a point belongs to a container, not the table around it
 ABOVE_TABLE = 0.004
+#: metres: the radius assumed for a held object of unknown size
+HELD_RADIUS = 0.03
 #: metres a drawer is pulled open
 OPEN_PULL = 0.15
 #: metres from a drawer's handle into its open part, where things are put in
@@ -217,13 +220,16 @@ class RobotAPI:
             self._put(x, y, handle[2])
         else:
             # aim at the middle of what stands above the table in its box, not the centre
-            # estimate (a surface pushed back by half the width: off for a wide, flat thing)
+            # estimate (a surface pushed back by half the width: off for a wide, flat thing),
+            # or the free spot nearest it when something lies there already
             points = look.points(container)
             above = points[points[:, 2] > ABOVE_TABLE]
             if len(above) == 0:
                 raise _Failed(f"no depth on {container}")
-            x, y = (float(v) for v in np.median(above[:, :2], axis=0))
-            self._put(x, y, max(float(np.percentile(above[:, 2], 98)), seen.top))
+            middle = np.median(above[:, :2], axis=0)
+            radius = self._held.size / 2 if self._held is not None else HELD_RADIUS
+            x, y, floor = free_spot(above, radius, (float(middle[0]), float(middle[1])))
+            self._put(x, y, floor)
 
     @_api
     def give_me(self) -> None:
