@@ -297,6 +297,10 @@ class RobotAPI:
 
     def _seeing(self, name: str) -> Look:
         look = self.eyes.look()
+        if name not in look.objects and name in self.eyes.tracker.tracks:
+            # seen before: the arm may hide it now; look again with the arm out of the way
+            self.motions.home()
+            look = self.eyes.look()
         if name not in look.objects:
             raise _Failed(f"no {name} seen{self._seen_list()}")
         return look
