@@ -64,6 +64,10 @@ GRASP_BELOW_TOP = 0.015
 CLEARANCE = 0.05
 #: metres above the table a point belongs to a container, not the table around it
 ABOVE_TABLE = 0.004
+#: metres from the grasp point the hand reaches along its fingers' axis, and across it
+HAND_ALONG, HAND_ACROSS = 0.11, 0.035
+#: depth points above the grasp in the hand's way that make a pick turn the hand a quarter
+IN_THE_WAY = 20
 #: metres: the radius assumed for a held object of unknown size
 HELD_RADIUS = 0.03
 #: metres a drawer is pulled open
@@ -184,7 +188,8 @@ class RobotAPI:
         rise = grasp_z - _bottom(seen)
         approach = max(APPROACH, self._travel_z(seen) - grasp_z)
         if velocity is None:
-            at = self.motions.pose(seen.position[0], seen.position[1], grasp_z)
+            yaw = self._grasp_yaw(seen, grasp_z)
+            at = self.motions.pose(seen.position[0], seen.position[1], grasp_z, yaw)
             self.motions.pick(name, at, rise, approach)
         else:
             self._intercept(name, seen, velocity, grasp_z, rise, approach)
@@ -351,6 +356,30 @@ class RobotAPI:
     def _closed_on_nothing(self) -> bool:
         width = self.arm.state().extra.get("gripper_width")
         return width is not None and width < EMPTY_WIDTH
+
+    def _grasp_yaw(self, seen: Seen, grasp_z: float) -> float | None:
+        """The hand's home yaw (None), or turned a quarter when something higher than the
+        grasp (a cabinet over an open drawer, a wall) stands where the hand would come down
+        and less of it stands in the turned hand's way."""
+        look = self.eyes.last
+        if look is None:
+            return None
+        x, y = seen.position[0], seen.position[1]
+        points = look.points_near(x, y, math.hypot(HAND_ALONG, HAND_ACROSS))
+        points = points[points[:, 2] > grasp_z + 0.01]
+        points = points[np.hypot(points[:, 0] - x, points[:, 1] - y) > seen.size / 2 + 0.01]
+        home = self.motions.pose(x, y, grasp_z).rz
+
+        def in_the_way(yaw: float) -> int:
+            # the fingers close along the tool's y axis: at yaw 0 along the base's y
+            along = -(points[:, 0] - x) * math.sin(yaw) + (points[:, 1] - y) * math.cos(yaw)
+            across = (points[:, 0] - x) * math.cos(yaw) + (points[:, 1] - y) * math.sin(yaw)
+            return int(np.sum((np.abs(along) <= HAND_ALONG) & (np.abs(across) <= HAND_ACROSS)))
+
+        here, turned = in_the_way(home), in_the_way(_half_turn(home + math.pi / 2))
+        if here >= IN_THE_WAY and turned < here / 2:
+            return _half_turn(home + math.pi / 2)
+        return None
 
     def _motion_of(self, name: str) -> tuple[Seen, tuple[float, float] | None]:
         """The object as last seen, and its velocity (x, y) in m/s if it moves: seen twice,
