@@ -279,7 +279,6 @@ HANDLE = "the shipped detector has no 'handle' class yet (open_drawer cannot see
 BLOCKED_TASKS = {2: DETECTOR, 4: DETECTOR, 5: DETECTOR, 6: HANDLE}
 BLOCKED_PROGRAMS = {
     "task2": DETECTOR,
-    "task4": DETECTOR,
     "stack_query": DETECTOR,
     "task6": HANDLE,
     "drawer_open_close": HANDLE,
