@@ -23,7 +23,7 @@ def on_red(names):
     for name in names:
         x, y, z = where(name)
         if name != "red block" and abs(x - red[0]) < 0.03 and abs(y - red[1]) < 0.03:
-            if z > red[2] + 0.02:
+            if z > red[2] + 0.01:
                 above.append(name)
     return above
 
