@@ -382,6 +382,39 @@ BLOCK_COLORS = {
     "yellow_block": (0.95, 0.85, 0.1),
 }
 MIN_PIXELS = 60  # objects with fewer visible pixels are not asked for
+#: scenes built here, shaped as the seed's tasks: name -> objects
+TASK_SCENES: dict[str, list[dict[str, Any]]] = {
+    # task 2's goal: red under yellow under blue, in front of the box
+    "tower": [
+        {"name": "red", "kind": "block", "color": [0.85, 0.1, 0.1, 1], "position": [0.45, 0.05]},
+        {
+            "name": "yellow",
+            "kind": "block",
+            "color": [0.95, 0.85, 0.1, 1],
+            "position": [0.45, 0.05, 0.0615],
+        },
+        {
+            "name": "blue",
+            "kind": "block",
+            "color": [0.1, 0.25, 0.85, 1],
+            "position": [0.451, 0.049, 0.1025],
+        },
+        {"name": "box", "kind": "box", "position": [0.45, 0.3], "size": 0.26},
+        {"name": "apple", "kind": "apple", "position": [0.6, -0.15]},
+    ],
+    # task 6's start: a closed drawer facing the camera, a block on the table
+    "closed-drawer": [
+        {
+            "name": "drawer",
+            "kind": "drawer",
+            "position": [0.55, 0.2],
+            "yaw": 20,
+            "extent": [0.28, 0.32, 0.16],
+        },
+        {"name": "red", "kind": "block", "color": [0.85, 0.1, 0.1, 1], "position": [0.5, -0.15]},
+        {"name": "lemon", "kind": "lemon", "position": [0.65, -0.05]},
+    ],
+}
 
 
 def _class_of(kind: str, color: Sequence[float] | None, classes: Sequence[str]) -> str | None:
@@ -393,6 +426,11 @@ def _class_of(kind: str, color: Sequence[float] | None, classes: Sequence[str]) 
     return kind if kind in classes else None
 
 
+def _tight(mask: npt.NDArray[np.bool_]) -> Box:
+    ys, xs = np.nonzero(mask)
+    return (float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1))
+
+
 @pytest.fixture(scope="module")
 def shipped() -> Detector:
     return Detector(SHIPPED / "model.onnx", SHIPPED / "classes.json")
@@ -401,10 +439,30 @@ def shipped() -> Detector:
 def test_shipped_card_matches_the_model(shipped: Detector) -> None:
     assert load_classes(SHIPPED / "CARD.md") == shipped.classes
     assert Detector(SHIPPED / "model.onnx").classes == shipped.classes  # metadata names
-    assert shipped.input_shape == (320, 320)
+    assert shipped.classes[-1] == "handle"  # appended: the ids of the older classes stay
+    assert shipped.input_shape == (416, 416)
 
 
-@pytest.mark.parametrize("scene", ["tabletop", "fruit", "toys", "blocks", "drawer"])
+FACE_ON_TOWER = pytest.mark.xfail(
+    strict=True,
+    reason="known limit (CARD.md): in a tower squared to the camera only the lower blocks'"
+    " front faces show, and their boxes merge (IoU 0.43 red, 0.44 to 0.47 yellow)",
+)
+
+
+@pytest.mark.parametrize(
+    "scene",
+    [
+        "tabletop",
+        "fruit",
+        "toys",
+        "blocks",
+        "drawer",
+        "conveyor",
+        pytest.param("tower", marks=FACE_ON_TOWER),
+        "closed-drawer",
+    ],
+)
 @pytest.mark.parametrize("size", [(320, 240), (640, 480)], ids=["320x240", "640x480"])
 def test_shipped_model_finds_the_objects_of_a_twin_scene(
     shipped: Detector, scene: str, size: tuple[int, int]
@@ -412,19 +470,36 @@ def test_shipped_model_finds_the_objects_of_a_twin_scene(
     twin_module = pytest.importorskip(
         "onboard.drivers.twin", reason="the twin (pybullet) is not installed"
     )
-    spec = twin_module.load_scene(twin_module.SCENES / f"{scene}.toml")
-    camera = spec.camera.model_copy(update={"width": size[0], "height": size[1]})
-    with twin_module.Twin(spec.model_copy(update={"camera": camera})) as twin:
+    from onboard.drivers.twin import camera as twin_camera
+    from onboard.drivers.twin.bodies import HANDLE_LINK
+    from onboard.drivers.twin.scene import ObjectSpec
+
+    if scene in TASK_SCENES:
+        spec = twin_module.load_scene(twin_module.SCENES / "tabletop.toml").model_copy(
+            update={"objects": [ObjectSpec(**o) for o in TASK_SCENES[scene]]}
+        )
+    else:
+        spec = twin_module.load_scene(twin_module.SCENES / f"{scene}.toml")
+    view = spec.camera.model_copy(update={"width": size[0], "height": size[1]})
+    with twin_module.Twin(spec.model_copy(update={"camera": view})) as twin:
         twin.settle()
-        rgb, _, seg = twin.render()
+        with twin.lock:  # Twin.render segments bodies; a drawer's handle is a link of it
+            rgb, _, seg = twin_camera.render(twin._p, view, links=True)
+        bodies, links = twin_camera.split_segmentation(seg)
         expected = []
         for obj in spec.objects:
             label = _class_of(obj.kind, obj.color, shipped.classes)
-            ys, xs = np.nonzero(seg == twin.segmentation_id(obj.name))
-            if label is not None and xs.size * (320 / size[0]) ** 2 >= MIN_PIXELS:
-                expected.append((label, (xs.min(), ys.min(), xs.max() + 1.0, ys.max() + 1.0)))
+            mask = bodies == twin.segmentation_id(obj.name)
+            parts = [(label, mask)]
+            if obj.kind == "drawer":
+                parts.append(("handle", mask & (links == HANDLE_LINK)))
+            for name, part in parts:
+                if name is not None and part.sum() * (320 / size[0]) ** 2 >= MIN_PIXELS:
+                    expected.append((name, _tight(part)))
     found = shipped.detect(rgb)
     assert expected, "the scene shows no object of the model's classes"
+    if scene in ("drawer", "closed-drawer"):
+        assert "handle" in [label for label, _ in expected], "the handle is not in view"
     for label, box in expected:
         same = [d for d in found if d.label == label]
         best = max((float(box_iou(d.box, [box])[0]) for d in same), default=0.0)

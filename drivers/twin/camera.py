@@ -16,7 +16,10 @@ import numpy.typing as npt
 from onboard.drivers.camera.base import Intrinsics
 from onboard.drivers.twin.scene import CameraSpec
 
-__all__ = ["Images", "camera_pose", "intrinsics", "render"]
+__all__ = ["LINK_SHIFT", "Images", "camera_pose", "intrinsics", "render", "split_segmentation"]
+
+#: a link-level segmentation value is ``body + ((link + 1) << LINK_SHIFT)``
+LINK_SHIFT = 24
 
 Images = tuple[npt.NDArray[np.uint8], npt.NDArray[np.float32], npt.NDArray[np.int32]]
 
@@ -46,9 +49,14 @@ def camera_pose(spec: CameraSpec) -> npt.NDArray[np.float64]:
     return pose
 
 
-def render(p: Any, spec: CameraSpec) -> Images:
+def render(p: Any, spec: CameraSpec, links: bool = False) -> Images:
     """RGB (H, W, 3) uint8, depth (H, W) float32 metres along the optical axis (0 where
-    nothing was hit), segmentation (H, W) int32 body ids (-1 for none)."""
+    nothing was hit), segmentation (H, W) int32 body ids (-1 for none).
+
+    With ``links`` a segmentation value is ``body + ((link + 1) << 24)`` (PyBullet's
+    ``ER_SEGMENTATION_MASK_OBJECT_AND_LINKINDEX``; the base link is -1, so a one-link body
+    keeps its plain id): :func:`split_segmentation` takes it apart.
+    """
     view = p.computeViewMatrix(spec.position, spec.target, spec.up)
     projection = p.computeProjectionMatrixFOV(
         spec.fov, spec.width / spec.height, spec.near, spec.far
@@ -59,6 +67,7 @@ def render(p: Any, spec: CameraSpec) -> Images:
         view,
         projection,
         renderer=p.ER_TINY_RENDERER,
+        flags=p.ER_SEGMENTATION_MASK_OBJECT_AND_LINKINDEX if links else 0,
     )
     rgb = np.ascontiguousarray(np.reshape(rgba, (spec.height, spec.width, 4))[:, :, :3], np.uint8)
     z = np.reshape(zbuffer, (spec.height, spec.width)).astype(np.float64)
@@ -67,3 +76,14 @@ def render(p: Any, spec: CameraSpec) -> Images:
     depth[z >= 1.0] = 0.0
     labels = np.reshape(seg, (spec.height, spec.width)).astype(np.int32)
     return rgb, depth, labels
+
+
+def split_segmentation(
+    labels: npt.NDArray[np.int32],
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    """Body ids and link indices (-1: the base) of a ``render(..., links=True)`` segmentation;
+    pixels that show nothing are -1 in both."""
+    empty = labels < 0
+    body = np.where(empty, -1, labels & ((1 << LINK_SHIFT) - 1)).astype(np.int32)
+    link = np.where(empty, -1, (labels >> LINK_SHIFT) - 1).astype(np.int32)
+    return body, link

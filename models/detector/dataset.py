@@ -1,13 +1,16 @@
-"""The detector's data: random tabletop scenes rendered by the twin, labelled from its masks.
+"""The detector's data: tabletop scenes rendered by the twin, labelled from its masks.
 
-Each scene is built as an :class:`onboard.drivers.twin.Scene` with random objects (kind, size,
-colour, yaw), then rendered several times, every time with the objects placed anew on the table
-(some stacked, some fruit on the plate), the arm in another pose and the camera moved
-around the scene file's viewpoint. Boxes are the tight boxes of each object's pixels in the
-segmentation image. An object whose visible part is tiny (under MIN_PIXELS, or under
-MIN_VISIBLE of the box its 3-D extent projects to: hidden or cut off by the image border)
-is not a label but an *ignored* box: training asks nothing of the cells on it, and the mAP
-neither rewards nor punishes a detection on it (VOC's "difficult").
+Each scene is an :class:`onboard.drivers.twin.Scene` of one of the COMPOSITIONS: random
+objects, or the layout of one of the seed's seven tasks (a red/yellow/blue tower and a box,
+stacks, a conveyor with an end stop, two plates, blocks in an open or closed drawer, toys,
+food among non-food). It is rendered several times, every time with the objects laid out anew
+by :class:`Placer`, the arm in another pose and the camera moved around the scene file's
+viewpoint. Boxes are the tight boxes of each object's pixels in a link-level segmentation
+image, so a drawer's handle (a link of the drawer's body) gets a box of its own. An object
+whose visible part is tiny (under MIN_PIXELS, or under MIN_VISIBLE of the box its 3-D extent
+projects to: hidden or cut off by the image border) is not a label but an *ignored* box:
+training asks nothing of the cells on it, and the mAP neither rewards nor punishes a detection
+on it (VOC's "difficult").
 
 The splits use disjoint seeds. Train and validation images are letterboxed to the network
 input with ``onboard.perception.detector.letterbox`` (the runtime's own preprocessing); the
@@ -23,17 +26,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import multiprocessing
 import os
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from onboard.drivers.twin import SCENES, Scene, Twin, load_scene
-from onboard.drivers.twin.scene import CameraSpec, ObjectSpec
+from onboard.drivers.twin import SCENES, Scene, Twin, camera, load_scene
+from onboard.drivers.twin.bodies import HANDLE_LINK, WALL
+from onboard.drivers.twin.scene import CameraSpec, ObjectSpec, Vec3
 from onboard.perception.detector import Box, letterbox
 
 CLASSES = (
@@ -50,7 +56,27 @@ CLASSES = (
     "duck",
     "teddy",
     "drawer",
+    "handle",  # a drawer's handle: a link of the drawer's body
 )
+BLOCKS = ("red_block", "green_block", "blue_block", "yellow_block")
+FOOD = ("apple", "orange", "lemon", "banana")
+#: how often each small class is drawn: the weak ones (small and red or yellow) more often
+SMALL_WEIGHTS = {c: 1.0 for c in (*BLOCKS, *FOOD, "duck", "teddy")} | {
+    "red_block": 1.6,
+    "yellow_block": 1.4,
+    "apple": 1.5,
+}
+#: kinds of scene and their share of the renders: random ones, and the seven tasks' layouts
+COMPOSITIONS = {
+    "random": 0.36,
+    "tower": 0.1,  # task 2
+    "stacks": 0.1,  # task 3
+    "conveyor": 0.12,  # tasks 4 and 5
+    "plates": 0.08,  # task 5
+    "drawer": 0.12,  # task 6
+    "toys": 0.06,  # task 7
+    "food": 0.06,  # task 1
+}
 BLOCK_COLORS = {  # as the twin's scene files colour them
     "red_block": (0.85, 0.1, 0.1),
     "green_block": (0.1, 0.7, 0.2),
@@ -93,7 +119,10 @@ RENDERS_PER_SCENE = 8
 LARGE_FRACTION = 0.2  # renders at 640x480 instead of the scene's 320x240
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "onboard"
-SPLITS = {"train": (3000, 1), "val": (300, 2), "test": (400, 3)}  # images, seed
+SPLITS = {"train": (5000, 1), "val": (300, 2), "test": (400, 3)}  # images, seed
+FRESH_SEEDS = (11, 12, 13)  # never used in training: train.py --eval-only renders these
+WORKERS = 2  # rendering processes
+CHUNK = 250  # renders per task of a worker
 
 ImageArray = npt.NDArray[np.uint8]
 Truth = list[tuple[str, Box]]
@@ -142,33 +171,95 @@ class Data:
 # -- scenes ---------------------------------------------------------------------------------
 
 
-def random_scene(rng: np.random.Generator, base: Scene) -> tuple[Scene, dict[str, str]]:
-    """A scene with random objects around ``base``'s camera; returns it and name -> class."""
-    kinds: list[str] = []
-    for big in BIG:
-        if rng.random() < 0.4:
-            kinds.append(big)
-    small = [c for c in CLASSES if c not in BIG]
-    kinds += list(rng.choice(small, size=int(rng.integers(3, 9)), replace=True))
-    if rng.random() < 0.25:
-        kinds.append(str(rng.choice(DISTRACTORS)))
+@dataclass
+class Layout:
+    """A scene to render several times: its objects, their classes and how to lay them out."""
+
+    scene: Scene
+    classes: dict[str, str]  # object name -> class (objects of no class are left out)
+    composition: str  # a key of COMPOSITIONS
+
+
+def random_layout(rng: np.random.Generator, base: Scene) -> Layout:
+    """A scene of one of the COMPOSITIONS (chosen by weight) around ``base``'s camera."""
+    names = list(COMPOSITIONS)
+    weights = np.array([COMPOSITIONS[n] for n in names])
+    composition = names[int(rng.choice(len(names), p=weights / weights.sum()))]
+    labels = _COMPOSERS[composition](rng)
     objects, classes = [], {}
-    for k, label in enumerate(kinds):
+    for k, label in enumerate(labels):
         name = f"{label}-{k}"
-        objects.append(_object(rng, name, str(label)))
+        objects.append(_object(rng, name, label, composition))
         if label in CLASSES:
-            classes[name] = str(label)
+            classes[name] = label
     table_color = np.clip(
         np.array(TABLE_COLORS[rng.integers(len(TABLE_COLORS))]) + rng.normal(0, 0.04, 3), 0, 1
     )
     table = base.table.model_copy(update={"color": (*map(float, table_color), 1.0)})
     scene = base.model_copy(update={"objects": objects, "table": table})
-    return scene, classes
+    return Layout(scene, classes, composition)
 
 
-def _object(rng: np.random.Generator, name: str, label: str) -> ObjectSpec:
+def _small(rng: np.random.Generator, count: int, pool: Sequence[str] = ()) -> list[str]:
+    """``count`` small object classes, the weak ones (SMALL_WEIGHTS) more often."""
+    names = list(pool or SMALL_WEIGHTS)
+    weights = np.array([SMALL_WEIGHTS[n] for n in names])
+    return [str(c) for c in rng.choice(names, size=count, p=weights / weights.sum())]
+
+
+def _compose_random(rng: np.random.Generator) -> list[str]:
+    labels = [big for big in BIG if rng.random() < 0.4]
+    labels += _small(rng, int(rng.integers(3, 9)))
+    if rng.random() < 0.25:
+        labels.append(str(rng.choice(DISTRACTORS)))
+    return labels
+
+
+def _compose_tower(rng: np.random.Generator) -> list[str]:
+    """Task 2: red, yellow and blue blocks to stack into a box, and a few others."""
+    return ["red_block", "yellow_block", "blue_block", "box", *_small(rng, int(rng.integers(0, 4)))]
+
+
+def _compose_stacks(rng: np.random.Generator) -> list[str]:
+    """Task 3: blocks stacked in various orders."""
+    blocks = _small(rng, int(rng.integers(3, 7)), BLOCKS)
+    return blocks + _small(rng, int(rng.integers(0, 3)), FOOD)
+
+
+def _compose_conveyor(rng: np.random.Generator) -> list[str]:
+    """Tasks 4 and 5: blocks and fruit on a belt with an end stop, plates beside it."""
+    riders = _small(rng, int(rng.integers(2, 6)), (*BLOCKS, *FOOD))
+    plates = ["plate"] * int(rng.integers(0, 3))
+    return ["conveyor", "bar", *riders, *plates, *_small(rng, int(rng.integers(0, 3)))]
+
+
+def _compose_plates(rng: np.random.Generator) -> list[str]:
+    """Task 5: two plates, fruit on and around them."""
+    return ["plate", "plate", *_small(rng, int(rng.integers(2, 6)), FOOD), *_small(rng, 1)]
+
+
+def _compose_drawer(rng: np.random.Generator) -> list[str]:
+    """Task 6: blocks inside an open or closed drawer, and others on the table."""
+    inside = _small(rng, int(rng.integers(1, 3)), BLOCKS)
+    return ["drawer", *inside, *_small(rng, int(rng.integers(1, 5)))]
+
+
+def _compose_toys(rng: np.random.Generator) -> list[str]:
+    """Task 7: the duck and the teddy among blocks and fruit."""
+    return ["duck", "teddy", *_small(rng, int(rng.integers(2, 6)), (*BLOCKS, *FOOD))]
+
+
+def _compose_food(rng: np.random.Generator) -> list[str]:
+    """Task 1: one food among non-food objects."""
+    others = _small(rng, int(rng.integers(3, 7)), (*BLOCKS, "duck", "teddy"))
+    return [*_small(rng, 1, FOOD), *others, *[b for b in ("plate", "box") if rng.random() < 0.3]]
+
+
+def _object(rng: np.random.Generator, name: str, label: str, composition: str) -> ObjectSpec:
     kind = "block" if label.endswith("_block") else label
     base = BLOCK_COLORS.get(label) or DEFAULT_COLORS[kind]
+    if kind == "bar" and composition == "conveyor":  # an end stop: any dull colour
+        base = tuple(float(v) for v in rng.uniform(0.15, 0.6, 3))
     color = np.clip(np.array(base) + rng.uniform(-0.08, 0.08, 3), 0, 1)
     spec: dict[str, object] = {
         "name": name,
@@ -179,11 +270,15 @@ def _object(rng: np.random.Generator, name: str, label: str) -> ObjectSpec:
     }
     if kind == "drawer":
         spec["extent"] = tuple(
-            float(v) for v in rng.uniform([0.22, 0.22, 0.15], [0.32, 0.32, 0.22])
+            float(v) for v in rng.uniform([0.22, 0.24, 0.14], [0.32, 0.34, 0.22])
         )
-        spec["opening"] = float(rng.uniform(0.0, 0.15))
+        spec["opening"] = 0.0
     elif kind == "conveyor":
-        spec["extent"] = (float(rng.uniform(0.5, 0.8)), 0.2, 0.05)
+        width = float(rng.uniform(0.16, 0.24)) if composition == "conveyor" else 0.2
+        spec["extent"] = (float(rng.uniform(0.5, 0.8)), width, 0.05)
+    elif kind == "bar" and composition == "conveyor":
+        spec["size"] = 0.2
+        spec["mass"] = 0.0
     else:
         spec["size"] = float(SIZES[kind] * rng.uniform(0.85, 1.2))
     return ObjectSpec.model_validate(spec)
@@ -210,33 +305,205 @@ def _footprint(spec: ObjectSpec) -> float:
     return {"block": 0.72, "box": 0.72, "banana": 0.5, "bar": 0.5}.get(spec.kind, 0.55) * size
 
 
-def place(twin: Twin, rng: np.random.Generator, rest_z: dict[str, float]) -> None:
-    """Put every object somewhere new on the table, without overlaps; some blocks stacked,
-    some fruit on the plate."""
-    specs = {s.name: s for s in twin.scene.objects}
-    placed: list[tuple[float, float, float]] = []  # x, y, radius
-    order = sorted(specs, key=lambda n: -_footprint(specs[n]))  # big things first
-    tops: list[tuple[str, float, float, float]] = []  # name, x, y, top z (stack targets)
-    for name in order:
-        spec = specs[name]
-        yaw = float(rng.uniform(-math.pi, math.pi))
-        quat = _yaw_quat(yaw if spec.kind not in ("drawer", "conveyor") else yaw / 4)
-        stack = [t for t in tops if spec.kind in ("block", "apple", "orange", "lemon")]
-        if stack and rng.random() < 0.2:
-            under, x, y, top = stack[int(rng.integers(len(stack)))]
-            if specs[under].kind == "plate" or spec.kind == "block":
-                twin.set_object_pose(name, (x, y, top + rest_z[name] + 0.001), quat)
-                tops.remove((under, x, y, top))
+class Placer:
+    """Lays out one scene's objects anew for each render.
+
+    Objects rest on the table, on top of others (found with a ray down through the point),
+    on a conveyor's belt or inside a drawer; an object that finds no room goes off the table,
+    out of view.
+    """
+
+    def __init__(self, twin: Twin, layout: Layout, rng: np.random.Generator) -> None:
+        self.twin, self.layout, self.rng = twin, layout, rng
+        self.specs = {s.name: s for s in twin.scene.objects}
+        self.rest_z = {n: twin.object_pose(n)[0][2] for n in twin.object_names()}
+        self.placed: list[tuple[float, float, float]] = []  # x, y, radius on the table
+        self.left: list[str] = []
+
+    def __call__(self) -> None:
+        self.placed, self.left = [], list(self.specs)
+        for k, name in enumerate(self.specs):  # everything off the table first
+            self.twin.set_object_pose(name, (5.0 + k, 5.0, 1.0))
+        getattr(self, f"_{self.layout.composition}")()
+        self._scatter(self.left, stack=0.2)
+
+    def _of(self, *labels: str) -> list[str]:
+        return [n for n in self.left if n.rsplit("-", 1)[0] in labels]
+
+    # compositions
+
+    def _random(self) -> None:
+        pass  # all scattered, some stacked
+
+    def _tower(self) -> None:
+        red, yellow, blue = (self._of(c)[0] for c in ("red_block", "yellow_block", "blue_block"))
+        box = self._of("box")[0]
+        self._on_table(box)
+        tower = [red, yellow, blue][: int(self.rng.integers(0, 4))]
+        state = self.rng.random()
+        if tower and state < 0.4:  # the tower (or its start) in the box
+            self._column(tower, self._near_centre(box, 0.04))
+        elif tower:
+            spot = self._spot(0.04)
+            if spot is not None:
+                self._column(tower, spot)
+        if state > 0.8:  # others in the box too
+            for name in self._of("red_block", "yellow_block", "blue_block", "green_block")[:2]:
+                self._drop_on(name, self._near_centre(box, 0.07))
+
+    def _stacks(self) -> None:
+        blocks = self._of(*BLOCKS)
+        self.rng.shuffle(blocks)
+        while len(blocks) >= 2 and self.rng.random() < 0.8:
+            height = min(len(blocks), int(self.rng.integers(2, 5)))
+            spot = self._spot(0.04)
+            if spot is None:
+                break
+            self._column(blocks[:height], spot)
+            blocks = blocks[height:]
+
+    def _conveyor(self) -> None:
+        belt, stop = self._of("conveyor")[0], self._of("bar")[0]
+        length, width, height = self.specs[belt].extent or (0.8, 0.2, 0.05)
+        x, y = float(self.rng.uniform(0.42, 0.62)), float(self.rng.uniform(-0.12, 0.12))
+        yaw = math.radians(float(self.rng.choice([90.0, -90.0])) + self.rng.uniform(-12, 12))
+        self._put(belt, (x, y, self.rest_z[belt]), yaw, math.hypot(length, width) / 2)
+        ax, ay = math.cos(yaw), math.sin(yaw)
+        end = length / 2 - 0.02
+        self._put(stop, (x + ax * end, y + ay * end, height + self.rest_z[stop]), yaw + math.pi / 2)
+        riders = self._of(*BLOCKS, *FOOD)
+        self.rng.shuffle(riders)
+        along = -length / 2 + 0.05
+        for name in riders[: int(self.rng.integers(1, len(riders) + 1))]:
+            radius = _footprint(self.specs[name])
+            along += radius
+            if along + radius > end - 0.03:
+                break
+            side = float(self.rng.uniform(-1, 1)) * max(width / 2 - radius, 0.0) * 0.8
+            px, py = x + ax * along - ay * side, y + ay * along + ax * side
+            self._put(name, (px, py, height + self.rest_z[name] + 0.001), self._yaw())
+            along += radius + float(self.rng.uniform(0.01, 0.08))
+        self._plates()
+
+    def _plates(self) -> None:
+        for plate in self._of("plate"):
+            if self._on_table(plate) is None:
                 continue
-        spot = _free_spot(rng, placed, _footprint(spec))
+            fruit = self._of(*FOOD)
+            for name in fruit[: int(self.rng.integers(0, 3))]:
+                self._drop_on(name, self._near_centre(plate, 0.05))
+
+    def _drawer(self) -> None:
+        drawer = self._of("drawer")[0]
+        opening = self._open(drawer, closed=0.45)
+        if self._on_table(drawer, yaw=self._yaw()) is None:
+            return
+        for name in self._of(*BLOCKS)[: int(self.rng.integers(1, 3))]:
+            self._into_drawer(name, drawer, opening)
+
+    def _toys(self) -> None:
+        pass
+
+    def _open(self, drawer: str, closed: float) -> float:
+        """Set the drawer closed (with probability ``closed``) or open some way; returns how far."""
+        extent = self.specs[drawer].extent or (0.3, 0.3, 0.2)
+        travel = 0.8 * (extent[0] - WALL)
+        opening = 0.0 if self.rng.random() < closed else float(self.rng.uniform(0.04, travel))
+        with self.twin.lock:  # the twin moves a drawer only by stepping: set it for a picture
+            self.twin._p.resetJointState(self.twin.body_of(drawer), 0, opening)
+        return opening
+
+    def _food(self) -> None:
+        pass
+
+    # placing
+
+    def _yaw(self) -> float:
+        return float(self.rng.uniform(-math.pi, math.pi))
+
+    def _put(self, name: str, position: Vec3, yaw: float, radius: float = 0.0) -> None:
+        self.twin.set_object_pose(name, position, _yaw_quat(yaw))
+        self.left.remove(name)
+        if radius:
+            self.placed.append((position[0], position[1], radius))
+
+    def _spot(self, radius: float) -> tuple[float, float] | None:
+        return _free_spot(self.rng, self.placed, radius)
+
+    def _on_table(self, name: str, yaw: float | None = None) -> tuple[float, float] | None:
+        radius = _footprint(self.specs[name])
+        spot = self._spot(radius)
         if spot is None:
-            continue  # stays off the table, out of view
+            return None
+        self._put(name, (*spot, self.rest_z[name]), self._yaw() if yaw is None else yaw, radius)
+        return spot
+
+    def _near_centre(self, name: str, spread: float) -> tuple[float, float]:
+        x, y, _ = self.twin.object_pose(name)[0]
+        dx, dy = self.rng.uniform(-spread, spread, 2)
+        return float(x + dx), float(y + dy)
+
+    def _surface(self, x: float, y: float) -> float:
+        """The height of the first thing under (x, y) below the arm's home pose."""
+        hit, point = self.twin.ray_test((x, y, 0.4), (x, y, -0.01))
+        return max(float(point[2]), 0.0) if isinstance(hit, str) else 0.0
+
+    def _drop_on(self, name: str, spot: tuple[float, float]) -> None:
+        z = self._surface(*spot)
+        self._put(name, (*spot, z + self.rest_z[name] + 0.001), self._yaw())
+
+    def _column(self, names: Sequence[str], spot: tuple[float, float]) -> None:
+        """Blocks stacked at ``spot``, bottom first, each a little off the one below."""
         x, y = spot
-        placed.append((x, y, _footprint(spec)))
-        twin.set_object_pose(name, (x, y, rest_z[name]), quat)
-        if spec.kind in ("block", "plate"):
-            top = 0.012 if spec.kind == "plate" else 2 * rest_z[name]
-            tops.append((name, x, y, top))
+        for k, name in enumerate(names):
+            if k == 0 and self._surface(x, y) == 0.0:
+                self.placed.append((x, y, _footprint(self.specs[name])))
+            self._drop_on(name, (x, y))
+            x, y = (
+                x + float(self.rng.uniform(-0.004, 0.004)),
+                y + float(self.rng.uniform(-0.004, 0.004)),
+            )
+
+    def _into_drawer(self, name: str, drawer: str, opening: float) -> None:
+        """On the drawer's floor, somewhere inside it (bodies._drawer's geometry)."""
+        dx, dy, dz = self.specs[drawer].extent or (0.3, 0.3, 0.2)
+        ix, iy, iz = dx - WALL - 0.004, dy - 2 * WALL - 0.006, dz - 2 * WALL - 0.006
+        half = 0.5 * (self.specs[name].size or 0.04)
+        lx = WALL / 2 + 0.002 + opening + float(self.rng.uniform(-1, 1)) * (ix / 2 - WALL - half)
+        ly = float(self.rng.uniform(-1, 1)) * (iy / 2 - WALL - half)
+        (bx, by, bz), quat = self.twin.object_pose(drawer)
+        yaw = 2 * math.atan2(quat[2], quat[3])
+        x = bx + math.cos(yaw) * lx - math.sin(yaw) * ly
+        y = by + math.sin(yaw) * lx + math.cos(yaw) * ly
+        z = bz - iz / 2 + WALL + self.rest_z[name] + 0.001
+        self._put(name, (x, y, z), yaw + float(self.rng.uniform(-0.3, 0.3)))
+
+    def _scatter(self, names: Sequence[str], stack: float) -> None:
+        """The rest on the table, big things first; some blocks on blocks, fruit on plates."""
+        order = sorted(names, key=lambda n: -_footprint(self.specs[n]))
+        tops: list[str] = [n for n, s in self.specs.items() if s.kind in ("block", "plate")]
+        tops = [n for n in tops if n not in names and self.twin.object_pose(n)[0][0] < 2.0]
+        for name in order:
+            spec = self.specs[name]
+            if name not in self.left:
+                continue
+            if spec.kind in ("block", "apple", "orange", "lemon") and self.rng.random() < stack:
+                under = [t for t in tops if self.specs[t].kind == "plate" or spec.kind == "block"]
+                if under:
+                    target = under[int(self.rng.integers(len(under)))]
+                    self._drop_on(name, self._near_centre(target, 0.004))
+                    tops.remove(target)
+                    if spec.kind == "block":
+                        tops.append(name)
+                    continue
+            yaw = self._yaw()
+            if spec.kind == "conveyor":
+                yaw /= 4
+            elif spec.kind == "drawer":
+                self._open(name, closed=0.3)
+                yaw /= 2
+            if self._on_table(name, yaw) is not None and spec.kind in ("block", "plate"):
+                tops.append(name)
 
 
 def _free_spot(
@@ -255,6 +522,18 @@ def _yaw_quat(yaw: float) -> tuple[float, float, float, float]:
     return (0.0, 0.0, math.sin(yaw / 2), math.cos(yaw / 2))
 
 
+_COMPOSERS = {
+    "random": _compose_random,
+    "tower": _compose_tower,
+    "stacks": _compose_stacks,
+    "conveyor": _compose_conveyor,
+    "plates": _compose_plates,
+    "drawer": _compose_drawer,
+    "toys": _compose_toys,
+    "food": _compose_food,
+}
+
+
 # -- labels ---------------------------------------------------------------------------------
 
 
@@ -263,38 +542,39 @@ def label(
 ) -> tuple[Truth, Truth]:
     """Tight boxes from the mask of each class object; tiny or mostly hidden ones ignored.
 
-    ``scale``: network input pixels per image pixel (for the size thresholds).
+    ``seg``: a link-level segmentation (``camera.render(..., links=True)``). A drawer's box
+    is its whole body, the handle included (the object as a hand would find it); the handle
+    also gets a box of its own. ``scale``: network input pixels per image pixel (for the
+    size thresholds).
     """
     truth: Truth = []
     ignored: Truth = []
+    bodies, links = camera.split_segmentation(seg)
     height, width = seg.shape
     for name, cls in classes.items():
-        ys, xs = np.nonzero(seg == twin.segmentation_id(name))
-        if xs.size == 0:
-            continue
-        box = (float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1))
-        area = (box[2] - box[0]) * (box[3] - box[1])
-        projected = _projected_area(twin, name, width, height)
-        small = (
-            xs.size * scale**2 < MIN_PIXELS
-            or min(box[2] - box[0], box[3] - box[1]) * scale < MIN_SIDE
-        )
-        hidden = projected > 0 and area / projected < MIN_VISIBLE
-        (ignored if small or hidden else truth).append((cls, box))
+        body = twin.segmentation_id(name)
+        masks = [(cls, bodies == body, _object_corners(twin, name))]
+        if cls == "drawer":
+            handle = (bodies == body) & (links == HANDLE_LINK)
+            masks.append(("handle", handle, _handle_corners(twin, name)))
+        for c, mask, corners in masks:
+            ys, xs = np.nonzero(mask)
+            if xs.size == 0:
+                continue
+            box = (float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1))
+            area = (box[2] - box[0]) * (box[3] - box[1])
+            projected = _projected_area(twin, corners, width, height)
+            small = (
+                xs.size * scale**2 < MIN_PIXELS
+                or min(box[2] - box[0], box[3] - box[1]) * scale < MIN_SIDE
+            )
+            hidden = projected > 0 and area / projected < MIN_VISIBLE
+            (ignored if small or hidden else truth).append((c, box))
     return truth, ignored
 
 
-def _projected_area(twin: Twin, name: str, width: int, height: int) -> float:
-    """Area of the image box of the object's 3-D extent (its whole self, seen or not)."""
-    spec = next(s for s in twin.scene.objects if s.name == name)
-    half = _half_extent(spec)
-    position, quat = twin.object_pose(name)
-    yaw = 2 * math.atan2(quat[2], quat[3])
-    corners = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)]) * half
-    rot = np.array(
-        [[math.cos(yaw), -math.sin(yaw), 0], [math.sin(yaw), math.cos(yaw), 0], [0, 0, 1]]
-    )
-    world = corners @ rot.T + np.array(position)
+def _projected_area(twin: Twin, world: npt.NDArray[np.float64], width: int, height: int) -> float:
+    """Area of the image box of 3-D corners (an object's whole self, seen or not)."""
     to_camera = np.linalg.inv(twin.camera_pose())
     cam = world @ to_camera[:3, :3].T + to_camera[:3, 3]
     if (cam[:, 2] <= 0.01).any():
@@ -303,6 +583,34 @@ def _projected_area(twin: Twin, name: str, width: int, height: int) -> float:
     u = k.fx * cam[:, 0] / cam[:, 2] + k.cx + 0.5
     v = k.fy * cam[:, 1] / cam[:, 2] + k.cy + 0.5
     return float((u.max() - u.min()) * (v.max() - v.min()))
+
+
+def _object_corners(twin: Twin, name: str) -> npt.NDArray[np.float64]:
+    spec = next(s for s in twin.scene.objects if s.name == name)
+    position, quat = twin.object_pose(name)
+    return _box_corners(np.array(position), _half_extent(spec), 2 * math.atan2(quat[2], quat[3]))
+
+
+def _handle_corners(twin: Twin, drawer: str) -> npt.NDArray[np.float64]:
+    """The handle's box (bodies._drawer's geometry: on the drawer's front, moving with it)."""
+    spec = next(s for s in twin.scene.objects if s.name == drawer)
+    dx, dy, _ = spec.extent or (0.3, 0.3, 0.2)
+    ix, iy = dx - WALL - 0.004, dy - 2 * WALL - 0.006
+    along = WALL / 2 + 0.002 + twin.drawer_opening(drawer) + ix / 2 + 0.015
+    position, quat = twin.object_pose(drawer)
+    yaw = 2 * math.atan2(quat[2], quat[3])
+    centre = np.array(position) + along * np.array([math.cos(yaw), math.sin(yaw), 0.0])
+    return _box_corners(centre, np.array([0.015, min(0.06, iy / 3), 0.008]), yaw)
+
+
+def _box_corners(
+    centre: npt.NDArray[np.float64], half: npt.NDArray[np.float64], yaw: float
+) -> npt.NDArray[np.float64]:
+    corners = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)]) * half
+    rot = np.array(
+        [[math.cos(yaw), -math.sin(yaw), 0], [math.sin(yaw), math.cos(yaw), 0], [0, 0, 1]]
+    )
+    return corners @ rot.T + centre
 
 
 def _half_extent(spec: ObjectSpec) -> npt.NDArray[np.float64]:
@@ -323,25 +631,40 @@ def _half_extent(spec: ObjectSpec) -> npt.NDArray[np.float64]:
 # -- rendering the splits -------------------------------------------------------------------
 
 
-def render(count: int, seed: int) -> list[Sample]:
-    """``count`` random renders from the seed."""
-    rng = np.random.default_rng(seed)
+def render(count: int, seed: int, workers: int = WORKERS) -> list[Sample]:
+    """``count`` random renders from the seed: chunks of CHUNK, each from its own stream
+    (``[seed, chunk]``), rendered by ``workers`` processes; the same seed gives the same
+    renders whatever ``workers`` is."""
+    chunks = [
+        (min(CHUNK, count - start), seed, k) for k, start in enumerate(range(0, count, CHUNK))
+    ]
+    if workers <= 1 or len(chunks) == 1:
+        return [s for chunk in chunks for s in _render_chunk(*chunk)]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = pool.map(_render_chunk, *zip(*chunks, strict=True))
+        return [s for chunk in done for s in chunk]
+
+
+def _render_chunk(count: int, seed: int, chunk: int) -> list[Sample]:
+    rng = np.random.default_rng([seed, chunk])
     views = [load_scene(SCENES / view) for view in VIEWS]
     samples: list[Sample] = []
     while len(samples) < count:
         base = views[int(rng.integers(len(views)))]
-        scene, classes = random_scene(rng, base)
-        with Twin(scene) as twin:
-            rest_z = {n: twin.object_pose(n)[0][2] for n in twin.object_names()}
-            home = np.array(scene.arm.home)
+        layout = random_layout(rng, base)
+        with Twin(layout.scene) as twin:
+            placer = Placer(twin, layout, rng)
+            home = np.array(layout.scene.arm.home)
             for _ in range(min(RENDERS_PER_SCENE, count - len(samples))):
-                place(twin, rng, rest_z)
+                twin.reset_joints(tuple(map(float, home)))  # out of the way of the rays
+                placer()
                 twin.reset_joints(tuple(map(float, home + rng.normal(0, 0.3, 7))))
                 large = rng.random() < LARGE_FRACTION
-                camera = _jitter_camera(rng, base.camera, large)
-                twin.scene = twin.scene.model_copy(update={"camera": camera})
-                rgb, _, seg = twin.render()
-                truth, ignored = label(twin, seg, classes, 320 / camera.width)
+                view = _jitter_camera(rng, base.camera, large)
+                twin.scene = twin.scene.model_copy(update={"camera": view})
+                with twin.lock:  # Twin.render has body ids only; the handle needs its link
+                    rgb, _, seg = camera.render(twin._p, view, links=True)
+                truth, ignored = label(twin, seg, layout.classes, 320 / view.width)
                 samples.append(Sample(rgb, truth, ignored))
     return samples
 
