@@ -188,7 +188,7 @@ class RobotAPI:
         rise = grasp_z - _bottom(seen)
         approach = max(APPROACH, self._travel_z(seen) - grasp_z)
         if velocity is None:
-            yaw = self._grasp_yaw(seen, grasp_z)
+            yaw = self._hand_yaw(seen.position[0], seen.position[1], grasp_z, seen.size / 2)
             at = self.motions.pose(seen.position[0], seen.position[1], grasp_z, yaw)
             self.motions.pick(name, at, rise, approach)
         else:
@@ -221,7 +221,7 @@ class RobotAPI:
         seen = look.objects[container]
         if seen.label == "drawer":
             handle = self._handle_of(seen, look)
-            x, y = self.drawers.inside(handle, seen.position, INTO_DRAWER)
+            x, y = self.drawers.inside(handle, self.drawers.centre(seen, look), INTO_DRAWER)
             self._put(x, y, handle[2])
         else:
             # aim at the middle of what stands above the table in its box, not the centre
@@ -248,8 +248,9 @@ class RobotAPI:
         go."""
         self._hand_free()
         look = self._seeing(name)
-        handle = self._handle_of(look.objects[name], look)
-        self.drawers.pull(handle, look.objects[name].position, OPEN_PULL)
+        drawer = look.objects[name]
+        handle = self._handle_of(drawer, look)
+        self.drawers.pull(handle, self.drawers.centre(drawer, look), OPEN_PULL)
 
     @_api
     def close_drawer(self, name: str = "drawer") -> None:
@@ -259,7 +260,7 @@ class RobotAPI:
         drawer = look.objects[name]
         handle = self._handle_of(drawer, look)
         opening = self.drawers.opening(handle, drawer, look)
-        self.drawers.pull(handle, drawer.position, -opening)
+        self.drawers.pull(handle, self.drawers.centre(drawer, look), -opening)
 
     @_api
     def move_to(self, x: float, y: float, z: float) -> None:
@@ -334,7 +335,8 @@ class RobotAPI:
         rise = self.motions.held_rise if self.motions.held_rise is not None else 0.02
         approach = max(APPROACH, self._travel_z() - (top + rise))
         held = self._held if self._held and self._held.name == self.motions.holding else None
-        self.motions.place(x, y, top, approach)
+        yaw = self._hand_yaw(x, y, top + rise, 0.0)
+        self.motions.place(x, y, top, approach, yaw)
         self._held = None
         if held is not None:
             # the robot knows where it put it: its name stays with it there
@@ -357,18 +359,18 @@ class RobotAPI:
         width = self.arm.state().extra.get("gripper_width")
         return width is not None and width < EMPTY_WIDTH
 
-    def _grasp_yaw(self, seen: Seen, grasp_z: float) -> float | None:
+    def _hand_yaw(self, x: float, y: float, z: float, own: float) -> float | None:
         """The hand's home yaw (None), or turned a quarter when something higher than the
-        grasp (a cabinet over an open drawer, a wall) stands where the hand would come down
-        and less of it stands in the turned hand's way."""
+        tool point at (x, y, z) (a cabinet over an open drawer, a drawer's front) stands where
+        the hand would come down and less of it stands in the turned hand's way, as the last
+        look saw it. ``own``: metres around (x, y) that belong to the object picked."""
         look = self.eyes.last
         if look is None:
             return None
-        x, y = seen.position[0], seen.position[1]
         points = look.points_near(x, y, math.hypot(HAND_ALONG, HAND_ACROSS))
-        points = points[points[:, 2] > grasp_z + 0.01]
-        points = points[np.hypot(points[:, 0] - x, points[:, 1] - y) > seen.size / 2 + 0.01]
-        home = self.motions.pose(x, y, grasp_z).rz
+        points = points[points[:, 2] > z + 0.01]
+        points = points[np.hypot(points[:, 0] - x, points[:, 1] - y) > own + 0.01]
+        home = self.motions.pose(x, y, z).rz
 
         def in_the_way(yaw: float) -> int:
             # the fingers close along the tool's y axis: at yaw 0 along the base's y
