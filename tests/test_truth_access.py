@@ -31,7 +31,7 @@ ALLOWED = {
     "runtime/testing/code_tasks.py": "a code trial's set-up: places the objects of a variation,"
     " renders the goal picture",
     "models/detector/dataset.py": "the detector's training data (labels from segmentation)",
-    "models/detector/train.py": "the detector's measurement on fresh labelled renders",
+    "models/detector/train.py": "the detector's per-class AP on fresh renders (dataset.render)",
 }
 
 

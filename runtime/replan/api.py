@@ -36,6 +36,7 @@ from onboard.perception.pose import HandEye
 from onboard.replan.drawer import DrawerMotions
 from onboard.replan.names import API_NAMES
 from onboard.replan.seeing import Eyes, Look
+from onboard.replan.spots import free_spot
 from onboard.replan.tracking import Seen
 
 __all__ = ["FUNCTIONS", "RobotAPI", "RobotAPIError", "api_doc", "call"]
@@ -46,6 +47,13 @@ EMPTY_WIDTH = 0.004
 MOTION_LOOK = 0.5
 #: m/s: an object slower than this is taken to stand still
 STILL = 0.01
+#: m/s two speeds measured one after the other may differ by and still be one motion (an
+#: object settling, or rocking, shifts as it is seen; a carried one keeps its velocity)
+STEADY = 0.02
+#: seconds a pick waits at most for an object carried out of reach to stop (at an end stop)
+STOP_WAIT = 20.0
+#: metres inside the arm's workspace a moving object must be met
+REACH_MARGIN = 0.03
 #: seconds the fingers take to close on an object they straddle (they close early by this)
 CLOSE_LEAD = 0.2
 #: seconds of margin the arm gets to be down at the point a moving object will pass
@@ -56,12 +64,22 @@ GRASP_BELOW_TOP = 0.015
 CLEARANCE = 0.05
 #: metres above the table a point belongs to a container, not the table around it
 ABOVE_TABLE = 0.004
+#: metres from the grasp point the hand reaches along its fingers' axis, and across it
+HAND_ALONG, HAND_ACROSS = 0.11, 0.035
+#: depth points above the grasp in the hand's way that make a pick turn the hand a quarter
+IN_THE_WAY = 20
+#: metres: the radius assumed for a held object of unknown size
+HELD_RADIUS = 0.03
 #: metres a drawer is pulled open
 OPEN_PULL = 0.15
 #: metres from a drawer's handle into its open part, where things are put in
 INTO_DRAWER = 0.09
 #: seconds one wait may last at most
 MAX_WAIT = 600.0
+#: metres around a point [x, y] whose depth gives the height of the surface there
+SURFACE_RADIUS = 0.02
+#: depth points a surface needs to be measured (fewer: the point is hidden, the table assumed)
+SURFACE_POINTS = 5
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -112,6 +130,8 @@ class RobotAPI:
         self.now = now
         self.handover = handover
         self.drawers = DrawerMotions(self.motions)
+        #: the held object as it was seen before it was picked (its size and height)
+        self._held: Seen | None = None
 
     # -- perception --------------------------------------------------------------------------
 
@@ -160,27 +180,28 @@ class RobotAPI:
         or out of reach, or the gripper closes on nothing."""
         if self.motions.holding is not None:
             raise _Failed(f"already holding {self.motions.holding}; put it somewhere first")
-        first = self._seeing(name).objects[name]
-        self.pause(MOTION_LOOK)
-        second = self._seeing(name).objects[name]
-        dt = max(second.time - first.time, 1e-6)
-        velocity = ((second.position[0] - first.position[0]) / dt,
-                    (second.position[1] - first.position[1]) / dt)  # fmt: skip
-        grasp_z = max(second.top - min(GRASP_BELOW_TOP, (second.top - _bottom(second)) / 2), 0.0)
-        rise = grasp_z - _bottom(second)
-        approach = max(APPROACH, self._travel_z(second) - grasp_z)
-        if math.hypot(*velocity) < STILL:
-            at = self.motions.pose(second.position[0], second.position[1], grasp_z)
+        seen, velocity = self._motion_of(name)
+        if velocity is not None and not self._reachable(*self._meeting(seen, velocity)[:2]):
+            # carried out of reach before the hand could meet it: take it once it has stopped
+            seen, velocity = self._stopped(name), None
+        grasp_z = max(seen.top - min(GRASP_BELOW_TOP, (seen.top - _bottom(seen)) / 2), 0.0)
+        rise = grasp_z - _bottom(seen)
+        approach = max(APPROACH, self._travel_z(seen) - grasp_z)
+        if velocity is None:
+            yaw = self._hand_yaw(seen.position[0], seen.position[1], grasp_z, seen.size / 2)
+            at = self.motions.pose(seen.position[0], seen.position[1], grasp_z, yaw)
             self.motions.pick(name, at, rise, approach)
         else:
-            self._intercept(name, second, velocity, grasp_z, rise, approach)
+            self._intercept(name, seen, velocity, grasp_z, rise, approach)
         if self._closed_on_nothing():
             self.motions.release()
             raise _Failed(f"the gripper closed on nothing: {name} was not where it was seen")
+        self._held = seen
 
     @_api
     def place(self, target: str | list[float]) -> None:
-        """Puts what is held on an object (its name), or at a point [x, y] on the table."""
+        """Puts what is held on an object (its name), or at a point [x, y] on whatever is
+        there (the table, a conveyor, a plate)."""
         self._holding_something()
         if isinstance(target, str):
             seen = self._seeing(target).objects[target]
@@ -188,7 +209,8 @@ class RobotAPI:
         else:
             if len(target) != 2:
                 raise _Failed(f"a point on the table is [x, y], got {len(target)} numbers")
-            x, y, top = float(target[0]), float(target[1]), 0.0
+            x, y = float(target[0]), float(target[1])
+            top = self._surface_at(x, y)
         self._put(x, y, top)
 
     @_api
@@ -199,17 +221,20 @@ class RobotAPI:
         seen = look.objects[container]
         if seen.label == "drawer":
             handle = self._handle_of(seen, look)
-            x, y = self.drawers.inside(handle, seen.position, INTO_DRAWER)
+            x, y = self.drawers.inside(handle, self.drawers.centre(seen, look), INTO_DRAWER)
             self._put(x, y, handle[2])
         else:
             # aim at the middle of what stands above the table in its box, not the centre
-            # estimate (a surface pushed back by half the width: off for a wide, flat thing)
+            # estimate (a surface pushed back by half the width: off for a wide, flat thing),
+            # or the free spot nearest it when something lies there already
             points = look.points(container)
             above = points[points[:, 2] > ABOVE_TABLE]
             if len(above) == 0:
                 raise _Failed(f"no depth on {container}")
-            x, y = (float(v) for v in np.median(above[:, :2], axis=0))
-            self._put(x, y, max(float(np.percentile(above[:, 2], 98)), seen.top))
+            middle = np.median(above[:, :2], axis=0)
+            radius = self._held.size / 2 if self._held is not None else HELD_RADIUS
+            x, y, floor = free_spot(above, radius, (float(middle[0]), float(middle[1])))
+            self._put(x, y, floor)
 
     @_api
     def give_me(self) -> None:
@@ -223,8 +248,9 @@ class RobotAPI:
         go."""
         self._hand_free()
         look = self._seeing(name)
-        handle = self._handle_of(look.objects[name], look)
-        self.drawers.pull(handle, look.objects[name].position, OPEN_PULL)
+        drawer = look.objects[name]
+        handle = self._handle_of(drawer, look)
+        self.drawers.pull(handle, self.drawers.centre(drawer, look), OPEN_PULL)
 
     @_api
     def close_drawer(self, name: str = "drawer") -> None:
@@ -234,7 +260,7 @@ class RobotAPI:
         drawer = look.objects[name]
         handle = self._handle_of(drawer, look)
         opening = self.drawers.opening(handle, drawer, look)
-        self.drawers.pull(handle, drawer.position, -opening)
+        self.drawers.pull(handle, self.drawers.centre(drawer, look), -opening)
 
     @_api
     def move_to(self, x: float, y: float, z: float) -> None:
@@ -277,6 +303,10 @@ class RobotAPI:
 
     def _seeing(self, name: str) -> Look:
         look = self.eyes.look()
+        if name not in look.objects and name in self.eyes.tracker.tracks:
+            # seen before: the arm may hide it now; look again with the arm out of the way
+            self.motions.home()
+            look = self.eyes.look()
         if name not in look.objects:
             raise _Failed(f"no {name} seen{self._seen_list()}")
         return look
@@ -304,11 +334,101 @@ class RobotAPI:
     def _put(self, x: float, y: float, top: float) -> None:
         rise = self.motions.held_rise if self.motions.held_rise is not None else 0.02
         approach = max(APPROACH, self._travel_z() - (top + rise))
-        self.motions.place(x, y, top, approach)
+        held = self._held if self._held and self._held.name == self.motions.holding else None
+        yaw = self._hand_yaw(x, y, top + rise, 0.0)
+        self.motions.place(x, y, top, approach, yaw)
+        self._held = None
+        if held is not None:
+            # the robot knows where it put it: its name stays with it there
+            bottom = _bottom(held)
+            at = (x, y, top + held.position[2] - bottom)
+            self.eyes.tracker.moved(held.name, at, top + held.top - bottom, self.now())
+
+    def _surface_at(self, x: float, y: float) -> float:
+        """The height of the surface the camera sees at (x, y) below the hand and what it
+        holds (the table, a belt, a plate); the table's if it is hidden there."""
+        points = self.eyes.look().points_near(x, y, SURFACE_RADIUS)
+        rise = self.motions.held_rise if self.motions.held_rise is not None else 0.0
+        below = self.arm.state().pose.z - rise - 0.01
+        points = points[points[:, 2] < below]
+        if len(points) < SURFACE_POINTS:
+            return 0.0
+        return max(0.0, float(np.percentile(points[:, 2], 75)))
 
     def _closed_on_nothing(self) -> bool:
         width = self.arm.state().extra.get("gripper_width")
         return width is not None and width < EMPTY_WIDTH
+
+    def _hand_yaw(self, x: float, y: float, z: float, own: float) -> float | None:
+        """The hand's home yaw (None), or turned a quarter when something higher than the
+        tool point at (x, y, z) (a cabinet over an open drawer, a drawer's front) stands where
+        the hand would come down and less of it stands in the turned hand's way, as the last
+        look saw it. ``own``: metres around (x, y) that belong to the object picked."""
+        look = self.eyes.last
+        if look is None:
+            return None
+        points = look.points_near(x, y, math.hypot(HAND_ALONG, HAND_ACROSS))
+        points = points[points[:, 2] > z + 0.01]
+        points = points[np.hypot(points[:, 0] - x, points[:, 1] - y) > own + 0.01]
+        home = self.motions.pose(x, y, z).rz
+
+        def in_the_way(yaw: float) -> int:
+            # the fingers close along the tool's y axis: at yaw 0 along the base's y
+            along = -(points[:, 0] - x) * math.sin(yaw) + (points[:, 1] - y) * math.cos(yaw)
+            across = (points[:, 0] - x) * math.cos(yaw) + (points[:, 1] - y) * math.sin(yaw)
+            return int(np.sum((np.abs(along) <= HAND_ALONG) & (np.abs(across) <= HAND_ACROSS)))
+
+        here, turned = in_the_way(home), in_the_way(_half_turn(home + math.pi / 2))
+        if here >= IN_THE_WAY and turned < here / 2:
+            return _half_turn(home + math.pi / 2)
+        return None
+
+    def _motion_of(self, name: str) -> tuple[Seen, tuple[float, float] | None]:
+        """The object as last seen, and its velocity (x, y) in m/s if it moves: seen twice,
+        and a third time when it seems to move, to tell a carried object (the same velocity
+        again) from one that only settles or rocks where it is."""
+        first = self._seeing(name).objects[name]
+        self.pause(MOTION_LOOK)
+        second = self._seeing(name).objects[name]
+        velocity = _velocity(first, second)
+        if math.hypot(*velocity) < STILL:
+            return second, None
+        self.pause(MOTION_LOOK)
+        third = self._seeing(name).objects[name]
+        again = _velocity(second, third)
+        if math.hypot(*again) < STILL or math.dist(velocity, again) > STEADY:
+            return third, None
+        return third, _velocity(first, third)
+
+    def _stopped(self, name: str) -> Seen:
+        """The object once it stands still (looked at every MOTION_LOOK seconds)."""
+        last, start = self._seeing(name).objects[name], self.now()
+        while self.now() - start < STOP_WAIT:
+            self.pause(MOTION_LOOK)
+            seen = self._seeing(name).objects[name]
+            if math.hypot(*_velocity(last, seen)) < STILL:
+                return seen
+            last = seen
+        raise _Failed(f"{name} is carried out of reach and did not stop in {STOP_WAIT:g} s")
+
+    def _reachable(self, x: float, y: float) -> bool:
+        """Whether the hand may go to (x, y): inside SafeArm's workspace, with a margin."""
+        box = self.arm.limits.workspace
+        return all(
+            lo + REACH_MARGIN <= v <= hi - REACH_MARGIN
+            for v, lo, hi in zip((x, y), box.min[:2], box.max[:2], strict=True)
+        )
+
+    def _meeting(
+        self, seen: Seen, velocity: tuple[float, float], approach: float = APPROACH
+    ) -> tuple[float, float, float]:
+        """Where (x, y) and when a moving object is met: as far ahead on its path as the hand
+        needs to get down there first (from ``approach`` m above its top)."""
+        here = self.arm.state().pose
+        x0, y0 = seen.position[0], seen.position[1]
+        travel = math.dist((here.x, here.y, here.z), (x0, y0, seen.top + approach))
+        lead = (travel + 2 * approach) / self.motions.speed + INTERCEPT_MARGIN
+        return x0 + velocity[0] * lead, y0 + velocity[1] * lead, seen.time + lead
 
     def _intercept(
         self,
@@ -321,13 +441,7 @@ class RobotAPI:
     ) -> None:
         """Meet a moving object: the fingers down across its path ahead of it, closing as
         it passes between them."""
-        speed = math.hypot(*velocity)
-        here = self.arm.state().pose
-        x0, y0 = seen.position[0], seen.position[1]
-        travel = math.dist((here.x, here.y, here.z), (x0, y0, grasp_z + approach))
-        lead = (travel + 2 * approach) / self.motions.speed + INTERCEPT_MARGIN
-        x, y = x0 + velocity[0] * lead, y0 + velocity[1] * lead
-        arrival = seen.time + math.hypot(x - x0, y - y0) / speed
+        x, y, arrival = self._meeting(seen, velocity, approach)
         # the fingers close across the path: the finger axis at right angles to the motion
         yaw = _half_turn(math.atan2(velocity[1], velocity[0]))
         at = self.motions.pose(x, y, grasp_z, yaw)
@@ -346,6 +460,15 @@ class RobotAPI:
         if not near:
             raise _Failed(f"no handle seen near {drawer.name}")
         return min(near, key=lambda h: math.dist(h[:2], drawer.position[:2]))
+
+
+def _velocity(before: Seen, after: Seen) -> tuple[float, float]:
+    """m/s in x and y between two looks at one object."""
+    dt = max(after.time - before.time, 1e-6)
+    return (
+        (after.position[0] - before.position[0]) / dt,
+        (after.position[1] - before.position[1]) / dt,
+    )
 
 
 def _bottom(seen: Seen) -> float:

@@ -29,9 +29,11 @@ GRASP_SHORT = 0.005
 #: m/s while the hand moves the drawer
 PULL_SPEED = 0.05
 #: metres from a handle's grasp point back to the drawer's front panel
-HANDLE_TO_PANEL = 0.02
+HANDLE_TO_PANEL = 0.015
 #: metres a push stops short of the cabinet's front (a drawer is not driven into its stop)
 SHUT_MARGIN = 0.005
+#: metres either side of the handle's line where the cabinet's front edge is measured
+FRONT_BAND = 0.04
 #: metres between the fingers below which a closed gripper holds nothing
 EMPTY_WIDTH = 0.004
 
@@ -70,19 +72,42 @@ class DrawerMotions:
         out = _outward(handle, centre)
         return handle[0] - out[0] * depth, handle[1] - out[1] * depth
 
+    def centre(self, drawer: Seen, look: Look) -> Point:
+        """Where the cabinet's middle is, across the line its drawer slides on: the middle of
+        its top as the camera sees it (robust to a box the image's border cuts off, which
+        pulls the observer's estimate aside), else the observer's estimate."""
+        cabinet = _top_of(drawer, look)
+        if len(cabinet) == 0:
+            return drawer.position
+        x, y = (float(v) for v in np.median(cabinet[:, :2], axis=0))
+        return (x, y, drawer.position[2])
+
     def opening(self, handle: Point, drawer: Seen, look: Look) -> float:
         """How far the drawer stands open, as the camera sees it: from its front panel (behind
         the handle) to the front edge of the cabinet's top."""
-        out = _outward(handle, drawer.position)
-        points = look.points(drawer.name)
-        if len(points) == 0:
+        cabinet = _top_of(drawer, look)
+        if len(cabinet) == 0:
             raise ArmError(f"no depth on {drawer.name}: cannot tell how far it is open")
-        top = float(np.percentile(points[:, 2], 95))
-        cabinet = points[points[:, 2] >= top - 0.008]
-        c = np.asarray(drawer.position[:2])
-        front = float(np.max((cabinet[:, :2] - c) @ out))
+        centre = self.centre(drawer, look)
+        out = _outward(handle, centre)
+        c = np.asarray(centre[:2])
+        # the front edge straight behind the handle (a corner of the top, seen along a
+        # slightly skewed line, would stand further out)
+        rel = cabinet[:, :2] - np.asarray(handle[:2])
+        behind = cabinet[np.abs(rel[:, 0] * out[1] - rel[:, 1] * out[0]) <= FRONT_BAND]
+        edge = behind if len(behind) else cabinet
+        front = float(np.max((edge[:, :2] - c) @ out))
         panel = float((np.asarray(handle[:2]) - c) @ out) - HANDLE_TO_PANEL
         return max(0.0, panel - front - SHUT_MARGIN)
+
+
+def _top_of(drawer: Seen, look: Look) -> np.ndarray:
+    """The points (n, 3) of the cabinet's top surface seen inside the drawer's box."""
+    points = look.points(drawer.name)
+    if len(points) == 0:
+        return points
+    top = float(np.percentile(points[:, 2], 95))
+    return points[points[:, 2] >= top - 0.008]
 
 
 def _outward(handle: Point, centre: Point) -> np.ndarray:

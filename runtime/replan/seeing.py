@@ -48,6 +48,15 @@ class Look:
         rows, cols = centre_region(self.boxes[name], self.frame.depth.shape, 1.0)
         return self._cloud(rows, cols)
 
+    def points_near(self, x: float, y: float, radius: float) -> npt.NDArray[np.float64]:
+        """The base-frame points (n, 3) the camera sees within ``radius`` m of (x, y), at any
+        height."""
+        if self.frame is None:
+            return np.zeros((0, 3))
+        height, width = self.frame.depth.shape[:2]
+        cloud = self._cloud(slice(0, height), slice(0, width))
+        return cloud[np.hypot(cloud[:, 0] - x, cloud[:, 1] - y) <= radius]
+
     _cloud: Callable[[slice, slice], npt.NDArray[np.float64]] = field(
         default=lambda _r, _c: np.zeros((0, 3)), repr=False
     )

@@ -2,14 +2,16 @@
 
 Each look's objects take the names of the tracks of their label, nearest first; an object no
 track of its label is left for gets a new name (the label, else "label 2", "label 3", ...).
-A track not seen in a look keeps its name and where it was last seen.
+A track not seen in a look keeps its name and where it was last seen; an object the robot
+itself puts somewhere has its track moved there (:meth:`Tracker.moved`), so it keeps its name
+wherever it was set down.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["Seen", "Tracker"]
 
@@ -55,6 +57,11 @@ class Tracker:
     def update(self, seen: Sequence[Seen]) -> None:
         for s in seen:
             self.tracks[s.name] = s
+
+    def moved(self, name: str, position: Point, top: float, time: float) -> None:
+        """``name`` was put down by the robot: its centre is at ``position`` now."""
+        if name in self.tracks:
+            self.tracks[name] = replace(self.tracks[name], position=position, top=top, time=time)
 
     def _new_name(self, label: str, taken: set[str]) -> str:
         used = set(self.tracks) | taken

@@ -6,5 +6,5 @@ after = detect()
 found = [n for n in after if n not in before and n != "handle" and n.endswith("block")]
 print("in the drawer:", found)
 pick(found[0])
-place([0.5, -0.06])
+place([0.35, -0.08])
 home()
