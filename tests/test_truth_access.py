@@ -12,9 +12,9 @@ ROOT = Path(__file__).resolve().parent.parent
 #: the Twin's accessors of what only the simulation knows
 TRUTH = frozenset(
     {
-        "object_pose", "set_object_pose", "held_object", "drawer_opening", "set_drawer", "put_drawer",
-        "marker_position", "marker_body", "ray_test", "segmentation", "segmentation_id",
-        "body_of", "name_of", "kind_of", "object_names", "render",
+        "object_pose", "set_object_pose", "held_object", "drawer_opening", "set_drawer",
+        "put_drawer", "marker_position", "marker_body", "ray_test", "segmentation",
+        "segmentation_id", "body_of", "name_of", "kind_of", "object_names", "render",
     }
 )  # fmt: skip
 
