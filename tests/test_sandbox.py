@@ -333,19 +333,27 @@ def test_abort_from_a_signal_handler_ends_a_blocked_call() -> None:
     code_run = CodeRun("block()\n", TEST_API, robot.call, on_abort=robot.stop)
     previous = signal.signal(signal.SIGUSR1, lambda signum, frame: code_run.abort())
 
+    ran = threading.Event()
+
     def send() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})  # the main thread takes it
-        robot.entered.wait()
+        # the call, or the run's end without it (then the assert below says how it ended)
+        while not robot.entered.wait(0.05):
+            if ran.is_set():
+                return
         os.kill(os.getpid(), signal.SIGUSR1)
 
     try:
         sender = threading.Thread(target=send)
         sender.start()
-        result = code_run.run()
-        sender.join()
+        try:
+            result = code_run.run()
+        finally:
+            ran.set()
+            sender.join()
     finally:
         signal.signal(signal.SIGUSR1, previous)
-    assert result.reason == "signal" and robot.stops == 1
+    assert (result.reason, robot.stops) == ("signal", 1), result
 
 
 def test_abort_before_the_run_starts_no_child() -> None:
