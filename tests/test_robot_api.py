@@ -15,19 +15,17 @@ from onboard.drivers.twin.bodies import HANDLE_LINK
 from onboard.drivers.twin.world import Snapshot
 from onboard.grounding.embedder import Embedder
 from onboard.manip.session import scene_hardware
-from onboard.perception.pose import HandEye
 from onboard.replan.api import FUNCTIONS, RobotAPI, RobotAPIError, api_doc, call
 from onboard.replan.names import API_NAMES
+from onboard.replan.robot import robot_api
 from onboard.testing.tidy_eval import detector
 
 HANDOVER = (0.35, -0.25, 0.3)
 
 
 def make_api(robot: RobotConfig, found: Hardware, embedder: Embedder) -> RobotAPI:
-    twin = found.twin
-    assert found.arm and found.camera and twin and robot.hand_eye
-    api = RobotAPI(found.arm, found.camera, detector(), HandEye.from_config(robot.hand_eye),
-                   embedder, twin.step, HANDOVER, now=lambda: twin.time)  # fmt: skip
+    assert found.twin is not None and robot.code.handover == HANDOVER
+    api = robot_api(robot, found, embedder, detector())
     api.home()
     return api
 

@@ -7,11 +7,10 @@ import argparse
 import json
 import signal
 import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
 
-from onboard.base.errors import ConfigError, Problem, UsageError
+from onboard.base.errors import UsageError
 from onboard.base.signals import on_stop_signals
 from onboard.config import RobotConfig
 
@@ -40,9 +39,10 @@ def run_command(robot: RobotConfig, args: argparse.Namespace) -> int:
         return 1
     if args.scene:
         robot = robot.with_arm_scene(args.scene)
-    if robot.hand_eye is None:
-        why = "generated code needs it (the camera in the base frame): onboard calibrate --write"
-        raise ConfigError([Problem(robot.root / "robot.toml", "hand_eye", None, why)])
+    from onboard.manip.session import hand_eye_of
+    from onboard.replan.robot import NEEDS
+
+    hand_eye_of(robot, NEEDS)  # before the confirmation and before anything moves
     kind = _arm_kind(robot)
     asks = robot.code.confirm_on(None if robot.drivers.arm is None else kind)
     if asks and not args.yes and not _confirmed(path, kind):
@@ -70,31 +70,19 @@ def _run(robot: RobotConfig, path: Path, source: str, as_json: bool) -> int:
     from onboard.grounding.embedder import Embedder
     from onboard.manip.session import scene_hardware
     from onboard.perception.detector import Detector
-    from onboard.perception.pose import HandEye
     from onboard.replan import api
     from onboard.replan.names import API_NAMES
-    from onboard.replan.sandbox import CodeRun, Limits
+    from onboard.replan.robot import code_limits
+    from onboard.replan.robot import robot_api as build_api
+    from onboard.replan.sandbox import CodeRun
 
-    assert robot.hand_eye is not None
     folder = bundled.detector_dir()
     detector = Detector(folder / "model.onnx", folder / "classes.json")
     embedder = Embedder(robot.embedder_dir)
-    code = robot.code
-    limits = Limits(code.steps, code.memory_mb, code.cpu_seconds, code.wall_seconds)
+    limits = code_limits(robot.code)
     with scene_hardware(robot) as found:
-        assert found.arm is not None and found.camera is not None
-        twin = found.twin
-        pause, now = (twin.step, lambda: twin.time) if twin else (time.sleep, time.monotonic)
-        robot_api = api.RobotAPI(
-            found.arm,
-            found.camera,
-            detector,
-            HandEye.from_config(robot.hand_eye),
-            embedder,
-            pause,
-            code.handover,
-            now=now,
-        )
+        assert found.arm is not None
+        robot_api = build_api(robot, found, embedder, detector)
         robot_api.home()
         arm = found.arm
         sandbox = CodeRun(

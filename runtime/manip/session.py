@@ -39,7 +39,14 @@ from onboard.perception.detector import Detector
 from onboard.perception.pose import HandEye
 from onboard.perception.scene_observer import SceneObserver
 
-__all__ = ["SceneOptions", "goal_skill", "keep_time", "run_scene_episode", "scene_hardware"]
+__all__ = [
+    "SceneOptions",
+    "goal_skill",
+    "hand_eye_of",
+    "keep_time",
+    "run_scene_episode",
+    "scene_hardware",
+]
 
 
 @dataclass(frozen=True)
@@ -81,9 +88,10 @@ def scene_hardware(robot: RobotConfig, realtime: bool = False) -> Iterator[Hardw
         yield found
 
 
-def _hand_eye(robot: RobotConfig) -> HandEye:
+def hand_eye_of(robot: RobotConfig, needs: str = "a scene skill") -> HandEye:
+    """robot.toml's ``[hand_eye]``; missing, a ConfigError saying who ``needs`` it."""
     if robot.hand_eye is None:
-        why = "a scene skill needs it (the camera in the base frame): onboard calibrate --write"
+        why = f"{needs} needs it (the camera in the base frame): onboard calibrate --write"
         raise ConfigError([Problem(robot.root / "robot.toml", "hand_eye", None, why)])
     return HandEye.from_config(robot.hand_eye)
 
@@ -105,7 +113,7 @@ def run_scene_episode(
     (the request, the scene; by default the skill's goal)."""
     if found.arm is None or found.camera is None:
         raise UsageError("a scene skill needs an arm and a camera")
-    hand_eye = _hand_eye(robot)  # before anything moves
+    hand_eye = hand_eye_of(robot)  # before anything moves
     clock = make_clock(options.clock)
     twin = found.twin
     virtual = isinstance(clock, VirtualClock)

@@ -12,14 +12,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from onboard.config import RobotConfig
-from onboard.drivers.factory import Hardware
 from onboard.drivers.twin.world import Twin
 from onboard.grounding.embedder import Embedder
 from onboard.manip.session import scene_hardware
 from onboard.perception.detector import Detector
-from onboard.perception.pose import HandEye
 from onboard.replan.api import RobotAPI, call
 from onboard.replan.names import API_NAMES
+from onboard.replan.robot import code_limits, robot_api
 from onboard.replan.sandbox import Limits, RunResult, run
 from onboard.testing.code_judges import judge
 from onboard.testing.code_tasks import CodeTask, set_up, solution_path
@@ -46,8 +45,7 @@ class CodeTrial:
 
 
 def limits_of(robot: RobotConfig) -> Limits:
-    code = robot.code
-    return Limits(code.steps, code.memory_mb, code.cpu_seconds, code.wall_seconds)
+    return code_limits(robot.code)
 
 
 @contextmanager
@@ -56,21 +54,9 @@ def code_world(
 ) -> Iterator[tuple[Twin, RobotAPI]]:
     """The in-process twin of ``scene`` with the robot API over its arm and camera."""
     with scene_hardware(robot.with_arm_scene(scene)) as found:
-        yield _twin(found), _api(robot, found, embedder, detector)
-
-
-def _twin(found: Hardware) -> Twin:
-    if found.twin is None:
-        raise ValueError("code trials need the in-process twin ([drivers.arm] kind = 'sim')")
-    return found.twin
-
-
-def _api(robot: RobotConfig, found: Hardware, embedder: Embedder, detector: Detector) -> RobotAPI:
-    twin = _twin(found)
-    if found.arm is None or found.camera is None or robot.hand_eye is None:
-        raise ValueError("code trials need an arm, a camera and [hand_eye] in robot.toml")
-    return RobotAPI(found.arm, found.camera, detector, HandEye.from_config(robot.hand_eye),
-                    embedder, twin.step, robot.code.handover, now=lambda: twin.time)  # fmt: skip
+        if found.twin is None:
+            raise ValueError("code trials need the in-process twin ([drivers.arm] kind = 'sim')")
+        yield found.twin, robot_api(robot, found, embedder, detector)
 
 
 def run_program(api: RobotAPI, source: str, limits: Limits) -> RunResult:
