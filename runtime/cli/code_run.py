@@ -98,8 +98,8 @@ def _run(robot: RobotConfig, path: Path, source: str, as_json: bool) -> int:
             stopped.append(name)
             sandbox.abort("signal", f"{name} received")
 
-        print(f"onboard: running {path} on the {_arm_kind(robot)} arm")
-        with on_stop_signals(stop):
+        with on_stop_signals(stop):  # before the line a supervisor may answer with a signal
+            print(f"onboard: running {path} on the {_arm_kind(robot)} arm", flush=True)
             result = sandbox.run()
     _report(result, as_json)
     if stopped:
