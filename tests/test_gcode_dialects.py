@@ -365,6 +365,16 @@ def test_marlin_connect_waits_for_the_boot(backend: SimArm) -> None:
             require(emu.boots == 2, "a reopen rebooted the board")
 
 
+def test_marlin_connect_survives_a_banner_later_than_boot_timeout(backend: SimArm) -> None:
+    # the driver stops waiting for the banner at once and sends M110 into the bootloader,
+    # where it is lost; the banner then fails it, and the handshake starts again
+    with make_emulator("marlin", backend, boot_time=1.0) as emu:
+        config = GcodeArmConfig(url=emu.path, timeout=BOUND, boot_timeout=0.0, grip_settle=0.0)
+        with GcodeArm(config) as arm:
+            assert emu.boots == 1
+            assert "X" in arm.dialect.position()
+
+
 def test_marlin_position_report_parsing() -> None:
     report = "X:10.00 Y:-2.5 Z:300.125 A:90.0 E:0.00 Count X:800 Y:0 Z:24000"
     assert parse_position(report) == {"X": 10.0, "Y": -2.5, "Z": 300.125, "A": 90.0, "E": 0.0}

@@ -197,6 +197,19 @@ class Marlin(Dialect):
         link, cfg = self.host.link, self.config
         if not link.wait_boot(0, cfg.boot_timeout):
             log.info("GcodeArm: no 'start' within %.1f s: a board without reset", cfg.boot_timeout)
+        boots = link.boots
+        try:
+            self._handshake()
+        except ArmError:
+            if link.boots == boots or self.error is not None:
+                raise
+            # the banner came after boot_timeout (a slow bootloader, a loaded host): what we
+            # sent meanwhile was lost or failed by the boot, so start again on the booted board
+            log.info("GcodeArm: the board booted during the handshake: starting it again")
+            self._handshake()
+
+    def _handshake(self) -> None:
+        link, cfg = self.host.link, self.config
         self.host.command("M110 N0")  # in step from here, with or without line numbers
         if cfg.line_numbers:
             link.number_lines_from(0)
