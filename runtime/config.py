@@ -164,6 +164,32 @@ class EvalConfig(_Strict):
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 
 
+class BotConfig(_Strict):
+    """``[code.decision]``, ``[code.inner]``, ``[code.extra]``: one ReplanVLM bot's model. A
+    key left out is ``[llm]``'s (the endpoint, the model, the key's variable)."""
+
+    base_url: str | None = Field(default=None, description="None: [llm] base_url")
+    model: str | None = Field(default=None, description="None: [llm] model")
+    api_key_env: str | None = Field(default=None, description="None: [llm] api_key_env")
+    max_tokens: Annotated[int, Field(gt=0)] = 1024
+    deadline: Annotated[float, Field(gt=0, description="seconds per exchange, retries in")] = 120.0
+    temperature: Annotated[float, Field(ge=0, le=2)] = 0.2
+
+    def llm(self, base: LLMConfig) -> LLMConfig:
+        """``base`` (``[llm]``) with this bot's endpoint, model, limits and free decoding."""
+        update: dict[str, object] = {
+            "max_tokens": self.max_tokens,
+            "deadline": self.deadline,
+            "read_timeout": max(base.read_timeout, self.deadline),
+            "temperature": self.temperature,
+            "max_reply_bytes": max(base.max_reply_bytes, 64 * self.max_tokens),
+        }
+        for key in ("base_url", "model", "api_key_env"):
+            if getattr(self, key) is not None:
+                update[key] = getattr(self, key)
+        return base.model_copy(update=update)
+
+
 class CodeConfig(_Strict):
     """``[code]``: generated code (``onboard code run``): where ``give_me()`` holds things out,
     whether a run on a real arm asks first, and the sandbox's limits."""
@@ -179,6 +205,20 @@ class CodeConfig(_Strict):
     memory_mb: Annotated[int, Field(gt=0, description="address space of the child, MB")] = 256
     cpu_seconds: Annotated[float, Field(gt=0, description="CPU time of the child")] = 10.0
     wall_seconds: Annotated[float, Field(gt=0, description="wall time of a run")] = 600.0
+    #: the ReplanVLM bots (runtime/replan/bots.py): plan and code; the internal check; the
+    #: external (before/after) check
+    decision: BotConfig = BotConfig(max_tokens=1536, deadline=180.0)
+    inner: BotConfig = BotConfig(max_tokens=256, deadline=60.0)
+    extra: BotConfig = BotConfig(max_tokens=256, deadline=60.0)
+    cycles: Annotated[
+        int, Field(ge=1, le=20, description="inner corrections before the task fails")
+    ] = 5
+    replans: Annotated[
+        int, Field(ge=0, le=20, description="external corrections (replans) after a run")
+    ] = 3
+    image_format: Literal["png", "jpeg"] = Field(
+        default="png", description="how camera frames travel in a bot's prompt"
+    )
 
     def confirm_on(self, arm_kind: str | None) -> bool:
         """Whether a run on an arm of ``arm_kind`` asks first."""

@@ -1,0 +1,302 @@
+"""The ReplanVLM bots' requests and how their replies are read (seed 002, section III).
+
+Four requests, each an OpenAI chat exchange; the system message's first line names the bot:
+
+- **Decision Bot** (:func:`decision_messages`): the seed's prompt parts in order: the role,
+  the error messages of earlier tries, the robot API's documentation byte for byte
+  (:func:`onboard.replan.api.api_doc`), the chain of thought to follow, worked examples; then
+  the instruction with the camera image(s) (or, text-only, the detector's scene as text). The
+  reply is free text: ``PLAN:`` numbered steps, then ``CODE:`` one fenced Python block
+  (:func:`read_proposal`).
+- **Inner Bot**, plan/code match (:func:`match_messages`): the instruction, the plan, the
+  code and the image; the reply is JSON ``{"match": bool, "reason": str}``.
+- **Extra Bot** (:func:`extra_messages`): the instruction, plan and code, the scene states
+  before and after with their changes, how the run ended, and the images before and after;
+  the reply is JSON ``{"done": bool, "reason": str}``.
+- **SayCan step** (:func:`saycan_messages`, a baseline): the instruction, the scene as text,
+  the steps taken; the reply is JSON ``{"step": one of the listed steps}`` under the schema.
+
+The section headings below are what a model (or the stand-in VLM) reads; they are fixed here
+and nowhere else.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from onboard.llm.client import Message
+from onboard.llm.content import user_message
+from onboard.replan.api import api_doc
+
+__all__ = [
+    "DECISION_ROLE",
+    "EXTRA_ROLE",
+    "MATCH_ROLE",
+    "SAYCAN_ROLE",
+    "Proposal",
+    "decision_messages",
+    "extra_messages",
+    "extra_schema",
+    "match_messages",
+    "match_schema",
+    "read_proposal",
+    "read_verdict",
+    "saycan_messages",
+    "saycan_schema",
+]
+
+DECISION_ROLE = "You are the Decision Bot of a robot arm that works at a table."
+MATCH_ROLE = "You are the Inner Bot of a robot arm: you check a plan against its code."
+EXTRA_ROLE = "You are the Extra Bot of a robot arm: you judge whether a task was done."
+SAYCAN_ROLE = "You are the step chooser of a robot arm: you choose its next skill."
+
+INSTRUCTION = "Instruction:"
+ERRORS = "Error messages from earlier tries:"
+SCENE = "Scene (what the robot's detector sees):"
+PLAN = "PLAN:"
+CODE = "CODE:"
+
+_DECISION_SYSTEM = """{role}
+You see the table through the robot's camera and you write a plan and a Python program that
+does it with the robot API below. The program runs in a sandbox: no imports, no files, only
+the API's functions and simple Python (if, for, while with a bound, functions, lists, dicts,
+print). Object names are the ones detect() returns.
+
+The robot API:
+{api}
+How to answer. Think step by step:
+1. Look at the image(s): which objects are there, what is stacked on what, what is hidden.
+2. Read the instruction and any error messages from earlier tries: say what went wrong.
+3. Write the plan: numbered steps, one robot action each.
+4. Write the code: exactly the plan's steps, in the same order, with the robot API.
+Answer in this form and nothing else:
+PLAN:
+1. <step>
+2. <step>
+CODE:
+```python
+<the program>
+```"""
+
+_EXAMPLES: list[tuple[str, str]] = [
+    (
+        "Put the green block on the plate.",
+        """PLAN:
+1. Find the green block and the plate.
+2. Pick up the green block.
+3. Put it onto the plate.
+4. Go home.
+CODE:
+```python
+names = detect()
+print("seen:", names)
+pick("green block")
+put_in("plate")
+home()
+```""",
+    ),
+    (
+        "Hand me something red.",
+        """PLAN:
+1. Find something red on the table.
+2. Pick it up.
+3. Hold it out to the person.
+CODE:
+```python
+detect()
+red = find("something red")
+print("red:", red)
+pick(red)
+give_me()
+```""",
+    ),
+]
+
+
+def _errors_text(errors: Sequence[str]) -> str:
+    if not errors:
+        return f"{ERRORS} none."
+    return ERRORS + "\n" + "\n".join(f"- {' '.join(e.split())}" for e in errors)
+
+
+def decision_messages(
+    instruction: str,
+    images: Sequence[bytes] = (),
+    image_notes: Sequence[str] = (),
+    scene_text: str | None = None,
+    errors: Sequence[str] = (),
+) -> list[Message]:
+    """The Decision Bot's request. ``images`` are PNG or JPEG bytes (the camera's frame first,
+    then any the instruction refers to, e.g. a goal picture), each described in
+    ``image_notes``; ``scene_text`` (a :class:`SceneState`'s text) stands in for the images in
+    the text-only rows. ``errors`` are the messages of earlier tries, oldest first."""
+    system = _DECISION_SYSTEM.format(role=DECISION_ROLE, api=api_doc())
+    messages: list[Message] = [{"role": "system", "content": system}]
+    for task, answer in _EXAMPLES:
+        messages.append({"role": "user", "content": f"{INSTRUCTION} {task}\n{ERRORS} none."})
+        messages.append({"role": "assistant", "content": answer})
+    text = f"{INSTRUCTION} {instruction}\n{_errors_text(errors)}"
+    if scene_text is not None:
+        text += f"\n{SCENE}\n{scene_text}"
+    if image_notes:
+        text += "\nImages: " + "; ".join(
+            f"image {i} is {note}" for i, note in enumerate(image_notes, 1)
+        )
+        text += "."
+    messages.append(user_message(text, images))
+    return messages
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A Decision Bot's reply, read: the plan's steps and the program."""
+
+    plan: tuple[str, ...]
+    code: str
+    reply: str
+
+    def plan_text(self) -> str:
+        return "\n".join(f"{i}. {step}" for i, step in enumerate(self.plan, 1))
+
+    def to_record(self) -> dict[str, object]:
+        return {"plan": list(self.plan), "code": self.code}
+
+
+_FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+_STEP = re.compile(r"^\s*(?:\d+[.)]|[-*])\s+(.+?)\s*$")
+
+
+def read_proposal(text: str) -> Proposal | str:
+    """The reply's plan and code, or what is wrong with its form (the seed's format check:
+    a message for the Decision Bot's next try)."""
+    upper = text.upper()
+    plan_at, code_at = upper.find(PLAN), upper.find(CODE)
+    if plan_at < 0:
+        return f"the reply has no '{PLAN}' section: answer with {PLAN}, then {CODE}"
+    if code_at < 0 or code_at < plan_at:
+        return f"the reply has no '{CODE}' section after its plan"
+    steps = tuple(
+        m.group(1)
+        for line in text[plan_at + len(PLAN) : code_at].splitlines()
+        if (m := _STEP.match(line))
+    )
+    if not steps:
+        return "the plan has no numbered steps"
+    fenced = _FENCE.search(text, code_at)
+    if fenced is None:
+        return "the code is not in one ```python fenced block"
+    code = fenced.group(1).strip("\n") + "\n"
+    if not code.strip():
+        return "the code block is empty"
+    try:
+        ast.parse(code)
+    except SyntaxError as exc:
+        return f"the code does not parse: line {exc.lineno}: {exc.msg}"
+    return Proposal(plan=steps, code=code, reply=text)
+
+
+def _program_text(proposal: Proposal) -> str:
+    return f"{PLAN}\n{proposal.plan_text()}\n{CODE}\n```python\n{proposal.code}```"
+
+
+def match_messages(instruction: str, proposal: Proposal, images: Sequence[bytes]) -> list[Message]:
+    """The Inner Bot's plan/code match question (the seed's second internal check)."""
+    system = (
+        f"{MATCH_ROLE}\nThe robot API is the one below. Read the plan and the code: does the "
+        "code do each step of the plan, in order, and nothing the plan does not say? Answer "
+        'in JSON: {"match": true or false, "reason": "<the first step the code misses or '
+        'changes, or why they match>"}.\n\nThe robot API:\n' + api_doc()
+    )
+    text = f"{INSTRUCTION} {instruction}\n{_program_text(proposal)}"
+    return [{"role": "system", "content": system}, user_message(text, images)]
+
+
+def match_schema() -> dict[str, Any]:
+    return _verdict_schema("match")
+
+
+def extra_messages(
+    instruction: str,
+    proposal: Proposal,
+    before_text: str,
+    after_text: str,
+    changes_text: str,
+    ended: str,
+    before_images: Sequence[bytes],
+    after_images: Sequence[bytes],
+) -> list[Message]:
+    """The Extra Bot's question (the seed's external check): was the instruction done? The
+    images are the ones before the run, then the ones after."""
+    system = (
+        f"{EXTRA_ROLE}\nYou see the table before and after the robot ran a program, and what "
+        "the robot's perception says changed. Judge from what is seen after the run whether "
+        'the instruction is done. Answer in JSON: {"done": true or false, "reason": "<what '
+        'is not as the instruction asks, or why it is done>"}.'
+    )
+    text = (
+        f"{INSTRUCTION} {instruction}\n{_program_text(proposal)}\n"
+        f"How the run ended: {ended}\n"
+        f"Before the run:\n{before_text}\nAfter the run:\n{after_text}\n"
+        f"Changes:\n{changes_text}\n"
+        f"Images: the first {len(before_images)} before the run, the last "
+        f"{len(after_images)} after it."
+    )
+    return [
+        {"role": "system", "content": system},
+        user_message(text, [*before_images, *after_images]),
+    ]
+
+
+def extra_schema() -> dict[str, Any]:
+    return _verdict_schema("done")
+
+
+def _verdict_schema(key: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {key: {"type": "boolean"}, "reason": {"type": "string", "maxLength": 300}},
+        "required": [key, "reason"],
+        "additionalProperties": False,
+    }
+
+
+def read_verdict(text: str, key: str) -> tuple[bool, str]:
+    """``(value, reason)`` of a ``{"<key>": bool, "reason": str}`` reply (its schema was
+    checked by the client); ValueError when it is not one."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or not isinstance(data.get(key), bool):
+        raise ValueError(f"the reply has no boolean {key!r}")
+    return bool(data[key]), str(data.get("reason", ""))
+
+
+def saycan_messages(
+    instruction: str, scene_text: str, done: Sequence[str], steps: Sequence[str]
+) -> list[Message]:
+    """One SayCan-style step: choose the next of ``steps`` (calls of the robot API, and
+    ``done``) given the scene as text and the steps already taken."""
+    system = (
+        f"{SAYCAN_ROLE}\nEach step is one call of the robot API below, or done when the "
+        'instruction is carried out. Answer in JSON: {"step": "<one of the steps listed>"}.'
+        "\n\nThe robot API:\n" + api_doc()
+    )
+    taken = "\n".join(f"{i}. {s}" for i, s in enumerate(done, 1)) or "none yet"
+    text = (
+        f"{INSTRUCTION} {instruction}\n{SCENE}\n{scene_text}\n"
+        f"Steps taken so far:\n{taken}\n"
+        "Steps to choose from:\n" + "\n".join(f"- {s}" for s in steps) + "\nThe next step:"
+    )
+    return [{"role": "system", "content": system}, {"role": "user", "content": text}]
+
+
+def saycan_schema(steps: Sequence[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"step": {"type": "string", "enum": list(steps)}},
+        "required": ["step"],
+        "additionalProperties": False,
+    }
