@@ -227,11 +227,14 @@ def extra_messages(
     after_text: str,
     changes_text: str,
     ended: str,
-    before_images: Sequence[bytes],
-    after_images: Sequence[bytes],
+    before_image: bytes | None,
+    after_image: bytes | None,
+    goal_images: Sequence[bytes] = (),
+    goal_notes: Sequence[str] = (),
 ) -> list[Message]:
     """The Extra Bot's question (the seed's external check): was the instruction done? The
-    images are the ones before the run, then the ones after."""
+    images: the camera's before the run, after it, then any the instruction refers to (a goal
+    picture), described in ``goal_notes``."""
     system = (
         f"{EXTRA_ROLE}\nYou see the table before and after the robot ran a program, and what "
         "the robot's perception says changed. Judge from what is seen after the run whether "
@@ -242,14 +245,16 @@ def extra_messages(
         f"{INSTRUCTION} {instruction}\n{_program_text(proposal)}\n"
         f"How the run ended: {ended}\n"
         f"Before the run:\n{before_text}\nAfter the run:\n{after_text}\n"
-        f"Changes:\n{changes_text}\n"
-        f"Images: the first {len(before_images)} before the run, the last "
-        f"{len(after_images)} after it."
+        f"Changes:\n{changes_text}"
     )
-    return [
-        {"role": "system", "content": system},
-        user_message(text, [*before_images, *after_images]),
-    ]
+    images = [i for i in (before_image, after_image) if i is not None]
+    notes = ["the table before the run", "the table after it"][: len(images)]
+    images += goal_images
+    notes += goal_notes
+    if notes:
+        text += "\nImages: " + "; ".join(f"image {i} is {n}" for i, n in enumerate(notes, 1))
+        text += "."
+    return [{"role": "system", "content": system}, user_message(text, images)]
 
 
 def extra_schema() -> dict[str, Any]:
