@@ -224,6 +224,11 @@ def _parser() -> argparse.ArgumentParser:
     q.set_defaults(func=_code_run)
     q = code.add_parser("api", help="print the robot API's documentation (as prompts get it)")
     q.set_defaults(func=_code_api)
+    from onboard.cli.code_eval import add_parsers as add_code_eval
+
+    add_code_eval(code)
+    code.choices["do"].set_defaults(func=_code_do)
+    code.choices["eval"].set_defaults(func=_code_eval)
 
     p = add("calibrate")
     p.add_argument("--low", type=float, nargs=3, default=[0.35, -0.15, 0.15], metavar="M")
@@ -333,6 +338,18 @@ def _code_run(args: argparse.Namespace) -> int:
     from onboard.cli.code_run import run_command
 
     return run_command(_robot(args), args)
+
+
+def _code_do(args: argparse.Namespace) -> int:
+    from onboard.cli.code_eval import do_command
+
+    return do_command(_robot(args), args)
+
+
+def _code_eval(args: argparse.Namespace) -> int:
+    from onboard.cli.code_eval import eval_command
+
+    return eval_command(_robot(args), args)
 
 
 def _code_api(args: argparse.Namespace) -> int:

@@ -14,6 +14,12 @@ def replay_recording(path: Path, scene: str | None = None) -> tuple[list[str], l
     """Replay a recording of either kind of skill: (recorded, replayed) action sequences.
     ``scene``: for a scene recording, the twin scene to replay in instead of its task's."""
     _, header, _ = as_recording_error(path, lambda: read_episode(path))
+    if header.skill_kind == "code":
+        if scene is not None:
+            raise UsageError(f"--scene {scene}: {path} is a code episode; only scene ones take it")
+        from onboard.replan.replay import replay_code_recording
+
+        return replay_code_recording(path)
     if header.skill_kind == "scene":
         from onboard.manip.replay import replay_scene_recording
 

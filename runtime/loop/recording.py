@@ -61,8 +61,9 @@ __all__ = [
 
 #: the format this onboard writes and replays
 FORMAT = 2
-#: what kind of skill an episode ran: "person" (HRI: a scenario), "scene" (manipulation: a task)
-SKILL_KINDS = ("person", "scene")
+#: what kind of skill an episode ran: "person" (HRI: a scenario), "scene" (manipulation: a
+#: task), "code" (generated code, ReplanVLM: an instruction; its "skill" is the tasks file)
+SKILL_KINDS = ("person", "scene", "code")
 #: the last onboard that wrote format 1 (no ``format`` in the header)
 FORMAT_1_LAST = "onboard 0.1.0 at commit 3344cdd"
 #: an image reference's ``url``: this prefix, then the image's sha256 in hex
@@ -121,7 +122,7 @@ class Header(_Strict):
 
 def build_header(
     robot: RobotConfig,
-    skill: Skill,
+    skill: Skill | SkillText,
     skill_kind: str,
     *,
     options: Mapping[str, Any],
@@ -139,7 +140,11 @@ def build_header(
         "onboard": _version(),
         "robot": robot.model_dump(mode="json"),
         "robot_root": str(robot.root.resolve()),
-        "skill": {"name": skill.name, "toml": skill.source, "file": str(skill.path)},
+        "skill": (
+            skill.model_dump()
+            if isinstance(skill, SkillText)
+            else {"name": skill.name, "toml": skill.source, "file": str(skill.path)}
+        ),
         "options": dict(options),
         "latency": latency,
         "models": {

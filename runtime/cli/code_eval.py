@@ -1,0 +1,179 @@
+"""``onboard code do``: one ReplanVLM episode of a code task on the twin, recorded;
+``onboard code eval``: the seven tasks per method and model, Tables II-V, JSON and a PNG.
+
+The endpoint (``--llm``): ``standin`` (the stand-in VLM in its own process, planting the
+seed's errors at ``--competence``), ``control`` (the stand-in planting none), ``local`` (the
+bundled SmolLM2 on loopback: text-only, the scene as the detector's text), or an
+OpenAI-compatible URL of a VLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from onboard.base.errors import UsageError
+from onboard.config import RobotConfig
+
+__all__ = ["do_command", "eval_command", "vlm_endpoint"]
+
+MODELS = ("standin", "control", "local")
+#: the methods of onboard.testing.code_eval.METHODS (a test keeps them equal), here so that
+#: building the parser imports nothing heavy
+METHOD_NAMES = ("full", "no-internal", "no-external", "no-both", "progprompt", "saycan")
+
+
+@contextmanager
+def vlm_endpoint(
+    robot: RobotConfig, choice: str, competence: float, log: Path | None
+) -> Iterator[tuple[RobotConfig, str, str]]:
+    """``(robot, base_url, model label)`` for ``choice``; starts the server it names."""
+    if choice in ("standin", "control"):
+        from onboard.testing.vlm_standin import start_vlm_standin
+
+        level = 1.0 if choice == "control" else competence
+        with start_vlm_standin(robot.eval.seed, level, log) as url:
+            yield robot, url, choice
+    elif choice == "local":
+        from onboard.llm.local_server import MODEL_ALIAS, local_server
+
+        with local_server() as url:
+            yield (
+                robot.model_copy(
+                    update={"llm": robot.llm.model_copy(update={"model": MODEL_ALIAS})}
+                ),
+                url,
+                "smollm2",
+            )
+    else:
+        from onboard.cli.endpoint import _check_url
+
+        _check_url(choice)
+        yield robot, choice.rstrip("/"), choice
+
+
+def _task(number: int):  # type: ignore[no-untyped-def]
+    from onboard.testing.code_tasks import load_code_tasks
+
+    tasks = {t.number: t for t in load_code_tasks()}
+    if number not in tasks:
+        raise UsageError(f"--task {number}: the code tasks are {', '.join(map(str, tasks))}")
+    return tasks[number]
+
+
+def do_command(robot: RobotConfig, args: argparse.Namespace) -> int:
+    """One episode of task ``--task`` by ``--method``; 0 when the judge passes it."""
+    from onboard.grounding.embedder import Embedder
+    from onboard.testing.code_eval import METHODS, planted_log, recording_name, run_episode
+    from onboard.testing.tidy_eval import detector
+
+    task = _task(args.task)
+    method = METHODS[args.method]
+    folder = robot.root / robot.recordings
+    with tempfile.TemporaryDirectory() as scratch:
+        log = Path(scratch) / "planted.jsonl"
+        with vlm_endpoint(robot, args.llm, args.competence, log) as (robot, url, model):
+            path = args.record or folder / recording_name(task, method, model, args.trial)
+            row = run_episode(
+                robot, task, args.trial, robot.eval.seed, method, model, url,
+                Embedder(robot.embedder_dir), detector(), path, planted_log(log),
+            )  # fmt: skip
+    print(json.dumps(row.to_json()) if args.json else row.summary())
+    print(f"recorded: {path}")
+    return 0 if row.success else 1
+
+
+def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
+    """Every chosen task x method x model x trial; the tables, JSON, PNG."""
+    from rich.progress import Progress
+
+    from onboard.grounding.embedder import Embedder
+    from onboard.testing import code_report
+    from onboard.testing.code_eval import METHODS, planted_log, recording_name, run_episode
+    from onboard.testing.tidy_eval import detector
+
+    tasks = [_task(n) for n in args.tasks]
+    methods = [METHODS[m] for m in args.methods]
+    models: Sequence[str] = args.models
+    folder = args.recordings or robot.root / robot.recordings / "code-eval"
+    embedder, found = Embedder(robot.embedder_dir), detector()
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch, Progress(disable=args.json) as progress:
+        for choice in models:
+            log = Path(scratch) / f"planted-{choice}.jsonl"
+            trials = args.local_trials if choice == "local" else args.trials
+            chosen = [m for m in methods if choice != "local" or m.name in args.local_methods]
+            bar = progress.add_task(choice, total=len(tasks) * len(chosen) * trials)
+            with vlm_endpoint(robot, choice, args.competence, log) as (bots_robot, url, model):
+                for task, method, trial in itertools.product(tasks, chosen, range(trials)):
+                    path = folder / recording_name(task, method, model, trial)
+                    rows.append(
+                        run_episode(
+                            bots_robot,
+                            task,
+                            trial,
+                            robot.eval.seed,
+                            method,
+                            model,
+                            url,
+                            embedder,
+                            found,
+                            path,
+                            planted_log(log),
+                        )
+                    )
+                    progress.advance(bar)
+    if args.json:
+        print(json.dumps(code_report.to_json(rows)))
+    else:
+        code_report.print_tables(rows)
+    if args.png is not None:
+        args.png.write_bytes(code_report.chart_png(rows))
+        print(f"chart: {args.png}")
+    return 0
+
+
+def add_parsers(code: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    q = code.add_parser(
+        "do",
+        help="one ReplanVLM episode of a code task on the twin, recorded and judged",
+        description="Run code task N once: the Decision Bot writes plan and code from the "
+        "camera image, the Inner Bot and the sandbox check it, it runs on the twin, the Extra "
+        "Bot verifies; exit 0 when the task's judge passes it.",
+    )
+    q.add_argument("--task", type=int, required=True, help="the code task's number (1-7)")
+    q.add_argument("--trial", type=int, default=0, help="the seeded variation (odd: disturbed)")
+    q.add_argument("--method", choices=METHOD_NAMES, default="full")
+    _endpoint_args(q, "standin")
+    q.add_argument("--record", type=Path, help="the recording (default: under recordings/)")
+    q.add_argument("--json", action="store_true", help="print the episode's row as JSON")
+    q = code.add_parser(
+        "eval",
+        help="the code tasks per method and model: Tables II-V, JSON, a PNG (long: not CI)",
+        description="Every task x method x model x trial on the twin, judged from its truth: "
+        "Table II (success per task), III (baselines), IV (ablations), V (error detection and "
+        "correction). Each episode is recorded under --recordings and replays.",
+    )
+    q.add_argument("--tasks", type=int, nargs="+", default=list(range(1, 8)), metavar="N")
+    q.add_argument("--methods", nargs="+", choices=METHOD_NAMES, default=list(METHOD_NAMES))
+    q.add_argument("--models", nargs="+", default=["standin", "control", "local"],
+                   help="standin, control, local, or URLs")  # fmt: skip
+    q.add_argument("--trials", type=int, default=10, help="trials per task and method")
+    q.add_argument("--local-trials", type=int, default=2,
+                   help="trials of SmolLM2's text-only rows (slow on a CPU)")  # fmt: skip
+    q.add_argument("--local-methods", nargs="+", default=["full", "progprompt", "saycan"],
+                   choices=METHOD_NAMES)  # fmt: skip
+    q.add_argument("--competence", type=float, default=0.5, help="the stand-in's (0-1)")
+    q.add_argument("--recordings", type=Path, help="where the episodes are recorded")
+    q.add_argument("--png", type=Path, help="write the success chart here")
+    q.add_argument("--json", action="store_true", help="print the rows and tables as JSON")
+
+
+def _endpoint_args(q: argparse.ArgumentParser, default: str) -> None:
+    q.add_argument("--llm", default=default, help="standin, control, local, or a VLM's URL")
+    q.add_argument("--competence", type=float, default=0.5, help="the stand-in's (0-1)")

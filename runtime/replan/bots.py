@@ -1,0 +1,118 @@
+"""The three ReplanVLM bots over HTTP: each its own endpoint, model, token limit and deadline
+(``[code.decision]``, ``[code.inner]``, ``[code.extra]`` in robot.toml), each exchange
+recorded (the request with its images by hash, the reply, the time it took).
+
+A bot is only a client and a recorder: what it is asked and how its reply is read live in
+runtime/replan/prompts.py; what is done with it, in runtime/replan/episode.py. Replay answers
+from the recording instead (:class:`RecordedBot`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from onboard.base.errors import LLMError, RecordingError
+from onboard.config import RobotConfig
+from onboard.llm.client import ChatClient, Message
+from onboard.loop.recorder import Recorder
+
+__all__ = ["Ask", "Bots", "HttpBot", "RecordedBot", "open_bots"]
+
+ROLES = ("decision", "inner", "extra")
+
+
+class Ask(Protocol):
+    """One bot: ``ask`` returns the reply's text or raises LLMError (no answer)."""
+
+    name: str
+
+    def ask(
+        self, purpose: str, messages: Sequence[Message], schema: Mapping[str, Any] | None = None
+    ) -> str: ...
+
+
+@dataclass
+class Bots:
+    decision: Ask
+    inner: Ask
+    extra: Ask
+
+
+class HttpBot:
+    """A bot behind an OpenAI-compatible endpoint; every exchange is recorded as a
+    ``request`` then a ``reply`` (or an ``error``) record with the bot's name."""
+
+    def __init__(self, name: str, client: ChatClient, recorder: Recorder) -> None:
+        self.name = name
+        self.client = client
+        self.recorder = recorder
+
+    def ask(
+        self, purpose: str, messages: Sequence[Message], schema: Mapping[str, Any] | None = None
+    ) -> str:
+        self.recorder.write(
+            "request", bot=self.name, purpose=purpose, messages=list(messages), schema=schema
+        )
+        began = time.perf_counter()
+        try:
+            result = self.client.complete(messages, schema)
+        except LLMError as exc:
+            self.recorder.write("error", source=self.name, purpose=purpose, message=str(exc))
+            raise
+        took = time.perf_counter() - began
+        self.recorder.write(
+            "reply",
+            bot=self.name,
+            purpose=purpose,
+            text=result.text,
+            model=result.model,
+            latency=round(took, 4),
+            tokens=[result.prompt_tokens, result.completion_tokens],
+            finish_reason=result.finish_reason,
+        )
+        return result.text
+
+
+@contextmanager
+def open_bots(
+    robot: RobotConfig, recorder: Recorder, base_url: str | None = None
+) -> Iterator[Bots]:
+    """The three bots of ``robot``'s ``[code]`` (``base_url``: one endpoint for all three,
+    e.g. a stand-in's, overriding robot.toml's)."""
+    with ExitStack() as stack:
+        made: dict[str, HttpBot] = {}
+        for role in ROLES:
+            config = getattr(robot.code, role).llm(robot.llm)
+            if base_url is not None:
+                config = config.model_copy(update={"base_url": base_url})
+            client = stack.enter_context(ChatClient(config))
+            recorder.hide(config.api_key())
+            made[role] = HttpBot(role, client, recorder)
+        yield Bots(made["decision"], made["inner"], made["extra"])
+
+
+class RecordedBot:
+    """Answers from a recording's replies, in order, checking that each request is the one
+    recorded (``requests`` and ``replies`` of one bot, in recorded order)."""
+
+    def __init__(self, name: str, exchanges: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+        self.name = name
+        self._exchanges = exchanges
+        self._next = 0
+        self.diverged: list[str] = []
+
+    def ask(
+        self, purpose: str, messages: Sequence[Message], schema: Mapping[str, Any] | None = None
+    ) -> str:
+        if self._next >= len(self._exchanges):
+            raise RecordingError(f"replay: the {self.name} bot was asked more than recorded")
+        request, answer = self._exchanges[self._next]
+        self._next += 1
+        if request.get("purpose") != purpose or request.get("messages") != list(messages):
+            self.diverged.append(f"{self.name} request {self._next} ({purpose}) differs")
+        if answer.get("kind") == "error":
+            raise LLMError(str(answer.get("message", "")))
+        return str(answer.get("text", ""))

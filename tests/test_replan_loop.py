@@ -1,0 +1,188 @@
+"""The ReplanVLM loop on the physics twin, driven by scripted bots over real loopback HTTP:
+each correction (format, sandbox refusal, plan/code match, dry-run comparison, the Extra
+Bot's "not done") goes back to the Decision Bot as an error message; five cycles without
+agreement fail the task; the episode is recorded and replays. The twin's truth is read only
+by the judge."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from scripted_bots import ScriptedBots, proposal, verdict
+
+from onboard.config import RobotConfig
+from onboard.drivers.twin.world import Twin
+from onboard.grounding.embedder import Embedder
+from onboard.llm.content import decode_image
+from onboard.loop.recorder import Recorder, read_recording
+from onboard.replan.api import RobotAPI, api_doc
+from onboard.replan.bots import open_bots
+from onboard.replan.episode import Corrections, RobotWorld, run_code_episode
+from onboard.replan.replay import replay_code_recording
+from onboard.replan.robot import code_limits
+from onboard.testing.code_judges import judge
+from onboard.testing.code_tasks import CodeTask, load_code_tasks, set_up
+from onboard.testing.code_trials import code_world
+from onboard.testing.tidy_eval import detector
+
+HUNGRY_PLAN = ["Find the apple.", "Pick up the apple.", "Hold it out to the person."]
+HUNGRY_CODE = 'detect()\npick("apple")\ngive_me()\n'
+MISMATCHED = 'detect()\npick("apple")\n'
+DONE = verdict("done", True, "the apple is held out")
+MATCH = verdict("match", True, "each step is in the code")
+
+
+def task(number: int) -> CodeTask:
+    return next(t for t in load_code_tasks() if t.number == number)
+
+
+@pytest.fixture
+def hungry(robot: RobotConfig, embedder: Embedder) -> Iterator[tuple[Twin, RobotAPI, CodeTask]]:
+    t = task(1)
+    with code_world(robot, t.scene, embedder, detector()) as (twin, api):
+        set_up(twin, t, random.Random("loop/1"), solved=lambda w: judge(w, t).passed)
+        api.home()
+        yield twin, api, t
+
+
+def world(twin: Twin, api: RobotAPI, robot: RobotConfig, t: CodeTask) -> RobotWorld:
+    return RobotWorld(api, code_limits(robot.code), t.scene, lambda: twin.time)
+
+
+def episode(
+    robot: RobotConfig,
+    server: ScriptedBots,
+    w: RobotWorld,
+    t: CodeTask,
+    corrections: Corrections,
+    path: Path | None = None,
+):  # type: ignore[no-untyped-def]
+    recorder = Recorder(path)
+    with recorder, open_bots(robot, recorder, server.base_url) as bots:
+        return run_code_episode(w, t.instruction, bots, corrections, recorder)
+
+
+def errors_in(body: dict) -> str:  # type: ignore[type-arg]
+    last = body["messages"][-1]["content"]
+    text = last if isinstance(last, str) else last[0]["text"]
+    return str(text.split("Error messages from earlier tries:")[1])
+
+
+def test_each_internal_correction_reaches_the_next_decision_and_the_task_is_done(
+    robot: RobotConfig, hungry: tuple[Twin, RobotAPI, CodeTask], tmp_path: Path
+) -> None:
+    twin, api, t = hungry
+    server = ScriptedBots(
+        decision=[
+            "I would pick up the apple.",  # no PLAN / CODE: a format problem
+            proposal(HUNGRY_PLAN, "import os\npick('apple')\n"),  # the sandbox refuses
+            proposal(HUNGRY_PLAN, MISMATCHED),  # the Inner Bot: no give_me
+            proposal(HUNGRY_PLAN, HUNGRY_CODE),
+        ],
+        inner=[verdict("match", False, "step 3 (hold it out) is not in the code"), MATCH],
+        extra=[DONE],
+    )
+    path = tmp_path / "hungry.jsonl"
+    with server:
+        outcome = episode(robot, server, world(twin, api, robot, t), t, Corrections(), path)
+    assert outcome.done and outcome.failed is None and outcome.runs == 1
+    assert [e.phase for e in outcome.events] == ["format", "refused", "match"]
+    asked = server.seen("decision")
+    assert len(asked) == 4
+    assert "none." in errors_in(asked[0])
+    assert "no 'PLAN:' section" in errors_in(asked[1])
+    assert "import" in errors_in(asked[2]) and "no 'PLAN:' section" in errors_in(asked[2])
+    assert "step 3 (hold it out)" in errors_in(asked[3])
+    assert judge(twin, t, robot.code.handover).passed
+    # the prompt carries the API documentation byte for byte, and the camera's frame
+    assert api_doc() in asked[0]["messages"][0]["content"]
+    image = asked[0]["messages"][-1]["content"][1]["image_url"]["url"]
+    frame = decode_image(base64.b64decode(image.split(",", 1)[1]))
+    assert frame.shape == (480, 640, 3)
+    # recorded, images by hash, and replayed to the same decisions
+    kinds = [r["kind"] for r in read_recording(path)]
+    assert kinds.count("request") == 4 + 2 + 1 and "end" in kinds
+    assert list((tmp_path / "hungry.images").glob("*.png"))
+    recorded, replayed = replay_code_recording(path)
+    assert recorded == replayed
+
+
+def test_five_cycles_without_agreement_fail_the_task_and_nothing_runs(
+    robot: RobotConfig, hungry: tuple[Twin, RobotAPI, CodeTask]
+) -> None:
+    twin, api, t = hungry
+    server = ScriptedBots(
+        decision=[proposal(HUNGRY_PLAN, MISMATCHED)],
+        inner=[verdict("match", False, "the code never holds the apple out")],
+        extra=[DONE],
+    )
+    with server:
+        outcome = episode(robot, server, world(twin, api, robot, t), t, Corrections())
+    assert not outcome.done and outcome.runs == 0
+    assert outcome.failed == "no program passed the checks in 5 proposal(s)"
+    assert [e.phase for e in outcome.events] == ["match"] * 5
+    assert not server.seen("extra")
+
+
+def test_not_done_replans_with_the_extra_bots_reason(
+    robot: RobotConfig, hungry: tuple[Twin, RobotAPI, CodeTask]
+) -> None:
+    twin, api, t = hungry
+    reason = "nothing is held out: the apple is still on the table"
+    server = ScriptedBots(
+        decision=[
+            proposal(["Find the apple."], "detect()\n"),
+            proposal(HUNGRY_PLAN, HUNGRY_CODE),
+        ],
+        inner=[MATCH],
+        extra=[verdict("done", False, reason), DONE],
+    )
+    with server:
+        outcome = episode(robot, server, world(twin, api, robot, t), t, Corrections())
+    assert outcome.done and outcome.runs == 2
+    assert [e.phase for e in outcome.events] == ["extra"]
+    assert reason in errors_in(server.seen("decision")[1])
+    extra = server.seen("extra")[0]["messages"][-1]["content"]
+    assert len([p for p in extra if p["type"] == "image_url"]) == 2  # before and after
+    assert "Before the run:" in extra[0]["text"] and "Changes:" in extra[0]["text"]
+
+
+def test_without_corrections_the_first_program_runs_once_and_is_not_checked(
+    robot: RobotConfig, hungry: tuple[Twin, RobotAPI, CodeTask]
+) -> None:
+    twin, api, t = hungry
+    server = ScriptedBots(decision=[proposal(HUNGRY_PLAN, MISMATCHED)], inner=[], extra=[])
+    with server:
+        outcome = episode(
+            robot, server, world(twin, api, robot, t), t, Corrections(False, False)
+        )
+    assert outcome.runs == 1 and outcome.done  # the run ended without error: its own view
+    assert not judge(twin, t, robot.code.handover).passed  # ... but the apple is not given
+    assert not server.seen("inner") and not server.seen("extra")
+
+
+def test_a_changed_reply_in_the_recording_diverges_on_replay(
+    robot: RobotConfig, hungry: tuple[Twin, RobotAPI, CodeTask], tmp_path: Path
+) -> None:
+    twin, api, t = hungry
+    server = ScriptedBots(
+        decision=[proposal(HUNGRY_PLAN, HUNGRY_CODE)], inner=[MATCH], extra=[DONE]
+    )
+    path = tmp_path / "one.jsonl"
+    with server:
+        episode(robot, server, world(twin, api, robot, t), t, Corrections(), path)
+    lines = path.read_text().splitlines()
+    edited = []
+    for line in lines:
+        record = json.loads(line)
+        if record["kind"] == "reply" and record["bot"] == "inner":
+            record["text"] = verdict("match", False, "edited")
+        edited.append(json.dumps(record))
+    path.write_text("\n".join(edited) + "\n")
+    recorded, replayed = replay_code_recording(path)
+    assert recorded != replayed
