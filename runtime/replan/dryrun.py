@@ -141,13 +141,16 @@ class _Watch:
         self._touched = {}
         before = self._positions()
         self._exempt_before = self._exempt()
+        failure = None
         try:
             result = call(self.dry.api, name, args, kwargs)
         except RobotAPIError as exc:
-            self._failed(text, exc)
+            failure = _failure(text, exc)
             raise
         finally:
-            self._after(name, args, before)
+            self._after(name, args, before)  # what it hit first, then how the call failed
+            if failure is not None:
+                self.problems.append(failure)
         if name == "open_drawer":
             self.opened, self.opened_call = str(args[0] if args else "drawer"), text
         return result
@@ -178,18 +181,6 @@ class _Watch:
             kinds = {"drawer"}
             bodies.add(self.dry.twin.table)
         return bodies | {b for b, n in self.dry.bodies.items() if self.dry.twin.kind_of(n) in kinds}
-
-    def _failed(self, text: str, exc: RobotAPIError) -> None:
-        cause = _cause(exc)
-        line = str(exc)
-        if isinstance(cause, SafetyError):
-            self.problems.append(f"SafeArm refused {text}: {cause}")
-        elif isinstance(cause, ArmError) and ("out of reach" in line or "workspace" in line):
-            self.problems.append(f"{text} asks for a pose out of the arm's reach: {cause}")
-        elif isinstance(cause, ArmError):
-            self.problems.append(f"the arm failed in {text}: {cause}")
-        elif "closed on nothing" in line:
-            self.problems.append(f"the grasp failed in {text}: {line.split(': ', 1)[-1]}")
 
     def _exempt(self) -> set[int]:
         """Loose bodies that may move in this call: what the hand holds or touches, what
@@ -250,6 +241,22 @@ def _part(link: int) -> str:
     if link in FINGERS:
         return "finger"
     return "hand" if link == HAND else "arm"
+
+
+def _failure(text: str, exc: RobotAPIError) -> str | None:
+    """A failed call as a problem: SafeArm's refusal, a pose out of reach, an arm that
+    could not get there, a grasp on nothing; None for the program's own mistakes (nothing
+    held, no such object), which the run's message says."""
+    cause, line = _cause(exc), str(exc)
+    if isinstance(cause, SafetyError):
+        return f"SafeArm refused {text}: {cause}"
+    if isinstance(cause, ArmError) and ("out of reach" in line or "workspace" in line):
+        return f"{text} asks for a pose out of the arm's reach: {cause}"
+    if isinstance(cause, ArmError):
+        return f"the arm failed in {text}: {cause}"
+    if "closed on nothing" in line:
+        return f"the grasp failed in {text}: {line.split(': ', 1)[-1]}"
+    return None
 
 
 def _rise(
