@@ -14,7 +14,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from onboard.base.errors import LLMError, RecordingError
+from onboard.base.errors import LLMError
 from onboard.config import RobotConfig
 from onboard.llm.client import ChatClient, Message
 from onboard.loop.recorder import Recorder
@@ -108,7 +108,8 @@ class RecordedBot:
         self, purpose: str, messages: Sequence[Message], schema: Mapping[str, Any] | None = None
     ) -> str:
         if self._next >= len(self._exchanges):
-            raise RecordingError(f"replay: the {self.name} bot was asked more than recorded")
+            self.diverged.append(f"the {self.name} bot was asked more than recorded")
+            raise LLMError(f"replay: the {self.name} bot was asked more than recorded")
         request, answer = self._exchanges[self._next]
         self._next += 1
         if request.get("purpose") != purpose or request.get("messages") != list(messages):

@@ -446,7 +446,9 @@ def run_code_episode(
 ) -> CodeOutcome:
     """One episode of ``instruction`` (see the module's docstring). ``dry`` runs the Inner
     Bot's dry runs (None: regenerate-and-compare is left out, as where the sim extra is
-    missing); ``goal_images`` are pictures the instruction refers to."""
+    missing); ``goal_images`` are pictures the instruction refers to. Records are stamped
+    with the robot's clock."""
+    recorder.use_clock(world.now)
     recorder.write(
         "start",
         instruction=instruction,

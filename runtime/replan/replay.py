@@ -26,6 +26,10 @@ from onboard.replan.scene_state import ObjectState, SceneState
 __all__ = ["replay_code_recording", "state_from_record"]
 
 
+class _Diverged(Exception):
+    """The replayed loop asked the world for more than the recording holds."""
+
+
 def state_from_record(record: Mapping[str, Any]) -> SceneState:
     """A :class:`SceneState` from its ``to_record()``."""
     objects = tuple(
@@ -55,7 +59,7 @@ class _RecordedWorld:
     def look(self) -> tuple[bytes | None, SceneState]:
         record = next(self._looks, None)
         if record is None:
-            raise RecordingError("replay: the loop looked more often than recorded")
+            raise _Diverged("the loop looked more often than recorded")
         self._t = float(record.get("t") or 0.0)
         frame = None
         if record.get("image"):
@@ -68,7 +72,7 @@ class _RecordedWorld:
     def run(self, program: str) -> RunResult:
         record = next(self._runs, None)
         if record is None:
-            raise RecordingError("replay: the loop ran more programs than recorded")
+            raise _Diverged("the loop ran more programs than recorded")
         ended = str(record["ended"])
         reason, _, message = ended.partition(": ")
         ok = ended == "ok"
@@ -91,7 +95,7 @@ def _dry_runner(records: list[dict[str, Any]]):  # type: ignore[no-untyped-def]
     def dry(scene: SceneState, first: str, second: str | None) -> tuple[list[str], str | None]:
         record = next(recorded, None)
         if record is None:
-            raise RecordingError("replay: the loop dry-ran more often than recorded")
+            raise _Diverged("the loop dry-ran more often than recorded")
         return list(record["problems"]), record["difference"]
 
     return dry
@@ -130,17 +134,20 @@ def replay_code_recording(path: Path) -> tuple[list[str], list[str]]:
     )
     goals = [_image_bytes(path, sha) for sha in start.get("goal_images", [])]
     bots = _bots(records)
-    outcome = run_code_episode(
-        _RecordedWorld(records, path),
-        start["instruction"],
-        Bots(bots["decision"], bots["inner"], bots["extra"]),
-        corrections,
-        Recorder(None),
-        dry=_dry_runner(records) if options.get("dry_run") else None,
-        goal_images=goals,
-        goal_notes=start.get("goal_notes", []),
-        image_format=start.get("image_format", "png"),
-    )
+    try:
+        outcome = run_code_episode(
+            _RecordedWorld(records, path),
+            start["instruction"],
+            Bots(bots["decision"], bots["inner"], bots["extra"]),
+            corrections,
+            Recorder(None),
+            dry=_dry_runner(records) if options.get("dry_run") else None,
+            goal_images=goals,
+            goal_notes=start.get("goal_notes", []),
+            image_format=start.get("image_format", "png"),
+        )
+    except _Diverged as exc:
+        return list(end["decisions"]), [f"diverged: {exc}"]
     replayed = list(outcome.decisions)
     for bot in bots.values():
         replayed += [f"diverged: {d}" for d in bot.diverged]

@@ -29,13 +29,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from onboard import bundled
 from onboard.config import RobotConfig
 from onboard.drivers.twin.world import Twin
 from onboard.grounding.embedder import Embedder
 from onboard.llm.content import encode_image
 from onboard.loop.recorder import Recorder
-from onboard.loop.recording import SkillText, build_header
 from onboard.perception.detector import Detector
 from onboard.replan.bots import open_bots
 from onboard.replan.episode import (
@@ -45,11 +43,12 @@ from onboard.replan.episode import (
     run_code_episode,
     twin_dry_runner,
 )
+from onboard.replan.record import code_header
 from onboard.replan.robot import code_limits
 from onboard.replan.sandbox import RunResult
 from onboard.testing.code_judges import judge
 from onboard.testing.code_report import EpisodeRow
-from onboard.testing.code_tasks import CodeTask, goal_image, set_up, tasks_file
+from onboard.testing.code_tasks import CodeTask, goal_image, set_up
 from onboard.testing.code_trials import code_world
 from onboard.testing.disturb import Disturbance, Event, disturbed
 
@@ -127,30 +126,20 @@ def run_episode(
         goals = [encode_image(goal_image(task))] if task.goal_scene else []
         notes = [GOAL_NOTE] if goals else []
         with _recorder(recording) as recorder:
-            recorder.write(
-                "header",
-                **build_header(
-                    robot,
-                    SkillText(
-                        name="code",
-                        toml=tasks_file().read_text(encoding="utf-8"),
-                        file=str(tasks_file()),
-                    ),
-                    "code",
-                    options={
-                        "method": method.name,
-                        "model": model,
-                        "seed": seed,
-                        "trial": trial,
-                        "disturb": disturb,
-                    },
-                    models={
-                        "detector": bundled.detector_dir() / "model.onnx",
-                        "embedder": bundled.embedder_dir() / "model.onnx",
-                    },
-                    task={"number": task.number, "name": task.name, "scene": task.scene},
-                ),
-            )
+            task_info = {
+                "number": task.number,
+                "name": task.name,
+                "scene": task.scene,
+                "instruction": task.instruction,
+            }
+            options = {
+                "method": method.name,
+                "model": model,
+                "seed": seed,
+                "trial": trial,
+                "disturb": disturb,
+            }
+            recorder.write("header", **code_header(robot, task_info, options))
             with (
                 open_bots(robot, recorder, base_url) as bots,
                 _maybe_disturbed(twin, disturb) as events,
