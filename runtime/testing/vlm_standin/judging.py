@@ -15,6 +15,7 @@ import ast
 import itertools
 from collections.abc import Sequence
 
+from onboard.testing.vlm_standin.matching import Action, plan_actions
 from onboard.testing.vlm_standin.programs import FOODS, write
 from onboard.testing.vlm_standin.seeing import View
 from onboard.testing.vlm_standin.tasks import colour_order
@@ -162,45 +163,62 @@ def _parse_step(step: str) -> tuple[str, object]:
     return step.strip(), None
 
 
+_API_OF = {
+    "pick": ("pick",),
+    "put": ("place", "put_in"),
+    "give": ("give_me",),
+    "open": ("open_drawer",),
+    "close": ("close_drawer",),
+    "home": ("home",),
+    "wait": ("wait", "wait_until_at"),
+    "move": ("move_to",),
+}
+#: metres from every object seen a point must be to be a free spot
+FREE = 0.08
+
+
 def saycan_step(
     task: int | None, instruction: str, scene: View, taken: Sequence[str], steps: Sequence[str]
 ) -> str:
-    """The next step of the stand-in's own plan for the scene as it is, one of ``steps``."""
+    """The next step of the stand-in's own plan for the scene as it is now, one of
+    ``steps``: its plan's actions read as the Inner Bot reads them, the first one not done
+    yet matched to a listed step by the call's name and the object it names."""
     fallback = "done" if "done" in steps else steps[-1]
     taken_calls = [_parse_step(s) for s in taken]
     finished, _ = done(task, instruction, scene, scene, [], "ok")
-    if task == 1 and scene.held is not None:
+    if task == 1:
         finished = any(name == "give_me" for name, _ in taken_calls)
-    if finished and task not in (6, None):
+    if task == 6:
+        finished = any(name in ("place", "put_in") for name, _ in taken_calls)
+    if finished:
         return fallback
-    listed = [(s, *_parse_step(s)) for s in steps]
-    program = write(task, scene, instruction, [], []).program()
-    plan = [c for c in _ordered_calls(program) if c[0] not in ("wait", "wait_until_at")]
+    draft = write(task, scene, instruction, [], [])
+    actions = plan_actions(draft.plan(), scene.names())
     if scene.held is not None:
-        after_pick = [i + 1 for i, c in enumerate(plan) if c == ("pick", scene.held)]
-        plan = plan[after_pick[0] :] if after_pick else [("place", None)]
-    elif task == 6 and any(name == "place" for name, _ in taken_calls):
-        return fallback
-    for name, arg in plan:
-        for step, step_name, step_arg in listed:
-            if step_name == name and (arg is None or step_arg is None or arg == step_arg):
-                if (name, step_arg) in taken_calls and name in ("open_drawer", "home"):
-                    continue
-                return step
+        picked = [i for i, a in enumerate(actions) if a.kind == "pick" and a.thing == scene.held]
+        # held but not in the plan: put down out of the way first
+        aside = [Action("put", None, 0, "Place it on a free spot on the table.")]
+        actions = actions[picked[0] + 1 :] if picked else aside
+    listed = [(s, *_parse_step(s)) for s in steps]
+    for action in actions:
+        if action.kind == "open" and any(n == "open_drawer" for n, _ in taken_calls):
+            continue
+        options = [(s, arg) for s, name, arg in listed if name in _API_OF[action.kind]]
+        if action.thing is not None:
+            options = [o for o in options if o[1] in (action.thing, None)] or options
+        elif action.kind == "put":
+            points = [o for o in options if isinstance(o[1], list) and _free(scene, o[1])]
+            options = points or options
+        if options:
+            return options[0][0]
     return fallback
 
 
-def _ordered_calls(source: str) -> list[tuple[str, object]]:
-    calls: list[tuple[int, int, str, object]] = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            if node.func.id not in ACTIONS:
-                continue
-            arg: object = None
-            if node.args:
-                try:
-                    arg = ast.literal_eval(node.args[0])
-                except ValueError:
-                    arg = None
-            calls.append((node.lineno, node.col_offset, node.func.id, arg))
-    return [(name, arg) for _, _, name, arg in sorted(calls, key=lambda c: (c[0], c[1]))]
+def _free(scene: View, point: list[object]) -> bool:
+    if len(point) < 2 or not all(isinstance(v, int | float) for v in point[:2]):
+        return False
+    x, y = float(point[0]), float(point[1])  # type: ignore[arg-type]
+    return all(
+        t.position is None or abs(t.position[0] - x) >= FREE or abs(t.position[1] - y) >= FREE
+        for t in scene.things
+    )

@@ -25,16 +25,17 @@ def start_vlm_standin(
     competence: float,
     log: Path | None,
     python: Sequence[str] = (sys.executable,),
+    stderr: Path | None = None,
 ) -> Iterator[str]:
     """The stand-in in its own process; yields its base URL (``http://127.0.0.1:PORT/v1``).
-    ``python``: the interpreter command (a test may add flags such as ``-X importtime``)."""
+    ``python``: the interpreter command (a test may add flags such as ``-X importtime``);
+    ``stderr``: a file for the child's standard error (default: kept for a failed start)."""
     command = [*python, "-m", "onboard.testing.vlm_standin", "--port", "0", "--seed", str(seed),
                "--competence", str(competence)]  # fmt: skip
     if log is not None:
         command += ["--log", str(log)]
-    child = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
-    )
+    errors = stderr.open("w", encoding="utf-8") if stderr is not None else subprocess.PIPE
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, bufsize=1)
     try:
         url = _first_line(child, STARTUP)
         yield url
@@ -48,6 +49,8 @@ def start_vlm_standin(
         for stream in (child.stdout, child.stderr):
             if stream is not None:
                 stream.close()
+        if stderr is not None and not isinstance(errors, int):
+            errors.close()
 
 
 def _first_line(child: subprocess.Popen[str], timeout: float) -> str:
@@ -64,6 +67,6 @@ def _first_line(child: subprocess.Popen[str], timeout: float) -> str:
     if not ready.wait(timeout) or not got[0].startswith("http://"):
         child.kill()
         _, err = child.communicate()
-        last = (err or "").strip().splitlines()[-1:] or ["no output"]
+        last = (err or "").strip().splitlines()[-1:] or ["no output on its standard error"]
         raise LLMError(f"the vlm stand-in did not start: {last[0]}")
     return got[0]

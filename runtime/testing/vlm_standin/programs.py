@@ -47,6 +47,21 @@ def free_spot(taken):
 
 taken = []"""
 
+# what is stacked on a block is looked up when the program runs (a name the robot gives a
+# block may differ from the one the image suggests: "yellow block 2"), top first
+_TOP_OF = """
+
+def top_of(name):
+    base = where(name)
+    top = None
+    for other in detect():
+        x, y, z = where(other)
+        if other != name and abs(x - base[0]) < 0.03 and abs(y - base[1]) < 0.03:
+            if z > base[2] + 0.01 and (top is None or z > where(top)[2]):
+                top = other
+    return top
+"""
+
 
 @dataclass
 class Draft:
@@ -157,12 +172,14 @@ def _stack_words(view: View, bottom: str) -> str:
     return "; " + ", ".join(f"the {upper} is on the {lower}" for lower, upper in pairs)
 
 
-def _clear(draft: Draft, names: Sequence[str]) -> None:
-    """Take ``names`` (top first) off where they are, each to a free spot."""
+def _clear(draft: Draft, names: Sequence[tuple[str, str | None]]) -> None:
+    """Take each block (top first) off the stack on its base (None: the block itself,
+    from what it stands on) to a free spot."""
     if names and not any(line.startswith("SPOTS") for line, _ in draft.lines):
-        draft.code(_FREE_SPOT)
-    for name in names:
-        draft.step(f"Take the {name} off the stack: pick it up.", f"pick({_q(name)})")
+        draft.code(_FREE_SPOT + _TOP_OF)
+    for name, base in names:
+        call = f"pick(top_of({_q(base)}))" if base is not None else f"pick({_q(name)})"
+        draft.step(f"Take the {name} off the stack: pick it up.", call)
         draft.step(
             "Place it on a free spot on the table.",
             "spot = free_spot(taken)",
@@ -179,7 +196,7 @@ def _tower(view: View, unstack: bool) -> Draft:
         draft.step(_look(view), "detect()", action=False)
     else:
         draft.step(_look(view, _stack_words(view, red)), "detect()", action=False)
-        _clear(draft, list(reversed(view.on_top_of(red))))
+        _clear(draft, [(name, red) for name in reversed(view.on_top_of(red))])
     draft.step(f"Pick up the {red}.", f"pick({_q(red)})")
     draft.step(f"Put it into the {box}.", f"put_in({_q(box)})")
     draft.step("Go home.", "home()")
@@ -198,17 +215,20 @@ def _picture(view: View, goal: Sequence[str]) -> Draft:
         read = "I cannot see the picture's order; I stack " + ", ".join(order)
     draft.step(f"Read the picture: {read}. {_look(view)}", "detect()", action=False)
     kept = _kept(view, order)
-    clear: list[str] = []
+    clear: list[tuple[str, str | None]] = []
 
-    def take_off(name: str) -> None:
-        clear.extend(a for a in reversed(view.on_top_of(name)) if a not in clear)
+    def take_off(base: str) -> None:
+        done = {name for name, _ in clear}
+        clear.extend((a, base) for a in reversed(view.on_top_of(base)) if a not in done)
 
     if kept:
         take_off(order[kept - 1])
     for name in order[kept:]:
         take_off(name)
-    if order and not kept and view.named(order[0]) is not None and order[0] not in clear:
-        clear.append(order[0])  # the bottom block stands on another: to the table first
+    # the bottom block standing on another goes to the table first
+    moved = {name for name, _ in clear}
+    if order and not kept and view.named(order[0]) is not None and order[0] not in moved:
+        clear.append((order[0], None))
     _clear(draft, clear)
     for i in range(max(kept, 1), len(order)):
         draft.step(f"Pick up the {order[i]}.", f"pick({_q(order[i])})")
