@@ -1,0 +1,363 @@
+"""The stand-in VLM's HTTP server: ``POST /v1/chat/completions`` and ``GET /v1/models`` on
+loopback, answering the four requests of :mod:`onboard.replan.prompts` (told apart by the
+system message's first line) from the request alone: its text and its images' pixels.
+
+A request it cannot read gets HTTP 400 with a one-line JSON error naming what is wrong
+(``{"error": {"message": ..., "type": "invalid_request_error", "code": 400}}``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import numpy.typing as npt
+
+from onboard.llm.content import decode_image, message_text
+from onboard.replan.allowlist import check
+from onboard.replan.names import API_NAMES
+from onboard.replan.prompts import (
+    DECISION_ROLE,
+    ERRORS,
+    EXTRA_ROLE,
+    INSTRUCTION,
+    MATCH_ROLE,
+    SAYCAN_ROLE,
+    SCENE,
+    read_proposal,
+)
+from onboard.testing.loopback import LoopbackServer, OwnedHTTPServer
+from onboard.testing.standin_server import completion_json, error_json
+from onboard.testing.vlm_standin import planting
+from onboard.testing.vlm_standin.judging import done, saycan_step
+from onboard.testing.vlm_standin.matching import match
+from onboard.testing.vlm_standin.programs import write
+from onboard.testing.vlm_standin.seeing import View, from_image, from_text, goal_order
+from onboard.testing.vlm_standin.tasks import recognise
+
+__all__ = ["MODEL_NAME", "BadRequest", "VLMStandIn"]
+
+MODEL_NAME = "vlm-standin"
+ROLES = {
+    DECISION_ROLE: "decision",
+    MATCH_ROLE: "match",
+    EXTRA_ROLE: "extra",
+    SAYCAN_ROLE: "saycan",
+}
+_DATA_URL = re.compile(r"^data:image/(?:png|jpeg|jpg);base64,(?P<data>.+)$", re.S)
+
+
+class BadRequest(ValueError):
+    """What is wrong with a request, one line (answered with HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class Request:
+    bot: str
+    text: str  # the last user message's text
+    images: list[npt.NDArray[np.uint8]]
+    messages: list[Mapping[str, Any]]
+    schema: Mapping[str, Any] | None
+
+
+def read_request(body: Any) -> Request:
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        raise BadRequest("the body is not a JSON object with a 'messages' list")
+    messages = body["messages"]
+    if not all(isinstance(m, dict) for m in messages):
+        raise BadRequest("a message is not a JSON object")
+    system = next((m for m in messages if m.get("role") == "system"), None)
+    if system is None:
+        raise BadRequest("no system message: its first line names the bot")
+    first = message_text(system).strip().split("\n", 1)[0].strip()
+    if first not in ROLES:
+        raise BadRequest(f"the system message's first line names no bot I play: {first[:80]!r}")
+    user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
+    if user is None:
+        raise BadRequest("no user message")
+    return Request(ROLES[first], message_text(user), _images(user), messages, _schema(body))
+
+
+def _images(message: Mapping[str, Any]) -> list[npt.NDArray[np.uint8]]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    images: list[npt.NDArray[np.uint8]] = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") != "image_url":
+            continue
+        n = len(images) + 1
+        image_url = part.get("image_url")
+        url = image_url.get("url") if isinstance(image_url, dict) else None
+        found = _DATA_URL.match(url) if isinstance(url, str) else None
+        if found is None:
+            raise BadRequest(f"image {n}: not a base64 data URL of a PNG or JPEG image")
+        try:
+            data = base64.b64decode(found.group("data"), validate=True)
+            images.append(decode_image(data))
+        except (binascii.Error, ValueError) as exc:
+            raise BadRequest(f"image {n}: {' '.join(str(exc).split())}") from None
+    return images
+
+
+def _schema(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    form = body.get("response_format")
+    if not isinstance(form, dict):
+        return None
+    if isinstance(form.get("schema"), dict):
+        return cast(Mapping[str, Any], form["schema"])
+    inner = form.get("json_schema")
+    if isinstance(inner, dict) and isinstance(inner.get("schema"), dict):
+        return cast(Mapping[str, Any], inner["schema"])
+    return None
+
+
+def _line_after(text: str, heading: str) -> str:
+    for line in text.splitlines():
+        if line.startswith(heading):
+            return line[len(heading) :].strip()
+    return ""
+
+
+def _section(text: str, heading: str, ends: Sequence[str]) -> str:
+    """The lines after the line ``heading`` up to the first line starting with one of
+    ``ends``."""
+    lines = text.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() == heading) + 1
+    except StopIteration:
+        return ""
+    out = []
+    for line in lines[start:]:
+        if any(line.startswith(e) for e in ends):
+            break
+        out.append(line)
+    return "\n".join(out)
+
+
+def _errors(text: str) -> list[str]:
+    lines = text.splitlines()
+    at = next((i for i, line in enumerate(lines) if line.startswith(ERRORS)), None)
+    if at is None:
+        return []
+    out = []
+    for line in lines[at + 1 :]:
+        if not line.startswith("- "):
+            break
+        out.append(line[2:])
+    return out
+
+
+class VLMStandIn(LoopbackServer):
+    """The stand-in VLM, served from a thread (the process runs it: ``__main__``)."""
+
+    def __init__(
+        self,
+        seed: int = 0,
+        competence: float = planting.DEFAULT_COMPETENCE,
+        log: Path | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        if not 0.0 <= competence <= 1.0:
+            raise ValueError(f"competence {competence}: not between 0 and 1")
+        self.seed, self.competence, self.log = seed, competence, log
+        self._lock = threading.Lock()
+        self._seen: dict[str, int] = {}
+        super().__init__(host, port)
+
+    def _draws(self, request: Request) -> planting.Draws:
+        digest = planting.request_hash(request.messages)
+        with self._lock:
+            n = self._seen.get(digest, 0)
+            self._seen[digest] = n + 1
+        return planting.Draws(self.seed, digest, n, self.competence)
+
+    def _write_log(self, record: dict[str, Any]) -> None:
+        if self.log is None:
+            return
+        with self._lock, self.log.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(record, sort_keys=True) + "\n")
+
+    def answer(self, body: Any) -> str:
+        """The reply's content for a request body; BadRequest when it cannot be read."""
+        request = read_request(body)
+        draws = self._draws(request)
+        if request.bot == "decision":
+            return self._decision(request, draws)
+        if request.bot == "match":
+            return self._match(request)
+        if request.bot == "extra":
+            return self._extra(request, draws)
+        return self._saycan(request)
+
+    def _decision(self, request: Request, draws: planting.Draws) -> str:
+        text = request.text
+        instruction = _line_after(text, INSTRUCTION)
+        if not instruction:
+            raise BadRequest(f"the user message has no {INSTRUCTION!r} line")
+        errors = _errors(text)
+        task = recognise(instruction)
+        if request.images:
+            view, mode = from_image(request.images[0]), "image"
+        else:
+            view, mode = from_text(_section(text, SCENE, ("Images:",))), "text"
+        goal = goal_order(request.images[1]) if task == 3 and len(request.images) > 1 else []
+        named = planting.named_kinds(errors)
+        planted = draws.planted(task, named)
+        draft = write(task, view, instruction, planted, goal)
+        drop = None
+        if "mismatch" in planted:
+            options = draft.droppable()
+            if options:
+                drop = draws.choice(options)
+            else:
+                planted.remove("mismatch")
+        reply = draft.reply(drop, fenced="format" not in planted)
+        refused = check(draft.program(drop), API_NAMES)
+        if refused:  # the templates are the stand-in's own: a refusal is its bug
+            raise RuntimeError(f"the stand-in wrote a program the check refuses: {refused[0]}")
+        self._write_log(
+            {
+                "bot": "decision",
+                "hash": draws.digest,
+                "n": draws.seen,
+                "task": task,
+                "mode": mode,
+                "seen": view.names(),
+                "planted": planted,
+                "named": named,
+            }
+        )
+        return reply
+
+    def _match(self, request: Request) -> str:
+        proposal = read_proposal(request.text)
+        if isinstance(proposal, str):
+            verdict, reason = False, proposal
+        else:
+            verdict, reason = match(proposal.plan, proposal.code)
+        return json.dumps({"match": verdict, "reason": reason[:300]})
+
+    def _extra(self, request: Request, draws: planting.Draws) -> str:
+        text = request.text
+        instruction = _line_after(text, INSTRUCTION)
+        task = recognise(instruction)
+        ended = _line_after(text, "How the run ended:") or "ok"
+        before = from_text(_section(text, "Before the run:", ("After the run:",)))
+        after = from_text(_section(text, "After the run:", ("Changes:",)))
+        goal = goal_order(request.images[2]) if task == 3 and len(request.images) > 2 else []
+        judged, reason = done(task, instruction, after, before, goal, ended)
+        planted = []
+        if not judged and draws.chance(planting.rate("extra_false_done", self.competence)):
+            planted, reason = ["extra_false_done"], "the task looks done"
+        self._write_log(
+            {
+                "bot": "extra",
+                "hash": draws.digest,
+                "n": draws.seen,
+                "task": task,
+                "done": judged or bool(planted),
+                "judged": judged,
+                "planted": planted,
+            }
+        )
+        return json.dumps({"done": judged or bool(planted), "reason": reason[:300]})
+
+    def _saycan(self, request: Request) -> str:
+        text = request.text
+        instruction = _line_after(text, INSTRUCTION)
+        scene: View = from_text(_section(text, SCENE, ("Steps taken so far:",)))
+        taken = [
+            re.sub(r"^\d+\.\s*", "", line)
+            for line in _section(
+                text, "Steps taken so far:", ("Steps to choose from:",)
+            ).splitlines()
+            if line.strip() and line.strip() != "none yet"
+        ]
+        steps = [
+            line[2:]
+            for line in _section(text, "Steps to choose from:", ("The next step:",)).splitlines()
+            if line.startswith("- ")
+        ]
+        enum = _enum(request.schema)
+        if enum:
+            steps = enum
+        if not steps:
+            raise BadRequest("the request lists no steps to choose from")
+        step = saycan_step(recognise(instruction), instruction, scene, taken, steps)
+        return json.dumps({"step": step})
+
+
+def _enum(schema: Mapping[str, Any] | None) -> list[str]:
+    if schema is None:
+        return []
+    step = schema.get("properties", {}).get("step", {})
+    values = step.get("enum") if isinstance(step, dict) else None
+    return [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server_version = "VLMStandIn/1.0"
+
+    def log_message(self, *args: Any, **kwargs: Any) -> None:
+        """Quiet."""
+
+    @property
+    def _owner(self) -> VLMStandIn:
+        return cast(VLMStandIn, cast(OwnedHTTPServer, self.server).owner)
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") == "/v1/models":
+            entry = {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "onboard"}
+            self._send(200, {"object": "list", "data": [entry]})
+        else:
+            self._send(404, error_json(f"unknown path {self.path}", "not_found", 404))
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length > 0 else b""
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self._send(404, error_json(f"unknown path {self.path}", "not_found", 404))
+            return
+        try:
+            body = json.loads(raw.decode("utf-8"))
+            content = self._owner.answer(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            self._bad(f"the body is not JSON: {exc}")
+            return
+        except BadRequest as exc:
+            self._bad(str(exc))
+            return
+        except Exception as exc:  # the stand-in's own failure: a 500, never a dropped line
+            message = " ".join(f"stand-in failure: {type(exc).__name__}: {exc}".split())
+            self._send(500, error_json(message, "server_error", 500))
+            return
+        model = body.get("model") if isinstance(body.get("model"), str) else MODEL_NAME
+        words = sum(len(message_text(m).split()) for m in body["messages"])
+        self._send(200, completion_json(model or MODEL_NAME, content, words))
+
+    def _bad(self, message: str) -> None:
+        self._send(400, error_json(" ".join(message.split()), "invalid_request_error", 400))
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+VLMStandIn.handler = _Handler
