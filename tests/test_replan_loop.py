@@ -22,7 +22,7 @@ from onboard.llm.content import decode_image
 from onboard.loop.recorder import Recorder, read_recording
 from onboard.replan.api import RobotAPI, api_doc
 from onboard.replan.bots import open_bots
-from onboard.replan.episode import Corrections, RobotWorld, run_code_episode
+from onboard.replan.episode import Corrections, RobotWorld, run_code_episode, twin_dry_runner
 from onboard.replan.record import code_header
 from onboard.replan.replay import replay_code_recording
 from onboard.replan.robot import code_limits
@@ -192,3 +192,38 @@ def test_a_changed_reply_in_the_recording_diverges_on_replay(
     path.write_text("\n".join(edited) + "\n")
     recorded, replayed = replay_code_recording(path)
     assert recorded != replayed
+
+
+def test_two_programs_that_disagree_in_the_dry_run_send_advice_back(
+    robot: RobotConfig, hungry: tuple[Twin, RobotAPI, CodeTask], tmp_path: Path
+) -> None:
+    twin, api, t = hungry
+    teddy = 'detect()\npick("teddy")\ngive_me()\n'
+    server = ScriptedBots(
+        decision=[
+            proposal(HUNGRY_PLAN, HUNGRY_CODE),
+            proposal(HUNGRY_PLAN, teddy),  # the regenerated one hands over something else
+            proposal(HUNGRY_PLAN, HUNGRY_CODE),
+            proposal(HUNGRY_PLAN, HUNGRY_CODE),
+        ],
+        inner=[MATCH],
+        extra=[DONE],
+    )
+    recorder = Recorder(tmp_path / "dry.jsonl")
+    recorder.write("header", **code_header(robot, {"instruction": t.instruction}, {}))
+    w = world(twin, api, robot, t)
+    with server, recorder, open_bots(robot, recorder, server.base_url) as bots:
+        outcome = run_code_episode(
+            w, t.instruction, bots, Corrections(), recorder, dry=twin_dry_runner(robot, t.scene)
+        )
+    assert outcome.done and outcome.runs == 1
+    assert [e.phase for e in outcome.events] == ["compare"]
+    advice = errors_in(server.seen("decision")[2])
+    assert "disagree" in advice and "apple" in advice
+    assert [s for s in outcome.decisions if s.startswith("compare")] == [
+        "compare: fail",
+        "compare: ok",
+    ]
+    assert judge(twin, t, robot.code.handover).passed
+    recorded, replayed = replay_code_recording(tmp_path / "dry.jsonl")
+    assert recorded == replayed

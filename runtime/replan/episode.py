@@ -155,7 +155,7 @@ class RobotWorld:
     def look(self) -> tuple[npt.NDArray[np.uint8] | None, SceneState]:
         from onboard.replan.perceive import perceive, scene_image
 
-        state = perceive(self.api)
+        state = perceive(self.api, self.fixtures)
         return scene_image(self.api), state
 
     def run(self, program: str) -> RunResult:
@@ -174,10 +174,12 @@ def twin_dry_runner(robot: RobotConfig, fixtures: str) -> DryRunner:
 
     def dry(scene: SceneState, first: str, second: str | None) -> tuple[list[str], str | None]:
         a = dry_run(robot, scene, first, fixtures)
+        problems = list(a.problems)
+        if not a.clean and not a.problems:
+            problems.append(f"the program ended with {a.ended}: {a.message}")
         if second is None:
-            return list(a.problems), None
-        b = dry_run(robot, scene, second, fixtures)
-        return list(a.problems), compare(a, b)
+            return problems, None
+        return problems, compare(a, dry_run(robot, scene, second, fixtures))
 
     return dry
 
