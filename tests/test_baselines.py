@@ -4,7 +4,7 @@ with the real detector, asking a real HTTP server on loopback.
 The server here is a scripted stand-in, documented as such: it sees only the HTTP request
 (the scene as text, the steps listed, the steps taken) and answers as a competent model
 would for task 2 (take the stack apart, top first, then the red block into the box). The
-baselines' scene comes from perception alone (the detector's look through the robot API).
+baselines' scene comes from perception alone (runtime/replan/perceive.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from onboard.config import RobotConfig
 from onboard.grounding.embedder import Embedder
 from onboard.llm.client import ChatClient
 from onboard.loop.recorder import MemoryRecorder, Recorder, read_recording
-from onboard.replan.api import RobotAPI
 from onboard.replan.baselines import (
     DONE,
     RecordedReplies,
@@ -112,17 +111,6 @@ def tower_step(messages: list[dict[str, Any]]) -> str:
     return json.dumps({"step": choice})
 
 
-def seen_scene(api: RobotAPI) -> SceneState:
-    """The scene from one look of the robot API's eyes (the detector, the depth, the
-    hand-eye): each object's kind, centre and what it rests on; what the gripper holds."""
-    look = api.eyes.look()
-    objects = tuple(
-        ObjectState(name, s.label, s.position, on=look.on.get(name))
-        for name, s in look.objects.items()
-    )
-    return SceneState(objects, held=api.holding())
-
-
 @contextmanager
 def task_world(robot: RobotConfig, embedder: Embedder, number: int) -> Iterator[Any]:
     task = TASKS[number]
@@ -185,7 +173,7 @@ def test_saycan_takes_the_stack_apart_and_puts_the_red_block_in_the_box_then_rep
         client_for(robot, server) as client,
         task_world(robot, embedder, 2) as (twin, api),
     ):
-        done = run_saycan(api, TASKS[2].instruction, client, recorder, seen_scene)
+        done = run_saycan(api, TASKS[2].instruction, client, recorder)
         verdict = judge(twin, TASKS[2], robot.code.handover)
     assert verdict.passed, (verdict.reason, done)
     assert done.done and done.ended == "done" and done.errors == []
@@ -212,7 +200,7 @@ def test_saycan_takes_the_stack_apart_and_puts_the_red_block_in_the_box_then_rep
     # the same layout again, answered from the recording: the same steps, the same end
     replies = RecordedReplies(recorder.records, "saycan")
     with task_world(robot, embedder, 2) as (twin, api):
-        again = run_saycan(api, TASKS[2].instruction, replies, MemoryRecorder(), seen_scene)
+        again = run_saycan(api, TASKS[2].instruction, replies, MemoryRecorder())
         assert judge(twin, TASKS[2], robot.code.handover).passed
     assert again.steps == done.steps and replies.diverged == []
 
@@ -234,7 +222,7 @@ def test_a_failed_step_is_shown_to_the_model_with_its_error(
         client_for(robot, server) as client,
         task_world(robot, embedder, 2) as (twin, api),
     ):
-        done = run_saycan(api, TASKS[2].instruction, client, MemoryRecorder(), seen_scene)
+        done = run_saycan(api, TASKS[2].instruction, client, MemoryRecorder())
         assert not judge(twin, TASKS[2], robot.code.handover).passed
     assert (done.done, done.ended, done.steps) == (True, "done", ['pick("blue block")', DONE])
     assert len(done.errors) == 1 and "no blue block seen" in done.errors[0]
@@ -250,7 +238,7 @@ def test_a_reply_that_is_not_one_of_the_steps_ends_the_episode(
         client_for(robot, server) as client,
         task_world(robot, embedder, 2) as (_twin, api),
     ):
-        done = run_saycan(api, TASKS[2].instruction, client, MemoryRecorder(), seen_scene)
+        done = run_saycan(api, TASKS[2].instruction, client, MemoryRecorder())
     assert (done.done, done.ended, done.steps, done.model_calls) == (False, "no reply", [], 1)
     assert done.errors[0].startswith("step 1: ")
 
@@ -261,7 +249,7 @@ def test_saycan_stops_after_max_steps(robot: RobotConfig, embedder: Embedder) ->
         client_for(robot, server) as client,
         task_world(robot, embedder, 2) as (_twin, api),
     ):
-        done = run_saycan(api, TASKS[2].instruction, client, MemoryRecorder(), seen_scene, 3)
+        done = run_saycan(api, TASKS[2].instruction, client, MemoryRecorder(), max_steps=3)
     assert (done.done, done.ended, done.steps) == (False, "steps", ["home()"] * 3)
     assert len(server.requests) == 3
     assert "1. home()\n2. home()" in server.requests[2]["messages"][-1]["content"]
@@ -291,9 +279,7 @@ def test_progprompt_runs_the_program_once_without_an_image_and_without_correctio
         client_for(robot, server) as client,
         task_world(robot, embedder, 2) as (twin, api),
     ):
-        done = run_progprompt(
-            api, TASKS[2].instruction, client, recorder, seen_scene, code_limits(robot.code)
-        )
+        done = run_progprompt(api, TASKS[2].instruction, client, recorder, code_limits(robot.code))
         assert not judge(twin, TASKS[2], robot.code.handover).passed
     assert (done.done, done.ended, done.model_calls) == (False, "api", 1)
     assert done.program == 'pick("pear")\nput_in("box")\n'
@@ -313,8 +299,8 @@ def test_progprompt_reports_a_reply_without_code_and_a_refused_program(
         task_world(robot, embedder, 2) as (_twin, api),
     ):
         limits = code_limits(robot.code)
-        first = run_progprompt(api, "x", client, MemoryRecorder(), seen_scene, limits)
-        second = run_progprompt(api, "x", client, MemoryRecorder(), seen_scene, limits)
+        first = run_progprompt(api, "x", client, MemoryRecorder(), limits)
+        second = run_progprompt(api, "x", client, MemoryRecorder(), limits)
     assert (first.ended, first.program, first.done) == ("format", None, False)
     assert "PLAN:" in first.errors[0]
     assert (second.ended, second.done) == ("refused", False) and "import" in second.errors[0]

@@ -33,6 +33,7 @@ from onboard.llm.client import ChatResult, Message
 from onboard.loop.recorder import Recorder
 from onboard.replan.api import RobotAPI, call
 from onboard.replan.names import API_NAMES
+from onboard.replan.perceive import perceive
 from onboard.replan.prompts import (
     decision_messages,
     read_proposal,
@@ -74,7 +75,8 @@ CONTAINERS = frozenset({"box", "plate"})
 #: kinds that are opened and closed, and are containers while open
 DRAWERS = frozenset({"drawer"})
 
-#: the scene as perception gives it (``onboard.replan.perceive.perceive``)
+#: the scene as perception gives it: ``perceive`` (pass ``lambda api: perceive(api,
+#: workcell)`` where conveyors are known from the workcell's scene file)
 Perceive = Callable[[RobotAPI], SceneState]
 
 
@@ -215,7 +217,7 @@ def run_saycan(
     instruction: str,
     asker: Asker,
     recorder: Recorder,
-    see: Perceive,
+    see: Perceive = perceive,
     max_steps: int = MAX_STEPS,
     spots: Sequence[tuple[float, float]] = SPOTS,
 ) -> BaselineResult:
@@ -288,8 +290,8 @@ def run_progprompt(
     instruction: str,
     asker: Asker,
     recorder: Recorder,
-    see: Perceive,
     limits: Limits,
+    see: Perceive = perceive,
 ) -> BaselineResult:
     """One ProgPrompt-style episode of ``instruction`` (see the module's doc): ``limits``
     are the sandbox's (``onboard.replan.robot.code_limits``)."""
