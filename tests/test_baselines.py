@@ -194,6 +194,8 @@ def test_saycan_takes_the_stack_apart_and_puts_the_red_block_in_the_box_then_rep
     assert kinds[0] == "baseline" and kinds[-1] == "baseline_end"
     assert kinds.count("request") == kinds.count("reply") == 7
     assert kinds.count("scene") == 7 and kinds.count("step") == 7
+    moves = [r for r in recorder.records if r["kind"] == "step" and r["call"] != DONE]
+    assert len(moves) == 6 and all(r["ok"] and r["seconds"] > 0 for r in moves)
     reply = next(r for r in recorder.records if r["kind"] == "reply")
     assert 0 < reply["sent_at"] < reply["received_at"]
 

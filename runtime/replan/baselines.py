@@ -14,9 +14,9 @@
 
 Every exchange is recorded as the bots record theirs (``request``, then ``reply`` with
 ``sent_at``/``received_at`` or ``error``, with ``bot`` the method's name), with the scene
-before each choice (``scene``), each step taken (``step``) or the run (``run``), and the
-result (``baseline_end``); :class:`RecordedReplies` answers from such a recording, so an
-episode can be run again on the twin with the same replies.
+before each choice (``scene``), each step taken (``step``) or the run (``run``) with its
+wall ``seconds``, and the result (``baseline_end``); :class:`RecordedReplies` answers from
+such a recording, so an episode can be run again on the twin with the same replies.
 """
 
 from __future__ import annotations
@@ -250,9 +250,11 @@ def run_saycan(
             recorder.write("step", bot="saycan", step=number, call=DONE, ok=True, t=api.now())
             result.done, result.ended = True, "done"
             break
+        wall = time.perf_counter()
         error = _take(api, chosen)
         recorder.write("step", bot="saycan", step=number, call=chosen.text, ok=error is None,
-                       error=error, t=api.now())  # fmt: skip
+                       error=error, t=api.now(),
+                       seconds=round(time.perf_counter() - wall, 4))  # fmt: skip
         if error is None:
             taken.append(chosen.text)
             if chosen.name == "open_drawer":
@@ -323,6 +325,7 @@ def _run(api: RobotAPI, code: str, limits: Limits, recorder: Recorder, out: Base
     def dispatch(name: str, args: list[Any], kwargs: dict[str, Any]) -> object:
         return call(api, name, args, kwargs)
 
+    wall = time.perf_counter()
     try:
         ran = run(code, API_NAMES, dispatch, limits, api.arm.stop)
     except CodeRefused as exc:
@@ -336,7 +339,8 @@ def _run(api: RobotAPI, code: str, limits: Limits, recorder: Recorder, out: Base
     if not ran.ok:
         out.errors.append(ran.message)
     recorder.write("run", bot="progprompt", ended=out.ended, message=ran.message,
-                   calls=out.steps, output=ran.output, t=api.now())  # fmt: skip
+                   calls=out.steps, output=ran.output, t=api.now(),
+                   seconds=round(time.perf_counter() - wall, 4))  # fmt: skip
 
 
 def _call_text(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
