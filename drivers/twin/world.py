@@ -380,6 +380,13 @@ class Twin:
             return None, end
         return self.name_of(hit[0]) or int(hit[0]), tuple(hit[3])
 
+    def contacts(self, body: int) -> list[tuple[int, int, int, float]]:
+        """What touches ``body`` now: (its link, the other body, that body's link, the normal
+        force in newtons), one per contact point."""
+        with self.lock:
+            points = self._p.getContactPoints(bodyA=body)
+        return [(int(c[3]), int(c[2]), int(c[4]), float(c[9])) for c in points]
+
     # internals
 
     def _take_snapshot(self) -> Snapshot:

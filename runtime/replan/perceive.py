@@ -40,7 +40,7 @@ CONTAINERS = frozenset({"box", "plate", "drawer"})
 #: metres across within which one object stands on another (a block's width)
 ACROSS = 0.04
 #: the tops of two objects stacked touching differ by this many of the upper one's heights
-LOWER, TOUCH = 0.3, 1.6
+LOWER, TOUCH = 0.2, 1.6
 #: metres above the table a depth point belongs to a container, not the table around it
 ABOVE_TABLE = 0.004
 #: percentiles of a container's depth points that bound its footprint (drops the stray ones)
@@ -127,7 +127,7 @@ def _resting(seen: Seen, loose: list[Seen], containers: list[Footprint]) -> Obje
 def _under(seen: Seen, loose: list[Seen]) -> Seen | None:
     """The object ``seen`` stands on: the highest one below it within a block's width across,
     if it touches: its top lower by about one height of ``seen`` (a top seen over an object
-    that another stands on takes in some of the one above: from 0.3 to 1.6 heights)."""
+    that another stands on takes in some of the one above: from 0.2 to 1.6 heights)."""
     height = _height(seen)
     below = [
         o
