@@ -2,8 +2,8 @@
 reference:
 
 - dry-run time per program (the seven solutions, ``onboard.replan.dryrun.dry_run`` on a twin
-  built from the perceived scene), beside the same solution's real run on the twin
-  (``bench/results/code_solutions.json``, part 1, when present);
+  built from the perceived scene), beside the same solution's real run on the twin (with
+  ``--real``; else part 1's median in ``bench/results/code_solutions.json``, when present);
 - the sandbox: the allow-list check of each benign corpus program (beside ``ast.parse`` of
   it), the start of the sandbox with a no-op program (beside ``python -I -S -c pass``), and
   the per-call overhead over the pipe of ``holding()`` (the time between one call reaching
@@ -12,10 +12,11 @@ reference:
 - the recording size per episode (its JSON lines and its images folder) and the loop's own
   time per cycle, excluding model time (:func:`cycle_overheads`), beside the model time per
   cycle: from the recordings given (``--recording``, e.g. ``onboard code do --record``'s),
-  and from a short stand-in episode recorded here (the SayCan baseline on task 2 against the
-  schema stand-in server, which takes the listed steps it prefers).
+  and from a short stand-in episode recorded here (the SayCan baseline on task 2, eight
+  steps, against the schema stand-in server: :func:`standin_episode`).
 
-    .venv/bin/python bench/code_loop.py [--repeat 200] [--recording PATH ...] [--no-dry-run]
+    .venv/bin/python bench/code_loop.py [--repeat 200] [--recording PATH ...] [--real]
+                                        [--no-dry-run]
 """
 
 from __future__ import annotations
@@ -50,12 +51,13 @@ from onboard.perception.detector import Detector
 from onboard.replan.allowlist import check
 from onboard.replan.api import call
 from onboard.replan.baselines import SPOTS, run_saycan
+from onboard.replan.dryrun import dry_run
 from onboard.replan.names import API_NAMES
 from onboard.replan.perceive import perceive
 from onboard.replan.robot import code_limits
 from onboard.replan.sandbox import run
 from onboard.testing.code_tasks import benign_corpus, load_code_tasks, set_up, solution_path
-from onboard.testing.code_trials import code_world
+from onboard.testing.code_trials import code_world, run_trial
 from onboard.testing.schema_servers import SchemaServer
 from onboard.testing.tidy_eval import detector
 
@@ -122,12 +124,13 @@ def _timed(function: Any, repeat: int) -> list[float]:
 # -- the parts ---------------------------------------------------------------------------------
 
 
-def dry_runs(robot: RobotConfig, embedder: Embedder, found: Detector) -> list[dict[str, Any]]:
+def dry_runs(
+    robot: RobotConfig, embedder: Embedder, found: Detector, real_runs: bool
+) -> list[dict[str, Any]]:
     """Each task's solution dry-run on a twin built from the perceived scene of its seeded
-    variation (trial 0, seed 0)."""
-    from onboard.replan.dryrun import dry_run  # helper DRY's module (issue 13, item 2)
-
-    real = _real_runs()
+    variation (trial 0, seed 0); the reference: the solution's real run on the twin, on the
+    same variation (``real_runs``), else part 1's median from code_solutions.json."""
+    real = {} if real_runs else _real_runs()
     out = []
     for task in load_code_tasks():
         with code_world(robot, task.scene, embedder, found) as (twin, api):
@@ -137,10 +140,13 @@ def dry_runs(robot: RobotConfig, embedder: Embedder, found: Detector) -> list[di
         program = solution_path(task).read_text(encoding="utf-8")
         began = time.perf_counter()
         done = dry_run(robot, scene, program, task.scene)
+        took = time.perf_counter() - began
+        if real_runs:
+            real[task.number] = run_trial(robot, task, 0, 0, embedder, found).wall_seconds
         out.append({
             "task": task.number, "name": task.name, "ended": done.ended,
-            "calls": len(done.calls), "problems": len(done.problems),
-            "seconds": time.perf_counter() - began, "reported_seconds": done.seconds,
+            "message": done.message, "unseen": done.unseen, "calls": len(done.calls),
+            "problems": len(done.problems), "seconds": took, "reported_seconds": done.seconds,
             "real_run_wall_seconds": real.get(task.number),
         })  # fmt: skip
     return out
@@ -213,9 +219,10 @@ def encoding_figures(repeat: int) -> dict[str, Any]:
 
 
 def standin_episode(robot: RobotConfig, embedder: Embedder, found: Detector, folder: Path) -> Path:
-    """A SayCan episode of task 2 (at most 8 steps) against the schema stand-in server
-    (it takes the first listed step it prefers: the blue block off the stack and to a free
-    spot, then the yellow), recorded to ``folder``."""
+    """A SayCan episode of task 2 (8 steps) against the schema stand-in server, recorded to
+    ``folder``. The server takes the first listed step it prefers, so it picks the blue
+    block off the stack and puts it at the first free spot, then picks it there and puts it
+    there again: eight steps with motions, for the cycles' timing, not for the task."""
     task = next(t for t in load_code_tasks() if t.number == 2)
     prefer = ['pick("blue block")', *(f"place([{x:.2f}, {y:.2f}])" for x, y in SPOTS)]
     path = folder / "saycan-task2.jsonl"
@@ -258,6 +265,9 @@ def main() -> None:
     parser.add_argument("--recording", type=Path, action="append", default=[],
                         help="a recorded code episode (JSON lines) to size and time")  # fmt: skip
     parser.add_argument("--no-dry-run", action="store_true", help="skip the dry runs")
+    parser.add_argument(
+        "--real", action="store_true", help="run each solution on the twin too (the reference)"
+    )
     args = parser.parse_args()
     robot = load_robot(ROOT / "robot.toml")
     embedder, found = Embedder(robot.embedder_dir), detector()
@@ -268,21 +278,17 @@ def main() -> None:
     for column in ("figure", "measured", "reference", "reference is"):
         table.add_column(column)
 
-    data["dry_runs"] = None
-    if not args.no_dry_run:
-        try:
-            data["dry_runs"] = dry_runs(robot, embedder, found)
-        except ImportError as exc:  # before runtime/replan/dryrun.py lands on this branch
-            table.add_row("dry run per solution", f"n/a: {exc}", "", "")
-        for row in data["dry_runs"] or []:
-            real = row["real_run_wall_seconds"]
-            table.add_row(
-                f"dry run, task {row['task']} {row['name']}",
-                f"{row['seconds']:.2f} s ({row['ended']}, {row['calls']} calls, "
-                f"{row['problems']} problems)",
-                "n/a" if real is None else f"{real:.2f} s",
-                "the solution's real run on the twin (code_solutions.json, median wall)",
-            )
+    data["dry_runs"] = None if args.no_dry_run else dry_runs(robot, embedder, found, args.real)
+    for row in data["dry_runs"] or []:
+        real = row["real_run_wall_seconds"]
+        unseen = ", stopped unseen" if row["unseen"] else ""
+        table.add_row(
+            f"dry run, task {row['task']} {row['name']}",
+            f"{row['seconds']:.2f} s ({row['ended']}{unseen}, {row['calls']} calls, "
+            f"{row['problems']} problems)",
+            "n/a" if real is None else f"{real:.2f} s",
+            "its real run on the twin" + ("" if args.real else " (part 1's median)"),
+        )
     table.add_section()
 
     sandbox = data["sandbox"] = sandbox_figures(robot, embedder, found, args.repeat)
