@@ -10,9 +10,11 @@ OpenAI-compatible URL of a VLM.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +27,7 @@ __all__ = ["do_command", "eval_command", "vlm_endpoint"]
 MODELS = ("standin", "control", "local")
 #: the methods of onboard.testing.code_eval.METHODS (a test keeps them equal), here so that
 #: building the parser imports nothing heavy
-METHOD_NAMES = ("full", "no-internal", "no-external", "no-both", "progprompt", "saycan")
+METHOD_NAMES = ("full", "no_internal", "no_external", "no_both", "progprompt", "saycan")
 
 
 @contextmanager
@@ -74,16 +76,23 @@ def do_command(robot: RobotConfig, args: argparse.Namespace) -> int:
 
     task = _task(args.task)
     method = METHODS[args.method]
-    folder = robot.root / robot.recordings
+    folder = robot.root / robot.recordings / f"code-{_stamp()}"
     with tempfile.TemporaryDirectory() as scratch:
         log = Path(scratch) / "planted.jsonl"
         with vlm_endpoint(robot, args.llm, args.competence, log) as (robot, url, model):
             path = args.record or folder / recording_name(task, method, model, args.trial)
             row = run_episode(
                 robot, task, args.trial, robot.eval.seed, method, model, url,
-                Embedder(robot.embedder_dir), detector(), path, planted_log(log),
+                Embedder(robot.embedder_dir), detector(), path, planted_log(log), args.disturb,
             )  # fmt: skip
-    print(json.dumps(row.to_json()) if args.json else row.summary())
+    if args.json:
+        print(json.dumps(dataclasses.asdict(row)))
+    else:
+        verdict = "passed" if row.success else "failed"
+        print(
+            f"task {task.number} ({task.name}), {method.label}, {model}: {verdict} "
+            f"({row.runs} run(s), {row.asks} request(s), {row.seconds:.1f} s)"
+        )
     print(f"recorded: {path}")
     return 0 if row.success else 1
 
@@ -100,7 +109,7 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     tasks = [_task(n) for n in args.tasks]
     methods = [METHODS[m] for m in args.methods]
     models: Sequence[str] = args.models
-    folder = args.recordings or robot.root / robot.recordings / "code-eval"
+    folder = args.recordings or robot.root / robot.recordings / f"code-eval-{_stamp()}"
     embedder, found = Embedder(robot.embedder_dir), detector()
     rows = []
     with tempfile.TemporaryDirectory() as scratch, Progress(disable=args.json) as progress:
@@ -108,34 +117,32 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
             log = Path(scratch) / f"planted-{choice}.jsonl"
             trials = args.local_trials if choice == "local" else args.trials
             chosen = [m for m in methods if choice != "local" or m.name in args.local_methods]
-            bar = progress.add_task(choice, total=len(tasks) * len(chosen) * trials)
+            runs = [(t, m, k, False) for t, m, k in itertools.product(tasks, chosen, range(trials))]
+            if METHODS["full"] in chosen and choice != "local":
+                extra = range(trials, trials + args.disturbed)
+                runs += [(t, METHODS["full"], k, True) for t, k in itertools.product(tasks, extra)]
+            bar = progress.add_task(choice, total=len(runs))
             with vlm_endpoint(robot, choice, args.competence, log) as (bots_robot, url, model):
-                for task, method, trial in itertools.product(tasks, chosen, range(trials)):
+                for task, method, trial, disturb in runs:
                     path = folder / recording_name(task, method, model, trial)
-                    rows.append(
-                        run_episode(
-                            bots_robot,
-                            task,
-                            trial,
-                            robot.eval.seed,
-                            method,
-                            model,
-                            url,
-                            embedder,
-                            found,
-                            path,
-                            planted_log(log),
-                        )
-                    )
+                    row = run_episode(
+                        bots_robot, task, trial, robot.eval.seed, method, model, url,
+                        embedder, found, path, planted_log(log), disturb,
+                    )  # fmt: skip
+                    rows.append(row)
                     progress.advance(bar)
     if args.json:
         print(json.dumps(code_report.to_json(rows)))
     else:
-        code_report.print_tables(rows)
+        code_report.print_report(rows)
     if args.png is not None:
         args.png.write_bytes(code_report.chart_png(rows))
         print(f"chart: {args.png}")
     return 0
+
+
+def _stamp() -> str:
+    return time.strftime("%Y%m%dT%H%M%S")
 
 
 def add_parsers(code: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -149,6 +156,7 @@ def add_parsers(code: argparse._SubParsersAction) -> None:  # type: ignore[type-
     q.add_argument("--task", type=int, required=True, help="the code task's number (1-7)")
     q.add_argument("--trial", type=int, default=0, help="the seeded variation (odd: disturbed)")
     q.add_argument("--method", choices=METHOD_NAMES, default="full")
+    q.add_argument("--disturb", action="store_true", help="the gripper drops what it first holds")
     _endpoint_args(q, "standin")
     q.add_argument("--record", type=Path, help="the recording (default: under recordings/)")
     q.add_argument("--json", action="store_true", help="print the episode's row as JSON")
@@ -164,6 +172,8 @@ def add_parsers(code: argparse._SubParsersAction) -> None:  # type: ignore[type-
     q.add_argument("--models", nargs="+", default=["standin", "control", "local"],
                    help="standin, control, local, or URLs")  # fmt: skip
     q.add_argument("--trials", type=int, default=10, help="trials per task and method")
+    q.add_argument("--disturbed", type=int, default=10,
+                   help="more ReplanVLM trials a task, each with a drop (Table V)")  # fmt: skip
     q.add_argument("--local-trials", type=int, default=2,
                    help="trials of SmolLM2's text-only rows (slow on a CPU)")  # fmt: skip
     q.add_argument("--local-methods", nargs="+", default=["full", "progprompt", "saycan"],

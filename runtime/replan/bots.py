@@ -8,6 +8,8 @@ from the recording instead (:class:`RecordedBot`)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -22,6 +24,13 @@ from onboard.loop.recorder import Recorder
 __all__ = ["Ask", "Bots", "HttpBot", "RecordedBot", "open_bots"]
 
 ROLES = ("decision", "inner", "extra")
+
+
+def request_hash(messages: Sequence[Mapping[str, Any]]) -> str:
+    """sha256 of a request's messages as canonical JSON (images included, as sent): what
+    names one request in a server's log."""
+    canonical = json.dumps(list(messages), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 class Ask(Protocol):
@@ -53,8 +62,14 @@ class HttpBot:
     def ask(
         self, purpose: str, messages: Sequence[Message], schema: Mapping[str, Any] | None = None
     ) -> str:
+        sent = [dict(m) for m in messages]
         self.recorder.write(
-            "request", bot=self.name, purpose=purpose, messages=list(messages), schema=schema
+            "request",
+            bot=self.name,
+            purpose=purpose,
+            messages=sent,
+            schema=schema,
+            hash=request_hash(sent),
         )
         began = time.perf_counter()
         try:
@@ -72,6 +87,8 @@ class HttpBot:
             latency=round(took, 4),
             tokens=[result.prompt_tokens, result.completion_tokens],
             finish_reason=result.finish_reason,
+            sent_at=result.sent_at,
+            received_at=result.received_at,
         )
         return result.text
 

@@ -12,30 +12,38 @@ sets up the task's seeded variation, and runs one method:
 Models: ``standin`` (the stand-in VLM in its own process at ``competence``, planting the
 seed's errors as its ERRORS.md says), ``control`` (the stand-in with no planted errors),
 ``smollm2`` (the bundled local model, text-only: the scene as the detector's text, no image),
-or an OpenAI-compatible URL. Odd trials are disturbed: the gripper drops what it first holds
-(runtime/testing/disturb.py), logged with the twin's time; Table V scores the external
-corrections against those logs and the internal ones against the stand-in's log of the errors
-it planted. Every episode is recorded (format 2, images by hash) and replays.
+or an OpenAI-compatible URL. A disturbed episode (ReplanVLM in full, for Table V) has the
+gripper drop what it first holds (runtime/testing/disturb.py), logged with the twin's time;
+Table V scores the external corrections against those logs and the internal ones against the
+stand-in's log of the errors it planted. Every episode is recorded (format 2, images by hash)
+and replays.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import random
+import re
+import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+from onboard.base.errors import RecordingError
 from onboard.config import RobotConfig
 from onboard.drivers.twin.world import Twin
 from onboard.grounding.embedder import Embedder
+from onboard.llm.client import ChatClient
 from onboard.llm.content import encode_image
 from onboard.loop.recorder import Recorder
+from onboard.loop.recording import images_dir
 from onboard.perception.detector import Detector
-from onboard.replan.bots import open_bots
+from onboard.replan.api import RobotAPI
+from onboard.replan.baselines import BaselineResult, run_progprompt, run_saycan
+from onboard.replan.bots import Bots, HttpBot, open_bots
 from onboard.replan.episode import (
     CodeOutcome,
     Corrections,
@@ -43,16 +51,18 @@ from onboard.replan.episode import (
     run_code_episode,
     twin_dry_runner,
 )
+from onboard.replan.perceive import perceive
 from onboard.replan.record import code_header
 from onboard.replan.robot import code_limits
 from onboard.replan.sandbox import RunResult
+from onboard.replan.scene_state import SceneState
 from onboard.testing.code_judges import judge
 from onboard.testing.code_report import EpisodeRow
 from onboard.testing.code_tasks import CodeTask, goal_image, set_up
 from onboard.testing.code_trials import code_world
 from onboard.testing.disturb import Disturbance, Event, disturbed
 
-__all__ = ["METHODS", "Method", "run_episode", "text_only_model"]
+__all__ = ["METHODS", "Method", "replay_baseline", "run_episode", "text_only_model"]
 
 
 @dataclass(frozen=True)
@@ -64,9 +74,9 @@ class Method:
 
 METHODS: dict[str, Method] = {
     "full": Method("full", "ReplanVLM", Corrections()),
-    "no-internal": Method("no-internal", "without internal", Corrections(internal=False)),
-    "no-external": Method("no-external", "without external", Corrections(external=False)),
-    "no-both": Method("no-both", "without both", Corrections(internal=False, external=False)),
+    "no_internal": Method("no_internal", "without internal", Corrections(internal=False)),
+    "no_external": Method("no_external", "without external", Corrections(external=False)),
+    "no_both": Method("no_both", "without both", Corrections(internal=False, external=False)),
     "progprompt": Method("progprompt", "ProgPrompt", None),
     "saycan": Method("saycan", "SayCan", None),
 }
@@ -107,16 +117,18 @@ def run_episode(
     embedder: Embedder,
     detector: Detector,
     recording: Path | None,
-    planted: Callable[[], list[dict[str, object]]] = list,
+    planted: Callable[[], list[dict[str, Any]]] = list,
+    disturb: bool = False,
 ) -> EpisodeRow:
     """One episode of ``task`` by ``method`` with the bots at ``base_url``, judged;
-    ``planted()`` reads the stand-in's log of planted errors so far (empty for a real
-    model)."""
+    ``planted()`` reads the stand-in's log of planted errors (empty for a real model);
+    ``disturb``: the gripper drops what it first holds."""
     rng = random.Random(f"{seed}/{task.name}/{trial}")
-    disturb = trial % 2 == 1
+    if recording is not None:  # a recording is appended to: start a stale one afresh
+        recording.unlink(missing_ok=True)
+        shutil.rmtree(images_dir(recording), ignore_errors=True)
     text_only = text_only_model(model)
     began = time.perf_counter()
-    already = len(planted())
     with code_world(robot, task.scene, embedder, detector) as (twin, api):
         set_up(twin, task, rng, solved=lambda t: judge(t, task, robot.code.handover).passed)
         api.home()
@@ -125,7 +137,7 @@ def run_episode(
         )
         goals = [encode_image(goal_image(task))] if task.goal_scene else []
         notes = [GOAL_NOTE] if goals else []
-        with _recorder(recording) as recorder:
+        with Recorder(recording) as recorder:
             task_info = {
                 "number": task.number,
                 "name": task.name,
@@ -147,10 +159,13 @@ def run_episode(
                 outcome = _run_method(
                     robot, world, task, method, bots, recorder, text_only, goals, notes
                 )
-        passed = judge(twin, task, robot.code.handover)
-    mine = planted()[already:]
-    return _row(task, trial, method, model, outcome, passed.passed, world.verdicts, events,
-                mine, time.perf_counter() - began)  # fmt: skip
+            if isinstance(outcome, BaselineResult):  # every episode ends with an end record
+                recorder.write("end", done=outcome.done, ended=outcome.ended)
+            records = list(recorder.records)
+        passed = judge(twin, task, robot.code.handover).passed
+    scored = _internal(records, planted())
+    return _row(task, trial, method, model, outcome, passed, world.verdicts, events, scored,
+                time.perf_counter() - began)  # fmt: skip
 
 
 def _run_method(
@@ -158,26 +173,21 @@ def _run_method(
     world: _JudgedWorld,
     task: CodeTask,
     method: Method,
-    bots: object,
+    bots: Bots,
     recorder: Recorder,
     text_only: bool,
     goals: Sequence[bytes],
     notes: Sequence[str],
-) -> CodeOutcome:
-    from onboard.replan.bots import Bots
-
-    assert isinstance(bots, Bots)
-    if method.corrections is None:
-        from onboard.replan import baselines
-
-        run_baseline = baselines.saycan if method.name == "saycan" else baselines.progprompt
-        return run_baseline(world, task.instruction, bots, recorder)
-    corrections = method.corrections
-    if text_only:
-        corrections = Corrections(
-            corrections.internal, corrections.external, corrections.cycles,
-            corrections.replans, text_only=True,
-        )  # fmt: skip
+) -> CodeOutcome | BaselineResult:
+    see = _seer(task)
+    if method.name == "saycan":
+        return run_saycan(world.api, task.instruction, _client(bots), recorder, see=see)
+    if method.name == "progprompt":
+        return run_progprompt(
+            world.api, task.instruction, _client(bots), recorder, world.limits, see=see
+        )
+    assert method.corrections is not None
+    corrections = replace(method.corrections, text_only=text_only)
     dry = twin_dry_runner(robot, task.scene) if corrections.internal else None
     return run_code_episode(
         world,
@@ -192,12 +202,11 @@ def _run_method(
     )
 
 
-@contextlib.contextmanager
-def _recorder(path: Path | None) -> Iterator[Recorder]:
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    with Recorder(path) as recorder:
-        yield recorder
+def _client(bots: Bots) -> ChatClient:
+    """The baselines ask the Decision Bot's endpoint."""
+    decision = bots.decision
+    assert isinstance(decision, HttpBot)
+    return decision.client
 
 
 @contextlib.contextmanager
@@ -209,23 +218,66 @@ def _maybe_disturbed(twin: Twin, disturb: bool) -> Iterator[list[Event]]:
         yield disturber.events
 
 
+@dataclass(frozen=True)
+class _Internal:
+    planted: int = 0  # proposals the stand-in planted an error in
+    detected: int = 0  # of those, ones a check sent back before they ran
+
+
+def _internal(records: Sequence[dict[str, Any]], log: Sequence[dict[str, Any]]) -> _Internal:
+    """The stand-in's planted errors in this episode's proposals, and how many of them a
+    check caught: each proposal (a Decision request of purpose ``plan``) is found in the log
+    by its request's hash and how many times that request was sent before; it is caught when
+    a correction follows it before a program runs."""
+    planted = {
+        (str(e["hash"]), int(e["n"])): bool(e.get("planted"))
+        for e in log
+        if e.get("bot") == "decision"
+    }
+    sent: dict[str, int] = {}
+    total = caught = 0
+    open_ = False
+    for record in records:
+        kind = record.get("kind")
+        if kind == "request" and record.get("bot") == "decision":
+            digest = str(record.get("hash"))
+            n = sent.get(digest, 0)
+            sent[digest] = n + 1
+            if record.get("purpose") == "plan":
+                open_ = planted.get((digest, n), False)
+                total += open_
+        elif kind == "correction" and open_ and record.get("phase") in INTERNAL:
+            caught += 1
+            open_ = False
+        elif kind == "program":
+            open_ = False
+    return _Internal(total, caught)
+
+
+INTERNAL = frozenset({"format", "refused", "match", "compare", "dry_run"})
+
+
 def _row(
     task: CodeTask,
     trial: int,
     method: Method,
     model: str,
-    outcome: CodeOutcome,
+    outcome: CodeOutcome | BaselineResult,
     passed: bool,
     verdicts: list[bool],
     events: list[Event],
-    planted: list[dict[str, object]],
+    internal: _Internal,
     seconds: float,
 ) -> EpisodeRow:
-    internal = {"format", "refused", "match", "compare", "dry_run"}
-    caught = sum(1 for e in outcome.events if e.phase in internal)
     broke = bool(events) and bool(verdicts) and not verdicts[0]
-    detected = broke and any(e.phase == "extra" for e in outcome.events)
-    planted_errors = sum(len(p.get("planted", [])) > 0 for p in planted)  # type: ignore[arg-type]
+    if isinstance(outcome, BaselineResult):
+        runs = (
+            len(outcome.steps) if outcome.method == "saycan" else int(outcome.program is not None)
+        )
+        asks, extra = outcome.model_calls, False
+    else:
+        runs, asks = outcome.runs, outcome.asks
+        extra = any(e.phase == "extra" for e in outcome.events)
     return EpisodeRow(
         task=task.number,
         name=task.name,
@@ -233,23 +285,23 @@ def _row(
         model=model,
         trial=trial,
         success=passed,
-        runs=outcome.runs,
-        asks=outcome.asks,
-        internal_detected=min(caught, planted_errors),
-        internal_corrected=int(planted_errors > 0 and passed),
-        planted=planted_errors,
+        runs=runs,
+        asks=asks,
+        internal_detected=internal.detected,
+        internal_corrected=internal.detected if passed else 0,
+        planted=internal.planted,
         disturbed=bool(events),
         disturbance_broke=broke,
-        external_detected=detected,
-        external_corrected=detected and passed,
+        external_detected=broke and extra,
+        external_corrected=broke and extra and passed,
         seconds=round(seconds, 2),
     )
 
 
-def planted_log(path: Path | None) -> Callable[[], list[dict[str, object]]]:
+def planted_log(path: Path | None) -> Callable[[], list[dict[str, Any]]]:
     """A reader of the stand-in's planted-error log (one JSON object a line)."""
 
-    def read() -> list[dict[str, object]]:
+    def read() -> list[dict[str, Any]]:
         if path is None or not path.exists():
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -258,5 +310,50 @@ def planted_log(path: Path | None) -> Callable[[], list[dict[str, object]]]:
 
 
 def recording_name(task: CodeTask, method: Method, model: str, trial: int) -> str:
-    digest = hashlib.sha256(f"{task.number}/{method.name}/{model}/{trial}".encode()).hexdigest()
-    return f"code-t{task.number}-{method.name}-{model}-{trial}-{digest[:6]}.jsonl"
+    """``code-t<N>-<method>-<model>-<trial>.jsonl``, the model's name made file-safe."""
+    safe = re.sub(r"[^A-Za-z0-9.]+", "_", model).strip("_")[:40] or "model"
+    return f"code-t{task.number}-{method.name}-{safe}-{trial}.jsonl"
+
+
+def replay_baseline(
+    path: Path, embedder: Embedder | None = None, found: Detector | None = None
+) -> tuple[list[str], list[str]]:
+    """A baseline episode (SayCan, ProgPrompt) run again on the twin of its task and trial
+    with the recorded replies: ``(recorded, replayed)`` steps and how each ended; a request
+    that differs from the recorded one is added as a divergence."""
+    from onboard.loop.recorder import read_recording
+    from onboard.loop.recording import read_header
+    from onboard.replan.baselines import RecordedReplies
+    from onboard.testing.code_tasks import load_code_tasks
+    from onboard.testing.tidy_eval import detector
+
+    records = list(read_recording(path, images=True))
+    header = read_header(records, path)
+    robot, options = header.robot_config(), header.options
+    method = METHODS[str(options["method"])]
+    number = (header.task or {}).get("number")
+    task = next((t for t in load_code_tasks() if t.number == number), None)
+    end = next((r for r in records if r["kind"] == "baseline_end"), None)
+    if task is None or end is None or method.corrections is not None:
+        raise RecordingError(f"{path}: not a complete baseline episode of a code task")
+    replies = RecordedReplies(records, method.name)
+    rng = random.Random(f"{options['seed']}/{task.name}/{options['trial']}")
+    embedder = embedder or Embedder(robot.embedder_dir)
+    with code_world(robot, task.scene, embedder, found or detector()) as (twin, api):
+        set_up(twin, task, rng, solved=lambda t: judge(t, task, robot.code.handover).passed)
+        api.home()
+        with Recorder(None) as scratch:
+            if method.name == "saycan":
+                result = run_saycan(api, task.instruction, replies, scratch, see=_seer(task))
+            else:
+                limits = code_limits(robot.code)
+                result = run_progprompt(
+                    api, task.instruction, replies, scratch, limits, see=_seer(task)
+                )
+    recorded = [*end["steps"], f"ended: {end['ended']}"]
+    replayed = [*result.steps, f"ended: {result.ended}"]
+    return recorded, replayed + [f"diverged: {d}" for d in replies.diverged]
+
+
+def _seer(task: CodeTask) -> Callable[[RobotAPI], SceneState]:
+    return lambda api: perceive(api, task.scene)

@@ -257,6 +257,11 @@ class VLMStandIn(LoopbackServer):
         after = from_text(_section(text, "After the run:", ("Changes:",)))
         goal = goal_order(request.images[2]) if task == 3 and len(request.images) > 2 else []
         judged, reason = done(task, instruction, after, before, goal, ended)
+        if task == 3 and not judged and goal and len(request.images) > 1:
+            # the text may miss a block the stack hides from the detector: look at the picture
+            seen = goal_order(request.images[1])
+            if seen[: len(goal)] == goal:
+                judged, reason = True, "the after image shows the blocks stacked as in the picture"
         planted = []
         if not judged and draws.chance(planting.rate("extra_false_done", self.competence)):
             planted, reason = ["extra_false_done"], "the task looks done"
