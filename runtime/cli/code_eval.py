@@ -131,8 +131,11 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
                     )  # fmt: skip
                     rows.append(row)
                     progress.advance(bar)
+    document = code_report.to_json(rows)
+    if args.out is not None:
+        args.out.write_text(document, encoding="utf-8")
     if args.json:
-        print(json.dumps(code_report.to_json(rows)))
+        print(document)
     else:
         code_report.print_report(rows)
     if args.png is not None:
@@ -181,6 +184,7 @@ def add_parsers(code: argparse._SubParsersAction) -> None:  # type: ignore[type-
     q.add_argument("--competence", type=float, default=0.5, help="the stand-in's (0-1)")
     q.add_argument("--recordings", type=Path, help="where the episodes are recorded")
     q.add_argument("--png", type=Path, help="write the success chart here")
+    q.add_argument("--out", type=Path, help="write the rows and tables as JSON here too")
     q.add_argument("--json", action="store_true", help="print the rows and tables as JSON")
 
 

@@ -1,0 +1,73 @@
+"""`onboard code eval`'s episodes in CI: one trial of each of the seven tasks by ReplanVLM on
+the stand-in VLM (its own process, planting errors at competence 0.5), each recorded and
+replayed to the same decisions; the rows the tables are made of; the command's names."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from onboard.cli.code_eval import METHOD_NAMES
+from onboard.config import RobotConfig
+from onboard.grounding.embedder import Embedder
+from onboard.replan.replay import replay_code_recording
+from onboard.testing.code_eval import METHODS, planted_log, replay_baseline, run_episode
+from onboard.testing.code_report import EpisodeRow
+from onboard.testing.code_tasks import CodeTask, load_code_tasks
+from onboard.testing.tidy_eval import detector
+from onboard.testing.vlm_standin import start_vlm_standin
+
+TASKS = load_code_tasks()
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    log = tmp_path_factory.mktemp("standin") / "planted.jsonl"
+    with start_vlm_standin(0, 0.5, log) as url:
+        yield url, log
+
+
+def test_the_commands_methods_are_the_harnesss() -> None:
+    assert tuple(METHODS) == METHOD_NAMES
+
+
+@pytest.mark.parametrize("task", TASKS, ids=[f"task{t.number}" for t in TASKS])
+def test_one_trial_of_each_task_runs_is_recorded_and_replays(
+    robot: RobotConfig,
+    embedder: Embedder,
+    standin: tuple[str, Path],
+    task: CodeTask,
+    tmp_path: Path,
+) -> None:
+    url, log = standin
+    path = tmp_path / "episode.jsonl"
+    row = run_episode(
+        robot, task, 0, 0, METHODS["full"], "standin", url, embedder, detector(), path,
+        planted_log(log),
+    )  # fmt: skip
+    assert isinstance(row, EpisodeRow) and row.task == task.number and row.method == "full"
+    assert row.asks >= 1 and row.internal_detected <= row.planted
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    end = next(r for r in records if r["kind"] == "end")
+    # the robot's verdict and the judge's are both kept, and a failure says why
+    assert end["done"] or end["failed"]
+    assert row.runs == sum(r["kind"] == "run" for r in records)
+    recorded, replayed = replay_code_recording(path)
+    assert recorded == replayed
+
+
+def test_a_baseline_episode_replays_on_the_twin(
+    robot: RobotConfig, embedder: Embedder, tmp_path: Path
+) -> None:
+    task = next(t for t in TASKS if t.number == 2)
+    path = tmp_path / "saycan.jsonl"
+    with start_vlm_standin(0, 1.0, None) as url:
+        row = run_episode(
+            robot, task, 0, 0, METHODS["saycan"], "control", url, embedder, detector(), path
+        )
+    assert row.success  # the control row takes the stack apart first
+    recorded, replayed = replay_baseline(path, embedder)
+    assert recorded == replayed and recorded[-1] == "ended: done"
