@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import itertools
 import json
+import re
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -139,8 +140,13 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     else:
         code_report.print_report(rows)
     if args.png is not None:
-        args.png.write_bytes(code_report.chart_png(rows))
-        print(f"chart: {args.png}")
+        models_seen = sorted({r.model for r in rows})
+        for model in models_seen:
+            png = args.png
+            if len(models_seen) > 1:
+                png = png.with_name(f"{png.stem}-{re.sub(r'[^A-Za-z0-9.]+', '_', model)}.png")
+            png.write_bytes(code_report.chart_png(rows, model))
+            print(f"chart: {png}")
     return 0
 
 
