@@ -107,6 +107,15 @@ def test_each_internal_correction_reaches_the_next_decision_and_the_task_is_done
     assert "import" in errors_in(asked[2]) and "no 'PLAN:' section" in errors_in(asked[2])
     assert "step 3 (hold it out)" in errors_in(asked[3])
     assert judge(twin, t, robot.code.handover).passed
+    # an OpenAI chat request per bot, with its own token limit; verdicts under json_schema
+    inner = server.seen("inner")[0]
+    assert asked[0]["model"] == robot.llm.model and inner["model"] == robot.llm.model
+    assert asked[0]["max_tokens"] == robot.code.decision.max_tokens
+    assert inner["max_tokens"] == robot.code.inner.max_tokens
+    assert "response_format" not in asked[0]
+    assert inner["response_format"]["type"] == "json_schema"
+    assert inner["response_format"]["json_schema"]["schema"]["required"] == ["match", "reason"]
+    assert [p["type"] for p in asked[0]["messages"][-1]["content"]] == ["text", "image_url"]
     # the prompt carries the API documentation byte for byte, and the camera's frame
     assert api_doc() in asked[0]["messages"][0]["content"]
     image = asked[0]["messages"][-1]["content"][1]["image_url"]["url"]

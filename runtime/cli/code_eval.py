@@ -26,6 +26,8 @@ from onboard.config import RobotConfig
 __all__ = ["do_command", "eval_command", "vlm_endpoint"]
 
 MODELS = ("standin", "control", "local")
+#: the Decision Bot's token limit for the bundled SmolLM2 (``--llm local``)
+LOCAL_TOKENS = 384
 #: the methods of onboard.testing.code_eval.METHODS (a test keeps them equal), here so that
 #: building the parser imports nothing heavy
 METHOD_NAMES = ("full", "no_internal", "no_external", "no_both", "progprompt", "saycan")
@@ -45,14 +47,13 @@ def vlm_endpoint(
     elif choice == "local":
         from onboard.llm.local_server import MODEL_ALIAS, local_server
 
+        # a 135M model on the controller's CPU writes ~30 tokens/s: a short program fits in
+        # LOCAL_TOKENS, and five cycles of 1536 would take minutes an episode
+        decision = robot.code.decision.model_copy(update={"max_tokens": LOCAL_TOKENS})
+        code = robot.code.model_copy(update={"decision": decision})
+        llm = robot.llm.model_copy(update={"model": MODEL_ALIAS})
         with local_server() as url:
-            yield (
-                robot.model_copy(
-                    update={"llm": robot.llm.model_copy(update={"model": MODEL_ALIAS})}
-                ),
-                url,
-                "smollm2",
-            )
+            yield robot.model_copy(update={"llm": llm, "code": code}), url, "smollm2"
     else:
         from onboard.cli.endpoint import _check_url
 
