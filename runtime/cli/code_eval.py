@@ -114,6 +114,12 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     folder = args.recordings or robot.root / robot.recordings / f"code-eval-{_stamp()}"
     embedder, found = Embedder(robot.embedder_dir), detector()
     rows = []
+    for earlier in args.with_rows:  # rows of an earlier run's --out, printed with these
+        try:
+            text = earlier.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--with {earlier}: cannot be read ({exc.strerror})") from exc
+        rows += code_report.from_json(text, str(earlier))
     with tempfile.TemporaryDirectory() as scratch, Progress(disable=args.json) as progress:
         for choice in models:
             log = Path(scratch) / f"planted-{choice}.jsonl"
@@ -179,7 +185,7 @@ def add_parsers(code: argparse._SubParsersAction) -> None:  # type: ignore[type-
     )
     q.add_argument("--tasks", type=int, nargs="+", default=list(range(1, 8)), metavar="N")
     q.add_argument("--methods", nargs="+", choices=METHOD_NAMES, default=list(METHOD_NAMES))
-    q.add_argument("--models", nargs="+", default=["standin", "control", "local"],
+    q.add_argument("--models", nargs="*", default=["standin", "control", "local"],
                    help="standin, control, local, or URLs")  # fmt: skip
     q.add_argument("--trials", type=int, default=10, help="trials per task and method")
     q.add_argument("--disturbed", type=int, default=10,
@@ -192,6 +198,8 @@ def add_parsers(code: argparse._SubParsersAction) -> None:  # type: ignore[type-
     q.add_argument("--recordings", type=Path, help="where the episodes are recorded")
     q.add_argument("--png", type=Path, help="write the success chart here")
     q.add_argument("--out", type=Path, help="write the rows and tables as JSON here too")
+    q.add_argument("--with", dest="with_rows", type=Path, nargs="+", default=[], metavar="FILE",
+                   help="add the episodes of earlier runs' --out to the tables")  # fmt: skip
     q.add_argument("--json", action="store_true", help="print the rows and tables as JSON")
 
 
