@@ -26,12 +26,13 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from onboard.base.errors import CodeRefused, LLMError, OnboardError, RecordingError
 from onboard.llm.client import ChatResult, Message
 from onboard.loop.recorder import Recorder
 from onboard.replan.api import RobotAPI, call
+from onboard.replan.bots import Completes, HttpBot
 from onboard.replan.names import API_NAMES
 from onboard.replan.perceive import perceive
 from onboard.replan.prompts import (
@@ -80,16 +81,9 @@ DRAWERS = frozenset({"drawer"})
 Perceive = Callable[[RobotAPI], SceneState]
 
 
-class Asker(Protocol):
-    """What answers a request: :class:`onboard.llm.client.ChatClient`, or a recording's
-    replies (:class:`RecordedReplies`)."""
-
-    def complete(
-        self,
-        messages: Sequence[Message],
-        schema: Mapping[str, Any] | None = None,
-        deadline: float | None = None,
-    ) -> ChatResult: ...
+#: what answers a request: :class:`onboard.llm.client.ChatClient`, or a recording's replies
+#: (:class:`RecordedReplies`)
+Asker = Completes
 
 
 @dataclass(frozen=True)
@@ -175,43 +169,6 @@ def candidate_steps(
     return steps
 
 
-class _Exchanges:
-    """Asks, records each exchange as the bots do, and counts the model's calls and time."""
-
-    def __init__(self, method: str, asker: Asker, recorder: Recorder) -> None:
-        self.method, self.asker, self.recorder = method, asker, recorder
-        self.calls, self.seconds = 0, 0.0
-
-    def ask(
-        self, purpose: str, messages: Sequence[Message], schema: Mapping[str, Any] | None
-    ) -> str:
-        self.recorder.write(
-            "request", bot=self.method, purpose=purpose, messages=list(messages), schema=schema
-        )
-        self.calls += 1
-        began = time.perf_counter()
-        try:
-            result = self.asker.complete(messages, schema)
-        except LLMError as exc:
-            self.seconds += time.perf_counter() - began
-            self.recorder.write("error", source=self.method, purpose=purpose, message=str(exc))
-            raise
-        self.seconds += result.latency
-        self.recorder.write(
-            "reply",
-            bot=self.method,
-            purpose=purpose,
-            text=result.text,
-            model=result.model,
-            latency=round(result.latency, 4),
-            tokens=[result.prompt_tokens, result.completion_tokens],
-            finish_reason=result.finish_reason,
-            sent_at=result.sent_at,
-            received_at=result.received_at,
-        )
-        return result.text
-
-
 def run_saycan(
     api: RobotAPI,
     instruction: str,
@@ -223,7 +180,7 @@ def run_saycan(
 ) -> BaselineResult:
     """One SayCan-style episode of ``instruction`` (see the module's doc)."""
     recorder.write("baseline", method="saycan", instruction=instruction, max_steps=max_steps)
-    asks = _Exchanges("saycan", asker, recorder)
+    asks = HttpBot("saycan", asker, recorder)
     result = BaselineResult("saycan", done=False, ended="steps")
     began = api.now()
     taken: list[str] = []  # what the model reads: each step, and how a failed one failed
@@ -298,7 +255,7 @@ def run_progprompt(
     """One ProgPrompt-style episode of ``instruction`` (see the module's doc): ``limits``
     are the sandbox's (``onboard.replan.robot.code_limits``)."""
     recorder.write("baseline", method="progprompt", instruction=instruction)
-    asks = _Exchanges("progprompt", asker, recorder)
+    asks = HttpBot("progprompt", asker, recorder)
     result = BaselineResult("progprompt", done=False, ended="no reply")
     began = api.now()
     scene = see(api)

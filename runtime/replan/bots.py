@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from onboard.base.errors import LLMError
 from onboard.config import RobotConfig
-from onboard.llm.client import ChatClient, Message
+from onboard.llm.client import ChatClient, ChatResult, Message
 from onboard.loop.recorder import Recorder
 
 __all__ = ["Ask", "Bots", "HttpBot", "RecordedBot", "open_bots"]
@@ -50,14 +50,28 @@ class Bots:
     extra: Ask
 
 
+class Completes(Protocol):
+    """What answers one exchange: :class:`ChatClient`, or a recording's replies."""
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        schema: Mapping[str, Any] | None = None,
+        deadline: float | None = None,
+    ) -> ChatResult: ...
+
+
 class HttpBot:
     """A bot behind an OpenAI-compatible endpoint; every exchange is recorded as a
-    ``request`` then a ``reply`` (or an ``error``) record with the bot's name."""
+    ``request`` then a ``reply`` (or an ``error``) record with the bot's name, and counted
+    (``calls``, and ``seconds`` of the model's time)."""
 
-    def __init__(self, name: str, client: ChatClient, recorder: Recorder) -> None:
+    def __init__(self, name: str, client: Completes, recorder: Recorder) -> None:
         self.name = name
         self.client = client
         self.recorder = recorder
+        self.calls = 0
+        self.seconds = 0.0
 
     def ask(
         self, purpose: str, messages: Sequence[Message], schema: Mapping[str, Any] | None = None
@@ -72,12 +86,15 @@ class HttpBot:
             hash=request_hash(sent),
         )
         began = time.perf_counter()
+        self.calls += 1
         try:
             result = self.client.complete(messages, schema)
         except LLMError as exc:
+            self.seconds += time.perf_counter() - began
             self.recorder.write("error", source=self.name, purpose=purpose, message=str(exc))
             raise
         took = time.perf_counter() - began
+        self.seconds += took
         self.recorder.write(
             "reply",
             bot=self.name,

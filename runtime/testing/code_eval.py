@@ -36,14 +36,13 @@ from onboard.base.errors import RecordingError
 from onboard.config import RobotConfig
 from onboard.drivers.twin.world import Twin
 from onboard.grounding.embedder import Embedder
-from onboard.llm.client import ChatClient
 from onboard.llm.content import encode_image
 from onboard.loop.recorder import Recorder
 from onboard.loop.recording import images_dir
 from onboard.perception.detector import Detector
 from onboard.replan.api import RobotAPI
 from onboard.replan.baselines import BaselineResult, run_progprompt, run_saycan
-from onboard.replan.bots import Bots, HttpBot, open_bots
+from onboard.replan.bots import Bots, Completes, HttpBot, open_bots
 from onboard.replan.episode import (
     CodeOutcome,
     Corrections,
@@ -202,7 +201,7 @@ def _run_method(
     )
 
 
-def _client(bots: Bots) -> ChatClient:
+def _client(bots: Bots) -> Completes:
     """The baselines ask the Decision Bot's endpoint."""
     decision = bots.decision
     assert isinstance(decision, HttpBot)
