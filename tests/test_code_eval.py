@@ -71,3 +71,26 @@ def test_a_baseline_episode_replays_on_the_twin(
     assert row.success  # the control row takes the stack apart first
     recorded, replayed = replay_baseline(path, embedder)
     assert recorded == replayed and recorded[-1] == "ended: done"
+
+
+EPISODES = sorted((Path(__file__).parent / "data" / "code" / "episodes").glob("task*.jsonl"))
+
+
+def test_each_task_has_a_recorded_episode() -> None:
+    assert [p.stem for p in EPISODES] == [f"task{t.number}" for t in TASKS]
+
+
+@pytest.mark.parametrize("path", EPISODES, ids=[p.stem for p in EPISODES])
+def test_a_shipped_episode_replays_to_its_decisions(path: Path) -> None:
+    recorded, replayed = replay_code_recording(path)
+    assert recorded == replayed
+    assert recorded[-1] in ("extra: done", "extra: fail", "dry_run: fail", "match: fail")
+
+
+def test_the_replay_command_reproduces_a_shipped_episode(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from onboard.cli.main import main
+
+    assert main(["replay", str(EPISODES[1])]) == 0
+    assert "replay reproduces" in capsys.readouterr().out
