@@ -236,3 +236,26 @@ def test_two_programs_that_disagree_in_the_dry_run_send_advice_back(
     assert judge(twin, t, robot.code.handover).passed
     recorded, replayed = replay_code_recording(tmp_path / "dry.jsonl")
     assert recorded == replayed
+
+
+def test_a_regenerated_program_the_sandbox_refuses_compares_with_nothing(
+    robot: RobotConfig, hungry: tuple[Twin, RobotAPI, CodeTask], tmp_path: Path
+) -> None:
+    twin, api, t = hungry
+    server = ScriptedBots(
+        decision=[
+            proposal(HUNGRY_PLAN, HUNGRY_CODE),
+            proposal(HUNGRY_PLAN, "x = random.randint(1, 2)\n"),  # refused: never run
+        ],
+        inner=[MATCH],
+        extra=[DONE],
+    )
+    recorder = Recorder(None)
+    w = world(twin, api, robot, t)
+    with server, recorder, open_bots(robot, recorder, server.base_url) as bots:
+        outcome = run_code_episode(
+            w, t.instruction, bots, Corrections(), recorder, dry=twin_dry_runner(robot, t.scene)
+        )
+    assert outcome.done and outcome.events == []
+    assert "dry_run: ok" in outcome.decisions
+    assert any(r["kind"] == "skipped" and r["check"] == "compare" for r in recorder.records)

@@ -139,6 +139,8 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
                     )  # fmt: skip
                     rows.append(row)
                     progress.advance(bar)
+                    if args.out is not None:  # a long run loses nothing it measured
+                        args.out.write_text(code_report.to_json(rows), encoding="utf-8")
     document = code_report.to_json(rows)
     if args.out is not None:
         args.out.write_text(document, encoding="utf-8")

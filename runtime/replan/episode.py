@@ -58,6 +58,8 @@ __all__ = [
 
 #: the earlier tries' messages a prompt carries at most (the newest)
 KEEP_ERRORS = 6
+#: seconds a dry run may take at most
+DRY_WALL = 120.0
 PHASES = ("answer", "format", "refused", "match", "compare", "dry_run", "run", "extra")
 
 
@@ -171,6 +173,11 @@ class RobotWorld:
 def twin_dry_runner(robot: RobotConfig, fixtures: str) -> DryRunner:
     """Dry runs on a twin of the perceived scene (runtime/replan/dryrun.py: the sim extra)."""
     from onboard.replan.dryrun import compare, dry_run
+
+    # a dry-run twin runs faster than the robot; a program that waits on it longer than
+    # DRY_WALL seconds is cut off (its own wall limit is the real run's)
+    code = robot.code.model_copy(update={"wall_seconds": min(robot.code.wall_seconds, DRY_WALL)})
+    robot = robot.model_copy(update={"code": code})
 
     def dry(scene: SceneState, first: str, second: str | None) -> tuple[list[str], str | None]:
         a = dry_run(robot, scene, first, fixtures)
@@ -302,6 +309,12 @@ class _Episode:
             return True
         second = self._ask_decision(image, state, "regenerate")
         other = second.code if isinstance(second, Proposal) else None
+        if other is not None and check(other, API_NAMES):
+            other = None  # a second opinion the sandbox would not run compares with nothing
+        if other is None:
+            self.recorder.write(
+                "skipped", check="compare", reason="the regenerated proposal is unusable"
+            )
         began = time.perf_counter()
         problems, difference = self.dry(state, proposal.code, other)
         self.recorder.write(
