@@ -259,3 +259,21 @@ def test_a_regenerated_program_the_sandbox_refuses_compares_with_nothing(
     assert outcome.done and outcome.events == []
     assert "dry_run: ok" in outcome.decisions
     assert any(r["kind"] == "skipped" and r["check"] == "compare" for r in recorder.records)
+
+
+def test_a_replan_after_a_run_that_ended_early_moves_the_arm_again(
+    robot: RobotConfig, hungry: tuple[Twin, RobotAPI, CodeTask]
+) -> None:
+    twin, api, t = hungry
+    server = ScriptedBots(
+        decision=[
+            proposal(["Pick up the unicorn."], 'pick("unicorn")\n'),  # the API refuses: stopped
+            proposal(HUNGRY_PLAN, HUNGRY_CODE),
+        ],
+        inner=[MATCH],
+        extra=[verdict("done", False, "the apple is not handed over"), DONE],
+    )
+    with server:
+        outcome = episode(robot, server, world(twin, api, robot, t), t, Corrections())
+    assert outcome.decisions.count("run: api") == 1 and "run: ok" in outcome.decisions
+    assert outcome.done and judge(twin, t, robot.code.handover).passed
