@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import math
 import time
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -39,7 +40,7 @@ from onboard.replan.seeing import Eyes, Look
 from onboard.replan.spots import free_spot
 from onboard.replan.tracking import Seen
 
-__all__ = ["FUNCTIONS", "RobotAPI", "RobotAPIError", "api_doc", "call"]
+__all__ = ["FUNCTIONS", "RobotAPI", "RobotAPIError", "api_doc", "call", "call_text"]
 
 #: metres between the fingers below which a closed gripper holds nothing
 EMPTY_WIDTH = 0.004
@@ -573,6 +574,14 @@ def _type_text(hint: Any) -> str:
 def _json_type(value: object) -> str:
     names = {bool: "a bool", int: "an int", float: "a float", str: "a str", list: "a list"}
     return "None" if value is None else names.get(type(value), f"a {type(value).__name__}")
+
+
+def call_text(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """A call as generated code would write it, its arguments as JSON: ``pick("apple")``
+    (the traces of runs, dry runs and baseline steps)."""
+    parts = [json.dumps(a, ensure_ascii=False) for a in args]
+    parts += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in kwargs.items()]
+    return f"{name}({', '.join(parts)})"
 
 
 def _call_text(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

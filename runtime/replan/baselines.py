@@ -31,8 +31,8 @@ from typing import Any
 from onboard.base.errors import CodeRefused, LLMError, OnboardError, RecordingError
 from onboard.llm.client import ChatResult, Message
 from onboard.loop.recorder import Recorder
-from onboard.replan.api import RobotAPI, call
-from onboard.replan.bots import Completes, HttpBot
+from onboard.replan.api import RobotAPI, call, call_text
+from onboard.replan.bots import Completes, HttpBot, recorded_exchanges
 from onboard.replan.names import API_NAMES
 from onboard.replan.perceive import perceive
 from onboard.replan.prompts import (
@@ -292,18 +292,12 @@ def _run(api: RobotAPI, code: str, limits: Limits, recorder: Recorder, out: Base
         return
     out.ended = ran.reason or "ok"
     out.done = ran.ok
-    out.steps = [_call_text(n, a, k) for n, a, k in ran.calls]
+    out.steps = [call_text(n, a, k) for n, a, k in ran.calls]
     if not ran.ok:
         out.errors.append(ran.message)
     recorder.write("run", bot="progprompt", ended=out.ended, message=ran.message,
                    calls=out.steps, output=ran.output, t=api.now(),
                    seconds=round(time.perf_counter() - wall, 4))  # fmt: skip
-
-
-def _call_text(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-    parts = [json.dumps(a, ensure_ascii=False) for a in args]
-    parts += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in kwargs.items()]
-    return f"{name}({', '.join(parts)})"
 
 
 class RecordedReplies:
@@ -313,18 +307,7 @@ class RecordedReplies:
 
     def __init__(self, records: Sequence[Mapping[str, Any]], method: str) -> None:
         self.method = method
-        self._answers: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
-        request: Mapping[str, Any] | None = None
-        for record in records:
-            kind = record.get("kind")
-            if kind == "request" and record.get("bot") == method:
-                request = record
-            elif request is not None and (
-                (kind == "reply" and record.get("bot") == method)
-                or (kind == "error" and record.get("source") == method)
-            ):
-                self._answers.append((request, record))
-                request = None
+        self._answers = recorded_exchanges(records, method)
         self._next = 0
         self.diverged: list[str] = []
 

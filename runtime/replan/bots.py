@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -126,6 +126,27 @@ def open_bots(
             recorder.hide(config.api_key())
             made[role] = HttpBot(role, client, recorder)
         yield Bots(made["decision"], made["inner"], made["extra"])
+
+
+Exchange = tuple[dict[str, Any], dict[str, Any]]
+
+
+def recorded_exchanges(records: Iterable[Mapping[str, Any]], name: str) -> list[Exchange]:
+    """The exchanges of the bot ``name`` in a recording, in order: each ``request`` record
+    with the ``reply`` (or ``error``) record that answered it."""
+    exchanges: list[Exchange] = []
+    request: dict[str, Any] | None = None
+    for record in records:
+        kind = record.get("kind")
+        if kind == "request" and record.get("bot") == name:
+            request = dict(record)
+        elif request is not None and (
+            (kind == "reply" and record.get("bot") == name)
+            or (kind == "error" and record.get("source") == name)
+        ):
+            exchanges.append((request, dict(record)))
+            request = None
+    return exchanges
 
 
 class RecordedBot:

@@ -20,7 +20,6 @@ of the program. :func:`compare` tells whether two dry runs end the same way.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from onboard.base.errors import ArmError, OnboardError, SafetyError
 from onboard.config import RobotConfig
-from onboard.replan.api import RobotAPIError, call
+from onboard.replan.api import RobotAPIError, call, call_text
 from onboard.replan.dry_twin import DryTwin, dry_twin
 from onboard.replan.names import API_NAMES
 from onboard.replan.perceive import perceive
@@ -134,7 +133,7 @@ class _Watch:
         }
 
     def dispatch(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> object:
-        text = _call_text(name, args, kwargs)
+        text = call_text(name, args, kwargs)
         self.calls.append(text)
         self._call = text
         self._may_touch = self._allowed(name, args, kwargs)
@@ -273,11 +272,6 @@ def _cause(exc: BaseException) -> BaseException:
     while exc.__cause__ is not None:
         exc = exc.__cause__
     return exc
-
-
-def _call_text(name: str, args: list[Any], kwargs: dict[str, Any]) -> str:
-    parts = [json.dumps(a) for a in args] + [f"{k}={json.dumps(v)}" for k, v in kwargs.items()]
-    return f"{name}({', '.join(parts)})"
 
 
 # -- comparing two dry runs ----------------------------------------------------------------

@@ -39,7 +39,7 @@ from onboard.llm.content import encode_image
 from onboard.loop.recorder import Recorder
 from onboard.replan import prompts
 from onboard.replan.allowlist import check
-from onboard.replan.api import RobotAPI, call
+from onboard.replan.api import RobotAPI, call, call_text
 from onboard.replan.bots import Bots
 from onboard.replan.names import API_NAMES
 from onboard.replan.prompts import Proposal
@@ -380,7 +380,7 @@ class _Episode:
             "run",
             ended=ended,
             steps=result.steps,
-            calls=[_call_text(n, a, k) for n, a, k in result.calls],
+            calls=[call_text(n, a, k) for n, a, k in result.calls],
             output=result.output,
             seconds=round(time.perf_counter() - began, 3),
         )
@@ -500,8 +500,3 @@ def run_code_episode(
         image_format,
     )
     return episode.run()
-
-
-def _call_text(name: str, args: Sequence[object], kwargs: dict[str, object]) -> str:
-    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
-    return f"{name}({', '.join(parts)})"

@@ -18,7 +18,7 @@ from typing import Any
 from onboard.base.errors import RecordingError
 from onboard.loop.recorder import Recorder, read_recording
 from onboard.loop.recording import images_dir, read_header
-from onboard.replan.bots import ROLES, Bots, RecordedBot
+from onboard.replan.bots import ROLES, Bots, RecordedBot, recorded_exchanges
 from onboard.replan.episode import Corrections, run_code_episode
 from onboard.replan.sandbox import RunResult
 from onboard.replan.scene_state import ObjectState, SceneState
@@ -102,17 +102,7 @@ def _dry_runner(records: list[dict[str, Any]]):  # type: ignore[no-untyped-def]
 
 
 def _bots(records: list[dict[str, Any]]) -> dict[str, RecordedBot]:
-    exchanges: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {r: [] for r in ROLES}
-    pending: dict[str, dict[str, Any]] = {}
-    for record in records:
-        kind = record["kind"]
-        if kind == "request" and record.get("bot") in exchanges:
-            pending[record["bot"]] = record
-        elif kind == "reply" and record.get("bot") in pending:
-            exchanges[record["bot"]].append((pending.pop(record["bot"]), record))
-        elif kind == "error" and record.get("source") in pending:
-            exchanges[record["source"]].append((pending.pop(record["source"]), record))
-    return {role: RecordedBot(role, exchanges[role]) for role in ROLES}
+    return {role: RecordedBot(role, recorded_exchanges(records, role)) for role in ROLES}
 
 
 def replay_code_recording(path: Path) -> tuple[list[str], list[str]]:

@@ -94,8 +94,8 @@ class _JudgedWorld(RobotWorld):
     """The robot's world, plus the judge's verdict after each run (evaluation only: the
     loop never sees it)."""
 
-    def __init__(self, inner: RobotWorld, twin: Twin, task: CodeTask, robot: RobotConfig):
-        super().__init__(inner.api, inner.limits, inner.fixtures, lambda: twin.time)
+    def __init__(self, api: RobotAPI, twin: Twin, task: CodeTask, robot: RobotConfig):
+        super().__init__(api, code_limits(robot.code), task.scene, lambda: twin.time)
         self.twin, self.task, self.handover = twin, task, robot.code.handover
         self.verdicts: list[bool] = []
 
@@ -131,9 +131,7 @@ def run_episode(
     with code_world(robot, task.scene, embedder, detector) as (twin, api):
         set_up(twin, task, rng, solved=lambda t: judge(t, task, robot.code.handover).passed)
         api.home()
-        world = _JudgedWorld(
-            RobotWorld(api, code_limits(robot.code), task.scene), twin, task, robot
-        )
+        world = _JudgedWorld(api, twin, task, robot)
         goals = [encode_image(goal_image(task))] if task.goal_scene else []
         notes = [GOAL_NOTE] if goals else []
         with Recorder(recording) as recorder:

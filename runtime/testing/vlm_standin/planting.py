@@ -5,12 +5,12 @@ documentation these numbers follow (committed before any table was run with them
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from onboard.replan.bots import request_hash  # the hash the runtime records with a request
 
 __all__ = [
     "BASE",
@@ -76,12 +76,6 @@ def named_kinds(errors: Iterable[str]) -> list[str]:
     """The Decision kinds the earlier messages name."""
     texts = list(errors)
     return [k for k, topic in TOPICS.items() if any(topic.search(t) for t in texts)]
-
-
-def request_hash(messages: Sequence[Mapping[str, Any]]) -> str:
-    """sha256 of the request's messages as canonical JSON."""
-    canonical = json.dumps(list(messages), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 @dataclass
