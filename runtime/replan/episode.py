@@ -28,7 +28,7 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -56,11 +56,11 @@ __all__ = [
     "run_code_episode",
 ]
 
+ImageForm = Literal["png", "jpeg"]
 #: the earlier tries' messages a prompt carries at most (the newest)
 KEEP_ERRORS = 6
 #: seconds a dry run may take at most
 DRY_WALL = 120.0
-PHASES = ("answer", "format", "refused", "match", "compare", "dry_run", "run", "extra")
 
 
 @dataclass(frozen=True)
@@ -73,13 +73,6 @@ class Corrections:
     cycles: int = 5
     replans: int = 3
     text_only: bool = False
-
-    def label(self) -> str:
-        if self.internal and self.external:
-            return "full"
-        if self.internal:
-            return "without external"
-        return "without internal" if self.external else "without both"
 
 
 @dataclass(frozen=True)
@@ -211,7 +204,7 @@ class _Episode:
         dry: DryRunner | None,
         goal_images: Sequence[bytes],
         goal_notes: Sequence[str],
-        image_format: str,
+        image_format: ImageForm,
     ) -> None:
         self.world = world
         self.instruction = instruction
@@ -231,13 +224,9 @@ class _Episode:
 
     def look(self, purpose: str) -> tuple[bytes | None, SceneState]:
         frame, state = self.world.look()
-        image = None
-        if isinstance(frame, bytes):
-            image = frame
-        elif frame is not None:
-            image = encode_image(frame, "jpeg" if self.image_format == "jpeg" else "png")
-        if self.corrections.text_only:
-            image = None
+        image = None  # text only: the scene goes as text, no image is made
+        if not self.corrections.text_only and frame is not None:
+            image = frame if isinstance(frame, bytes) else encode_image(frame, self.image_format)
         self.recorder.write(
             "observation",
             purpose=purpose,
@@ -466,7 +455,7 @@ def run_code_episode(
     dry: DryRunner | None = None,
     goal_images: Sequence[bytes] = (),
     goal_notes: Sequence[str] = (),
-    image_format: str = "png",
+    image_format: ImageForm = "png",
 ) -> CodeOutcome:
     """One episode of ``instruction`` (see the module's docstring). ``dry`` runs the Inner
     Bot's dry runs (None: regenerate-and-compare is left out, as where the sim extra is

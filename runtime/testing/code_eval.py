@@ -215,6 +215,10 @@ def _maybe_disturbed(twin: Twin, disturb: bool) -> Iterator[list[Event]]:
         yield disturber.events
 
 
+#: the corrections of the internal checks
+INTERNAL = frozenset({"format", "refused", "match", "compare", "dry_run"})
+
+
 @dataclass(frozen=True)
 class _Internal:
     planted: int = 0  # proposals the stand-in planted an error in
@@ -249,9 +253,6 @@ def _internal(records: Sequence[dict[str, Any]], log: Sequence[dict[str, Any]]) 
         elif kind == "program":
             open_ = False
     return _Internal(total, caught)
-
-
-INTERNAL = frozenset({"format", "refused", "match", "compare", "dry_run"})
 
 
 def _row(
