@@ -93,10 +93,10 @@ def tower_step(messages: list[dict[str, Any]]) -> str:
     holding = None if held is None or held[1] == "nothing" else held[1]
     taken = text.split("Steps taken so far:\n")[1].split("Steps to choose from:")[0]
     steps = re.findall(r"^- (.+)$", text.split("Steps to choose from:\n")[1], re.MULTILINE)
-    if re.search(r'^\d+\. put_in\("box"\)$', taken, re.MULTILINE):
+    if re.search(r"^\d+\. put_in\(box\)$", taken, re.MULTILINE):
         choice = DONE
     elif holding == "red block":
-        choice = 'put_in("box")'
+        choice = "put_in(box)"
     elif holding is not None:
         choice = next(s for s in steps if s.startswith("place(["))
     else:
@@ -106,7 +106,7 @@ def tower_step(messages: list[dict[str, Any]]) -> str:
             for n, (x, y, z) in seen.items()
             if n != "red block" and abs(x - rx) < 0.03 and abs(y - ry) < 0.03 and z > rz + 0.01
         ]
-        choice = f'pick("{max(above)[1]}")' if above else 'pick("red block")'
+        choice = f"pick({max(above)[1]})" if above else "pick(red block)"
     assert choice in steps, (choice, steps)
     return json.dumps({"step": choice})
 
@@ -142,14 +142,12 @@ def test_a_free_hand_is_offered_picks_and_the_drawer_a_full_hand_puts_down() -> 
     drawer = ObjectState("drawer", "drawer", (0.3, 0.4, 0.1), None, "table")
     scene = SceneState((block("red block", 0.5, -0.12), box, drawer))
     free = [s.text for s in candidate_steps(scene)]
-    assert free == ['pick("red block")', 'open_drawer("drawer")', "home()", DONE]
-    assert 'close_drawer("drawer")' in [
-        s.text for s in candidate_steps(scene, frozenset({"drawer"}))
-    ]
+    assert free == ["pick(red block)", "open_drawer(drawer)", "home()", DONE]
+    assert "close_drawer(drawer)" in [s.text for s in candidate_steps(scene, frozenset({"drawer"}))]
     held = SceneState(scene.objects, held="red block")
     full = [s.text for s in candidate_steps(held, frozenset({"drawer"}))]
     assert full[:3] == ["place([0.35, -0.30])", "place([0.50, -0.30])", "place([0.35, 0.05])"]
-    assert full[3:] == ['put_in("box")', 'put_in("drawer")', "give_me()", "home()", DONE]
+    assert full[3:] == ["put_in(box)", "put_in(drawer)", "give_me()", "home()", DONE]
 
 
 def test_free_spots_keep_clear_of_what_is_seen() -> None:
@@ -157,7 +155,7 @@ def test_free_spots_keep_clear_of_what_is_seen() -> None:
     assert free_spots(scene) == [(0.50, -0.30), (0.55, 0.05), (0.30, 0.20)]
     two = SceneState((block("red block", 0.5, -0.12), block("blue block", 0.2, 0.0)))
     steps = candidate_steps(SceneState(two.objects, held="red block"))
-    assert steps[0].text == 'place("blue block")'
+    assert steps[0].text == "place(blue block)"
     assert steps[1].args == ([0.35, -0.30],)
 
 
@@ -177,16 +175,16 @@ def test_saycan_takes_the_stack_apart_and_puts_the_red_block_in_the_box_then_rep
         verdict = judge(twin, TASKS[2], robot.code.handover)
     assert verdict.passed, (verdict.reason, done)
     assert done.done and done.ended == "done" and done.errors == []
-    assert done.steps[:2] == ['pick("blue block")', done.steps[1]]
+    assert done.steps[:2] == ["pick(blue block)", done.steps[1]]
     assert done.steps[1].startswith("place([")
-    assert done.steps[2:] == ['pick("yellow block")', done.steps[3], 'pick("red block")',
-                              'put_in("box")', DONE]  # fmt: skip
+    assert done.steps[2:] == ['pick(yellow block)', done.steps[3], 'pick(red block)',
+                              'put_in(box)', DONE]  # fmt: skip
     assert done.model_calls == len(server.requests) == 7
     assert done.model_seconds > 0
     # constrained decoding: each request carried the listed steps as the schema's enum
     enum = schema_of(server.requests[0])["properties"]["step"]["enum"]
     assert enum[-2:] == ["home()", DONE]
-    assert sorted(enum[:-2]) == ['pick("blue block")', 'pick("red block")', 'pick("yellow block")']
+    assert sorted(enum[:-2]) == ["pick(blue block)", "pick(red block)", "pick(yellow block)"]
     assert (
         "Scene (what the robot's detector sees):" in server.requests[0]["messages"][-1]["content"]
     )
@@ -215,8 +213,8 @@ def test_a_failed_step_is_shown_to_the_model_with_its_error(
         if "Steps taken so far:\nnone yet" in text:
             # a person takes the blue block off the stack while the model thinks
             twin.set_object_pose("blue block", (-0.4, 0.9, 0.02))
-            return json.dumps({"step": 'pick("blue block")'})
-        assert "1. pick(\"blue block\") failed: pick('blue block'): no blue block seen" in text
+            return json.dumps({"step": "pick(blue block)"})
+        assert "1. pick(blue block) failed: pick('blue block'): no blue block seen" in text
         return json.dumps({"step": DONE})
 
     with (
@@ -226,7 +224,7 @@ def test_a_failed_step_is_shown_to_the_model_with_its_error(
     ):
         done = run_saycan(api, TASKS[2].instruction, client, MemoryRecorder())
         assert not judge(twin, TASKS[2], robot.code.handover).passed
-    assert (done.done, done.ended, done.steps) == (True, "done", ['pick("blue block")', DONE])
+    assert (done.done, done.ended, done.steps) == (True, "done", ["pick(blue block)", DONE])
     assert len(done.errors) == 1 and "no blue block seen" in done.errors[0]
     assert len(server.requests) == 2
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -139,3 +140,57 @@ def test_the_embedded_server_keeps_to_the_skills_reason_and_wait_times(
             asked = prompts.lose_person(skill, activity, 5.0)
             reply = json.loads(client.complete(asked, prompts.answer_schema(short)).text)
             assert reply["answer"] in ("yes", "no") and len(reply["reason"]) <= 12
+
+
+def test_the_embedded_server_answers_saycan_steps_named_after_objects(local_url: str) -> None:
+    """The SayCan baseline's steps are an enum; llama.cpp's grammar conversion killed the
+    server on an enum string holding a double quote (``pick("apple")``), so the labels are
+    bare (``pick(apple)``): the real server answers one of them."""
+    from onboard.replan.baselines import candidate_steps
+    from onboard.replan.prompts import saycan_schema
+    from onboard.replan.scene_state import ObjectState, SceneState
+
+    scene = SceneState(
+        tuple(
+            ObjectState(name, name.replace(" ", "_"), (0.4, y, 0.02), (0.04, 0.04, 0.04), "table")
+            for name, y in (("apple", -0.1), ("red block", 0.1))
+        )
+    )
+    steps = [s.text for s in candidate_steps(scene)]
+    messages = [{"role": "user", "content": "I'm hungry. Choose the next step."}]
+    patient = {"deadline": 90.0, "read_timeout": 60.0, "temperature": 0.0, "max_tokens": 60}
+    with ChatClient(LLMConfig.model_validate(patient), base_url=local_url) as client:
+        assert json.loads(client.complete(messages, saycan_schema(steps)).text)["step"] in steps
+
+
+def test_a_server_that_dies_is_started_again_and_the_client_says_why() -> None:
+    """A robot runs headless: when llama.cpp dies, the runtime starts it again on the same
+    port, and a request that could not reach it names the death."""
+    import signal
+
+    from onboard.llm.local_server import exit_reason, local_server, server_pid
+
+    messages = [{"role": "user", "content": "Say hi."}]
+    config = LLMConfig.model_validate({"deadline": 90.0, "read_timeout": 60.0, "max_tokens": 4})
+    with local_server() as url, ChatClient(config, base_url=url) as client:
+        first = server_pid(url)
+        assert first is not None and exit_reason(url) is None
+        os.kill(first, signal.SIGKILL)
+        while server_pid(url) == first:  # the event: the watcher has started another one
+            time.sleep(0.05)
+        while not _answers(url):  # and that one serves
+            time.sleep(0.2)
+        reply = client.complete(messages, None)
+        assert reply.text is not None
+        assert server_pid(url) not in (None, first)
+        reason = exit_reason(url)
+        assert reason is not None and "exited with code -9" in reason
+
+
+def _answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/models", timeout=5.0).status_code == 200
+    except httpx.TransportError:
+        return False

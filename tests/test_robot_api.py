@@ -10,14 +10,17 @@ from pathlib import Path
 import pytest
 
 from onboard.config import RobotConfig
+from onboard.drivers.arm.base import Pose
+from onboard.drivers.arm.safety import SafeArm
 from onboard.drivers.factory import Hardware
 from onboard.drivers.twin.bodies import HANDLE_LINK
 from onboard.drivers.twin.world import Snapshot
 from onboard.grounding.embedder import Embedder
 from onboard.manip.session import scene_hardware
-from onboard.replan.api import FUNCTIONS, RobotAPI, RobotAPIError, api_doc, call
+from onboard.replan.api import DRAW_AWAY, FUNCTIONS, RobotAPI, RobotAPIError, api_doc, call
 from onboard.replan.names import API_NAMES
 from onboard.replan.robot import robot_api
+from onboard.replan.tracking import STALE, Seen, Tracker
 from onboard.testing.tidy_eval import detector
 
 HANDOVER = (0.35, -0.25, 0.3)
@@ -274,6 +277,58 @@ def test_a_block_carried_out_of_reach_is_picked_once_it_stops_at_the_end(
     api.wait(3.0)  # the red block near the end: met on the move, it would be met past the stop
     api.pick("red block")
     assert twin.held_object() == "red block" and api.holding() == "red block"
+
+
+def the_grasp(arm: SafeArm) -> tuple[Pose, list[Pose]]:
+    """Where the hand was when the gripper last closed, and the poses it was sent to since."""
+    sent = list(arm.sent)
+    closed = max(i for i, c in enumerate(sent) if c.op == "grip" and c.close)
+    at = next(c.pose for c in reversed(sent[:closed]) if c.pose is not None)
+    return at, [c.pose for c in sent[closed + 1 :] if c.pose is not None]
+
+
+@pytest.mark.parametrize("scene", ["belt_order"], indirect=True)
+def test_a_block_queued_at_the_end_stop_is_slid_off_its_neighbour_before_the_lift(
+    robot: RobotConfig, scene: Hardware, embedder: Embedder
+) -> None:
+    api, twin, arm = make_api(robot, scene, embedder), scene.twin, scene.arm
+    assert twin is not None and arm is not None
+    api.detect()
+    # red, green, blue from the stop, pressed together by the belt
+    assert api.wait_until_at("blue block", 0.48, 0.0, 0.01, 20.0)
+    api.wait(2.0)
+    api.detect()
+    api.pick("blue block")
+    # drawn back along the belt, off the green block, then lifted from there
+    grasp, (slide, lift) = the_grasp(arm)
+    assert slide.z == pytest.approx(grasp.z)
+    assert (slide.x - grasp.x, slide.y - grasp.y) == pytest.approx((-DRAW_AWAY, 0.0), abs=0.003)
+    assert (lift.x, lift.y) == (slide.x, slide.y) and lift.z > slide.z
+    x, _, z = twin.to_base(twin.object_pose("green block")[0])
+    assert twin.held_object() == "blue block" and z < 0.03 and x > 0.5
+    api.place([0.35, 0.2])
+    # the red block at the stop, the green one behind it: the stop is in the way, no slide
+    api.detect()
+    api.pick("red block")
+    grasp, (lift,) = the_grasp(arm)
+    assert (lift.x, lift.y) == (grasp.x, grasp.y) and lift.z > grasp.z
+
+
+def test_a_track_not_seen_in_the_last_look_does_not_take_the_name_of_one_that_was() -> None:
+    tracker = Tracker()
+    # a spurious detection beside the block, once: named "blue block 2"
+    tracker.update([Seen("blue block", "blue block", (0.537, 0.0, 0.02), 0.05, 0.04, 1.0)])
+    spurious = Seen("blue block 2", "blue block", (0.544, 0.0, 0.011), 0.07, 0.05, 2.0)
+    tracker.update([tracker.tracks["blue block"], spurious])
+    tracker.update([Seen("blue block", "blue block", (0.537, 0.0, 0.02), 0.05, 0.04, 3.0)])
+    # the block seen a little further on is nearer the stale track, by less than STALE
+    seen_at = (0.55, 0.003, 0.02)
+    assert math.dist(seen_at, spurious.position) + STALE > math.dist(seen_at, (0.537, 0, 0.02))
+    assert math.dist(seen_at, spurious.position) < math.dist(seen_at, (0.537, 0, 0.02))
+    assert tracker.names(["blue block"], [seen_at]) == ["blue block"]
+    # both seen: each keeps its own
+    far = (0.3, 0.2, 0.02)
+    assert tracker.names(["blue block"] * 2, [seen_at, far]) == ["blue block", "blue block 2"]
 
 
 def test_the_hand_turns_to_come_down_into_an_open_drawer_under_its_cabinet(

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import httpcore
 import httpx
@@ -36,10 +36,18 @@ import httpx
 from onboard.base.errors import LLMError, LLMRefused, LLMReplyError, LLMTimeout
 from onboard.base.secrets import scrub
 from onboard.config import LLMConfig
-from onboard.llm.local_server import serves
+from onboard.llm.local_server import exit_reason, serves
 from onboard.llm.structured import Form, reply_problem, resolve, response_format
 
-__all__ = ["ChatClient", "ChatResult", "Message", "retry_after", "server_timing", "timing_hooks"]
+__all__ = [
+    "ChatClient",
+    "ChatResult",
+    "Completes",
+    "Message",
+    "retry_after",
+    "server_timing",
+    "timing_hooks",
+]
 
 #: {"role": ..., "content": text or OpenAI content parts} (onboard.llm.content)
 Message = Mapping[str, Any]
@@ -62,6 +70,18 @@ class ChatResult:
     received_at: float = 0.0
     #: why the server stopped: "stop", "length" (cut at max_tokens), ... ("" = not said)
     finish_reason: str = ""
+
+
+class Completes(Protocol):
+    """What answers one exchange: :class:`ChatClient`, or a recording's replies (a replay,
+    a test's scripted model)."""
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        schema: Mapping[str, Any] | None = None,
+        deadline: float | None = None,
+    ) -> ChatResult: ...
 
 
 class ChatClient:
@@ -180,6 +200,8 @@ class ChatClient:
                 last = "timed out"
             except httpx.TransportError as exc:
                 last = f"cannot reach {self.base_url}: {type(exc).__name__}"
+                died = exit_reason(self.base_url)
+                last += f" ({died})" if died else ""
             else:
                 if reply.status == 200:
                     result = _result(reply, time.monotonic() - start, attempt, self.base_url)

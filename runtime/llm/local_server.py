@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ import httpx
 
 from onboard.base.errors import LLMError, ModelError
 
-__all__ = ["gguf_path", "local_server", "serves"]
+__all__ = ["exit_reason", "gguf_path", "local_server", "server_pid", "serves"]
 
 MODEL_ALIAS = "smollm2-135m-instruct"
 _EXTRA = "pip install -e '.[local-llm]'"
@@ -41,14 +42,30 @@ def gguf_path() -> Path:
     return files[0]
 
 
-#: the base URLs of the embedded servers this process runs
-_serving: set[str] = set()
+#: the embedded servers this process runs, by base URL
+_serving: dict[str, _Supervised] = {}
+
+#: how many times a server that died is started again before it is left down
+RESTARTS = 3
 
 
 def serves(base_url: str) -> bool:
     """Whether ``base_url`` is an embedded server this process started and still runs: what
     ``[llm] structured_output = "auto"`` asks to choose the llama-cpp form."""
     return base_url.rstrip("/") in _serving
+
+
+def exit_reason(base_url: str) -> str | None:
+    """Why the embedded server at ``base_url`` last died (None: it has not), so a request
+    that cannot reach it says so instead of only "cannot reach"."""
+    served = _serving.get(base_url.rstrip("/"))
+    return served.death if served is not None else None
+
+
+def server_pid(base_url: str) -> int | None:
+    """The process id of the embedded server at ``base_url`` now (None: not ours)."""
+    served = _serving.get(base_url.rstrip("/"))
+    return served.process.pid if served is not None else None
 
 
 def _free_port() -> int:
@@ -59,7 +76,11 @@ def _free_port() -> int:
 
 @contextmanager
 def local_server(threads: int = 2, startup_timeout: float = 90.0) -> Iterator[str]:
-    """Serve SmolLM2 on 127.0.0.1; yields the base URL (``http://127.0.0.1:PORT/v1``)."""
+    """Serve SmolLM2 on 127.0.0.1; yields the base URL (``http://127.0.0.1:PORT/v1``).
+
+    The server is watched: when it dies (llama.cpp can crash on a request), the reason is
+    printed and kept for the client's error, and it is started again on the same port, at
+    most :data:`RESTARTS` times; the request that was in flight fails."""
     if importlib.util.find_spec("llama_cpp") is None:
         raise ModelError(f"local LLM: llama-cpp-python is missing (the local-llm extra: {_EXTRA})")
     model, port = gguf_path(), _free_port()
@@ -70,20 +91,88 @@ def local_server(threads: int = 2, startup_timeout: float = 90.0) -> Iterator[st
         "--n_ctx", "2048", "--n_threads", str(threads), "--verbose", "False",
     ]  # fmt: skip
     base_url = f"http://127.0.0.1:{port}/v1"
-    with tempfile.TemporaryFile("w+") as log:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, text=True)
+    served = _Supervised(command, base_url, startup_timeout)
+    served.start()
+    try:
+        _serving[base_url] = served
+        yield base_url
+    finally:
+        _serving.pop(base_url, None)
+        served.stop()
+
+
+class _Supervised:
+    """One embedded server process, started again when it dies while in use."""
+
+    def __init__(self, command: list[str], base_url: str, startup_timeout: float) -> None:
+        self.command, self.base_url, self.startup_timeout = command, base_url, startup_timeout
+        self.death: str | None = None
+        self.restarts = 0
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._log: IO[str] = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed in stop)
+        self.process = self._spawn()
+        self._watcher = threading.Thread(target=self._watch, name="local-llm-watch", daemon=True)
+
+    def _spawn(self) -> subprocess.Popen[str]:
+        self._log.seek(0)
+        self._log.truncate()
+        return subprocess.Popen(
+            self.command, stdout=subprocess.DEVNULL, stderr=self._log, text=True
+        )
+
+    def start(self) -> None:
         try:
-            _wait_ready(process, log, base_url, startup_timeout)
-            _serving.add(base_url)
-            yield base_url
-        finally:
-            _serving.discard(base_url)
-            process.terminate()
+            _wait_ready(self.process, self._log, self.base_url, self.startup_timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        while True:
+            code = self.process.wait()
+            if self._stopping.is_set():
+                return
+            self.death = f"the local LLM server exited with code {code}: {_tail(self._log)}"
+            if self.restarts >= RESTARTS:
+                print(f"onboard: {self.death}; left down after {RESTARTS} restarts",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                return
+            self.restarts += 1
+            print(f"onboard: {self.death}; starting it again ({self.restarts} of {RESTARTS})",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                self.process = self._spawn()
             try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+                _wait_ready(self.process, self._log, self.base_url, self.startup_timeout)
+            except LLMError as exc:
+                if self._stopping.is_set():
+                    return
+                self.death = str(exc)
+                print(f"onboard: {exc}; left down", file=sys.stderr, flush=True)
+                return
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._lock:
+            process = self.process
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if self._watcher.is_alive():
+            self._watcher.join(timeout=10)
+        self._log.close()
+
+
+def _tail(log: IO[str]) -> str:
+    log.seek(0)
+    return " ".join(log.read()[-300:].split()) or "no message"
 
 
 def _warm_up(base_url: str) -> None:
@@ -98,9 +187,7 @@ def _wait_ready(
     until = time.monotonic() + timeout
     while time.monotonic() < until:
         if process.poll() is not None:
-            log.seek(0)
-            tail = " ".join(log.read()[-300:].split())
-            raise LLMError(f"local LLM server exited with code {process.returncode}: {tail}")
+            raise LLMError(f"local LLM server exited with code {process.returncode}: {_tail(log)}")
         try:
             if httpx.get(f"{base_url}/models", timeout=1.0).status_code == 200:
                 _warm_up(base_url)

@@ -27,6 +27,8 @@ PUSH_BACK = 0.06
 GRASP_ABOVE = 0.25
 #: metres above the surface a held object is let go (so it is not pressed into it)
 RELEASE_GAP = 0.005
+#: the fraction of the motions' speed a grasped object is drawn along its surface at
+DRAW_SPEED = 0.25
 
 
 class Motions:
@@ -59,18 +61,23 @@ class Motions:
         rise: float,
         approach: float = APPROACH,
         before_close: Callable[[], None] = lambda: None,
+        draw: tuple[float, float] = (0.0, 0.0),
     ) -> None:
         """Open, come down on ``at`` from ``approach`` m above, close, go back up; ``rise``:
         metres from the object's bottom to the tool point at ``at``; ``before_close`` runs
-        when the fingers are there, open (to wait for a moving object)."""
-        above = replace(at, z=at.z + approach)
+        when the fingers are there, open (to wait for a moving object); ``draw`` (dx, dy):
+        metres the closed hand first slides the object along the surface it rests on (away
+        from a neighbour it touches, which a straight lift would drag up with it)."""
         self.arm.grip(False)
-        self.arm.move_to(above, self.speed)
+        self.arm.move_to(replace(at, z=at.z + approach), self.speed)
         self.arm.move_to(at, self.speed)
         before_close()
         self.arm.grip(True)
         self.holding, self.held_rise = name, rise
-        self.arm.move_to(above, self.speed)
+        if draw != (0.0, 0.0):
+            at = replace(at, x=at.x + draw[0], y=at.y + draw[1])
+            self.arm.move_to(at, self.speed * DRAW_SPEED)
+        self.arm.move_to(replace(at, z=at.z + approach), self.speed)
 
     def pick_centre(self, name: str, x: float, y: float, z: float, size: float) -> None:
         """Pick an object of ``size`` m whose centre is at (x, y, z)."""

@@ -69,6 +69,9 @@ ABOVE_TABLE = 0.004
 HAND_ALONG, HAND_ACROSS = 0.11, 0.035
 #: depth points above the grasp in the hand's way that make a pick turn the hand a quarter
 IN_THE_WAY = 20
+#: metres above the tool point the fingers, the hand and the wrist reach: what the camera sees
+#: higher up (the arm's own links, over the spot) is not in their way
+HAND_HEIGHT = 0.2
 #: metres: the radius assumed for a held object of unknown size
 HELD_RADIUS = 0.03
 #: metres a drawer is pulled open
@@ -81,6 +84,14 @@ MAX_WAIT = 600.0
 SURFACE_RADIUS = 0.02
 #: depth points a surface needs to be measured (fewer: the point is hidden, the table assumed)
 SURFACE_POINTS = 5
+#: metres a grasped object is slid away from a neighbour it touches before it is lifted
+DRAW_AWAY = 0.01
+#: metres between two objects' footprints (as seen) under which they are taken to touch
+TOUCHING = 0.015
+#: the fraction of an object's height a neighbour must stand level with (not under it or on it)
+LEVEL = 0.5
+#: depth points on an object's far side, above what it rests on, that block sliding it there
+IN_THE_DRAW = 5
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -191,7 +202,7 @@ class RobotAPI:
         if velocity is None:
             yaw = self._hand_yaw(seen.position[0], seen.position[1], grasp_z, seen.size / 2)
             at = self.motions.pose(seen.position[0], seen.position[1], grasp_z, yaw)
-            self.motions.pick(name, at, rise, approach)
+            self.motions.pick(name, at, rise, approach, draw=self._draw_away(seen))
         else:
             self._intercept(name, seen, velocity, grasp_z, rise, approach)
         if self._closed_on_nothing():
@@ -369,7 +380,7 @@ class RobotAPI:
         if look is None:
             return None
         points = look.points_near(x, y, math.hypot(HAND_ALONG, HAND_ACROSS))
-        points = points[points[:, 2] > z + 0.01]
+        points = points[(points[:, 2] > z + 0.01) & (points[:, 2] < z + HAND_HEIGHT)]
         points = points[np.hypot(points[:, 0] - x, points[:, 1] - y) > own + 0.01]
         home = self.motions.pose(x, y, z).rz
 
@@ -383,6 +394,38 @@ class RobotAPI:
         if here >= IN_THE_WAY and turned < here / 2:
             return _half_turn(home + math.pi / 2)
         return None
+
+    def _draw_away(self, seen: Seen) -> tuple[float, float]:
+        """(dx, dy): where to slide the grasped object before lifting it, away from the
+        objects beside it that it touches (as the last look saw them), when the camera sees
+        room there; (0, 0) when nothing touches it, it is hemmed in, or that side is taken.
+        Objects queued at a conveyor's end stop are pressed together: a straight lift drags
+        the neighbour up by friction (and over the stop)."""
+        look = self.eyes.last
+        if look is None:
+            return 0.0, 0.0
+        x, y = seen.position[0], seen.position[1]
+        bottom = _bottom(seen)
+        away = np.zeros(2)
+        for other in look.objects.values():
+            level = min(seen.top, other.top) - max(bottom, _bottom(other))
+            offset = np.array([x - other.position[0], y - other.position[1]])
+            apart = float(np.hypot(*offset))
+            gap = apart - (seen.size + other.size) / 2
+            if other.name != seen.name and level > LEVEL * (seen.top - bottom) and gap < TOUCHING:
+                away += offset / max(apart, 1e-6)
+        if np.hypot(*away) < 0.5:  # nothing beside it, or neighbours on opposite sides
+            return 0.0, 0.0
+        ux, uy = away / np.hypot(*away)
+        # the strip beyond its edge on that side: twice the slide, for the fingers' room
+        reach = seen.size / 2 + 2 * DRAW_AWAY
+        points = look.points_near(x, y, math.hypot(reach, seen.size / 2))
+        along = (points[:, 0] - x) * ux + (points[:, 1] - y) * uy
+        across = np.abs(-(points[:, 0] - x) * uy + (points[:, 1] - y) * ux)
+        taken = (along > seen.size / 2) & (along <= reach) & (across <= seen.size / 2)
+        if int(np.sum(taken & (points[:, 2] > bottom + ABOVE_TABLE))) >= IN_THE_DRAW:
+            return 0.0, 0.0
+        return float(ux * DRAW_AWAY), float(uy * DRAW_AWAY)
 
     def _motion_of(self, name: str) -> tuple[Seen, tuple[float, float] | None]:
         """The object as last seen, and its velocity (x, y) in m/s if it moves: seen twice,

@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from onboard.base.errors import CodeRefused, LLMError, OnboardError, RecordingError
-from onboard.llm.client import ChatResult, Message
+from onboard.llm.client import ChatResult, Completes, Message
 from onboard.loop.recorder import Recorder
 from onboard.replan.api import RobotAPI, call, call_text
-from onboard.replan.bots import Completes, HttpBot, recorded_exchanges
+from onboard.replan.bots import HttpBot, recorded_exchanges
 from onboard.replan.names import API_NAMES
 from onboard.replan.perceive import perceive
 from onboard.replan.prompts import (
@@ -117,8 +117,11 @@ class BaselineResult:
         return asdict(self)
 
 
-def _quoted(name: str) -> str:
-    return json.dumps(name, ensure_ascii=False)
+def _label(name: str) -> str:
+    """An object's name as a step label writes it: bare, ``pick(red block)``. A label is an
+    enum value of the constrained reply, and llama.cpp's grammar conversion (llama-cpp-python
+    0.3.36) kills its server on an enum string holding a double quote."""
+    return name.replace('"', "'")
 
 
 def free_spots(
@@ -150,20 +153,20 @@ def candidate_steps(
     loose = [o for o in scene.objects if o.kind not in CONTAINERS | DRAWERS]
     drawers = [o.name for o in scene.objects if o.kind in DRAWERS]
     if scene.held is None:
-        steps += [Step(f"pick({_quoted(o.name)})", "pick", (o.name,)) for o in loose]
+        steps += [Step(f"pick({_label(o.name)})", "pick", (o.name,)) for o in loose]
         for name in drawers:
             if name in opened:
-                steps.append(Step(f"close_drawer({_quoted(name)})", "close_drawer", (name,)))
+                steps.append(Step(f"close_drawer({_label(name)})", "close_drawer", (name,)))
             else:
-                steps.append(Step(f"open_drawer({_quoted(name)})", "open_drawer", (name,)))
+                steps.append(Step(f"open_drawer({_label(name)})", "open_drawer", (name,)))
     else:
         others = [o.name for o in loose if o.name != scene.held]
-        steps += [Step(f"place({_quoted(n)})", "place", (n,)) for n in others]
+        steps += [Step(f"place({_label(n)})", "place", (n,)) for n in others]
         for x, y in free_spots(scene, spots):
             steps.append(Step(f"place([{x:.2f}, {y:.2f}])", "place", ([x, y],)))
         into = [o.name for o in scene.objects if o.kind in CONTAINERS]
         into += [n for n in drawers if n in opened]
-        steps += [Step(f"put_in({_quoted(n)})", "put_in", (n,)) for n in into]
+        steps += [Step(f"put_in({_label(n)})", "put_in", (n,)) for n in into]
         steps.append(Step("give_me()", "give_me"))
     steps += [Step("home()", "home"), Step(DONE, DONE)]
     return steps

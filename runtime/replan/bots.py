@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from onboard.base.errors import LLMError
 from onboard.config import RobotConfig
-from onboard.llm.client import ChatClient, ChatResult, Message
+from onboard.llm.client import ChatClient, Completes, Message
 from onboard.loop.recorder import Recorder
 
 __all__ = ["Ask", "Bots", "HttpBot", "RecordedBot", "open_bots"]
@@ -48,17 +48,6 @@ class Bots:
     decision: Ask
     inner: Ask
     extra: Ask
-
-
-class Completes(Protocol):
-    """What answers one exchange: :class:`ChatClient`, or a recording's replies."""
-
-    def complete(
-        self,
-        messages: Sequence[Message],
-        schema: Mapping[str, Any] | None = None,
-        deadline: float | None = None,
-    ) -> ChatResult: ...
 
 
 class HttpBot:

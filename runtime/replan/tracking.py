@@ -2,9 +2,11 @@
 
 Each look's objects take the names of the tracks of their label, nearest first; an object no
 track of its label is left for gets a new name (the label, else "label 2", "label 3", ...).
-A track not seen in a look keeps its name and where it was last seen; an object the robot
-itself puts somewhere has its track moved there (:meth:`Tracker.moved`), so it keeps its name
-wherever it was set down.
+A track not seen in a look keeps its name and where it was last seen, and counts as
+:data:`STALE` metres further away than it is from then on (a spurious detection once named
+"label 2" does not take the name of the object it was seen beside, the next look the two
+estimates fall close); an object the robot itself puts somewhere has its track moved there
+(:meth:`Tracker.moved`), so it keeps its name wherever it was set down.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-__all__ = ["Seen", "Tracker"]
+__all__ = ["STALE", "Seen", "Tracker"]
+
+#: metres a track not seen in the last look counts as further away than it is
+STALE = 0.02
 
 Point = tuple[float, float, float]
 
@@ -33,6 +38,8 @@ class Seen:
 class Tracker:
     def __init__(self) -> None:
         self.tracks: dict[str, Seen] = {}
+        #: the tracks seen in the last look, or moved there by the robot since
+        self._current: set[str] = set()
 
     def names(self, labels: Sequence[str], positions: Sequence[Point]) -> list[str]:
         """The names of one look's objects (in the order given), matched to the tracks."""
@@ -41,7 +48,7 @@ class Tracker:
             mine = [i for i, seen in enumerate(labels) if seen == label]
             tracks = [t for t in self.tracks.values() if t.label == label]
             pairs = sorted(
-                (math.dist(positions[i], t.position), i, t.name) for i in mine for t in tracks
+                (self._distance(positions[i], t), i, t.name) for i in mine for t in tracks
             )
             taken: set[str] = set()
             for _, i, name in pairs:
@@ -55,13 +62,21 @@ class Tracker:
         return [n or "" for n in names]
 
     def update(self, seen: Sequence[Seen]) -> None:
+        """One look's objects (a look that saw nothing leaves the last look's as current)."""
         for s in seen:
             self.tracks[s.name] = s
+        if seen:
+            self._current = {s.name for s in seen}
 
     def moved(self, name: str, position: Point, top: float, time: float) -> None:
         """``name`` was put down by the robot: its centre is at ``position`` now."""
         if name in self.tracks:
             self.tracks[name] = replace(self.tracks[name], position=position, top=top, time=time)
+            self._current.add(name)
+
+    def _distance(self, position: Point, track: Seen) -> float:
+        stale = 0.0 if track.name in self._current else STALE
+        return math.dist(position, track.position) + stale
 
     def _new_name(self, label: str, taken: set[str]) -> str:
         used = set(self.tracks) | taken

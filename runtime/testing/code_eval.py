@@ -36,13 +36,14 @@ from onboard.base.errors import RecordingError
 from onboard.config import RobotConfig
 from onboard.drivers.twin.world import Twin
 from onboard.grounding.embedder import Embedder
+from onboard.llm.client import Completes
 from onboard.llm.content import encode_image
 from onboard.loop.recorder import Recorder
 from onboard.loop.recording import images_dir
 from onboard.perception.detector import Detector
 from onboard.replan.api import RobotAPI
 from onboard.replan.baselines import BaselineResult, run_progprompt, run_saycan
-from onboard.replan.bots import Bots, Completes, HttpBot, open_bots
+from onboard.replan.bots import Bots, HttpBot, open_bots
 from onboard.replan.episode import (
     CodeOutcome,
     Corrections,

@@ -11,8 +11,9 @@ the run now on the table; 7 the duck in the box, the teddy not.
 
 from __future__ import annotations
 
-import ast
 import itertools
+import json
+import re
 from collections.abc import Sequence
 
 from onboard.testing.vlm_standin.matching import Action, plan_actions
@@ -148,19 +149,18 @@ def _plates(after: View) -> tuple[bool, str]:
 
 
 def _parse_step(step: str) -> tuple[str, object]:
-    try:
-        node = ast.parse(step.strip(), mode="eval").body
-    except SyntaxError:
+    """A listed step's call name and first argument: ``pick(red block)`` (the runtime's
+    bare label), ``place([0.4, 0.2])``, or a quoted ``pick("red block")``."""
+    match = re.fullmatch(r"(\w+)\((.*)\)", step.strip())
+    if match is None:
         return step.strip(), None
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        arg: object = None
-        if node.args:
-            try:
-                arg = ast.literal_eval(node.args[0])
-            except ValueError:
-                arg = None
-        return node.func.id, arg
-    return step.strip(), None
+    name, text = match.group(1), match.group(2).strip()
+    if not text:
+        return name, None
+    try:
+        return name, json.loads(text)
+    except ValueError:
+        return name, text
 
 
 _API_OF = {

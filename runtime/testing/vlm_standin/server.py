@@ -12,12 +12,10 @@ import base64
 import binascii
 import json
 import re
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -35,8 +33,7 @@ from onboard.replan.prompts import (
     SCENE,
     read_proposal,
 )
-from onboard.testing.loopback import LoopbackServer, OwnedHTTPServer
-from onboard.testing.standin_server import completion_json, error_json
+from onboard.testing.chat_standin import BadRequest, ChatHandler, SeededStandIn, response_schema
 from onboard.testing.vlm_standin import planting
 from onboard.testing.vlm_standin.judging import done, saycan_step
 from onboard.testing.vlm_standin.matching import match
@@ -54,10 +51,6 @@ ROLES = {
     SAYCAN_ROLE: "saycan",
 }
 _DATA_URL = re.compile(r"^data:image/(?:png|jpeg|jpg);base64,(?P<data>.+)$", re.S)
-
-
-class BadRequest(ValueError):
-    """What is wrong with a request, one line (answered with HTTP 400)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +77,7 @@ def read_request(body: Any) -> Request:
     user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
     if user is None:
         raise BadRequest("no user message")
-    return Request(ROLES[first], message_text(user), _images(user), messages, _schema(body))
+    return Request(ROLES[first], message_text(user), _images(user), messages, response_schema(body))
 
 
 def _images(message: Mapping[str, Any]) -> list[npt.NDArray[np.uint8]]:
@@ -107,18 +100,6 @@ def _images(message: Mapping[str, Any]) -> list[npt.NDArray[np.uint8]]:
         except (binascii.Error, ValueError) as exc:
             raise BadRequest(f"image {n}: {' '.join(str(exc).split())}") from None
     return images
-
-
-def _schema(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    form = body.get("response_format")
-    if not isinstance(form, dict):
-        return None
-    if isinstance(form.get("schema"), dict):
-        return cast(Mapping[str, Any], form["schema"])
-    inner = form.get("json_schema")
-    if isinstance(inner, dict) and isinstance(inner.get("schema"), dict):
-        return cast(Mapping[str, Any], inner["schema"])
-    return None
 
 
 def _line_after(text: str, heading: str) -> str:
@@ -157,7 +138,7 @@ def _errors(text: str) -> list[str]:
     return out
 
 
-class VLMStandIn(LoopbackServer):
+class VLMStandIn(SeededStandIn):
     """The stand-in VLM, served from a thread (the process runs it: ``__main__``)."""
 
     def __init__(
@@ -168,25 +149,11 @@ class VLMStandIn(LoopbackServer):
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        if not 0.0 <= competence <= 1.0:
-            raise ValueError(f"competence {competence}: not between 0 and 1")
-        self.seed, self.competence, self.log = seed, competence, log
-        self._lock = threading.Lock()
-        self._seen: dict[str, int] = {}
-        super().__init__(host, port)
+        super().__init__(seed, competence, log, host, port)
 
     def _draws(self, request: Request) -> planting.Draws:
         digest = planting.request_hash(request.messages)
-        with self._lock:
-            n = self._seen.get(digest, 0)
-            self._seen[digest] = n + 1
-        return planting.Draws(self.seed, digest, n, self.competence)
-
-    def _write_log(self, record: dict[str, Any]) -> None:
-        if self.log is None:
-            return
-        with self._lock, self.log.open("a", encoding="utf-8") as out:
-            out.write(json.dumps(record, sort_keys=True) + "\n")
+        return planting.Draws(self.seed, digest, self.count(digest), self.competence)
 
     def answer(self, body: Any) -> str:
         """The reply's content for a request body; BadRequest when it cannot be read."""
@@ -226,7 +193,7 @@ class VLMStandIn(LoopbackServer):
         refused = check(draft.program(drop), API_NAMES)
         if refused:  # the templates are the stand-in's own: a refusal is its bug
             raise RuntimeError(f"the stand-in wrote a program the check refuses: {refused[0]}")
-        self._write_log(
+        self.write_log(
             {
                 "bot": "decision",
                 "hash": draws.digest,
@@ -265,7 +232,7 @@ class VLMStandIn(LoopbackServer):
         planted = []
         if not judged and draws.chance(planting.rate("extra_false_done", self.competence)):
             planted, reason = ["extra_false_done"], "the task looks done"
-        self._write_log(
+        self.write_log(
             {
                 "bot": "extra",
                 "hash": draws.digest,
@@ -311,58 +278,9 @@ def _enum(schema: Mapping[str, Any] | None) -> list[str]:
     return [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
+class _Handler(ChatHandler):
     server_version = "VLMStandIn/1.0"
-
-    def log_message(self, *args: Any, **kwargs: Any) -> None:
-        """Quiet."""
-
-    @property
-    def _owner(self) -> VLMStandIn:
-        return cast(VLMStandIn, cast(OwnedHTTPServer, self.server).owner)
-
-    def do_GET(self) -> None:
-        if self.path.rstrip("/") == "/v1/models":
-            entry = {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "onboard"}
-            self._send(200, {"object": "list", "data": [entry]})
-        else:
-            self._send(404, error_json(f"unknown path {self.path}", "not_found", 404))
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length > 0 else b""
-        if self.path.rstrip("/") != "/v1/chat/completions":
-            self._send(404, error_json(f"unknown path {self.path}", "not_found", 404))
-            return
-        try:
-            body = json.loads(raw.decode("utf-8"))
-            content = self._owner.answer(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            self._bad(f"the body is not JSON: {exc}")
-            return
-        except BadRequest as exc:
-            self._bad(str(exc))
-            return
-        except Exception as exc:  # the stand-in's own failure: a 500, never a dropped line
-            message = " ".join(f"stand-in failure: {type(exc).__name__}: {exc}".split())
-            self._send(500, error_json(message, "server_error", 500))
-            return
-        model = body.get("model") if isinstance(body.get("model"), str) else MODEL_NAME
-        words = sum(len(message_text(m).split()) for m in body["messages"])
-        self._send(200, completion_json(model or MODEL_NAME, content, words))
-
-    def _bad(self, message: str) -> None:
-        self._send(400, error_json(" ".join(message.split()), "invalid_request_error", 400))
-
-    def _send(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+    model_name = MODEL_NAME
 
 
 VLMStandIn.handler = _Handler
