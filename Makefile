@@ -8,7 +8,7 @@ STAMP       := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 EXTRAS      := dev,local-llm,sim,realsense
 
-.PHONY: run test lint eval bench system constraints clean
+.PHONY: run test lint eval bench critics system constraints clean
 
 system:
 	@tools/system-packages.sh $(PYTHON)
@@ -47,6 +47,12 @@ bench: $(STAMP)
 	$(BIN)/python bench/arm_drivers.py
 	$(BIN)/python bench/parsers.py
 	$(BIN)/python bench/detector.py
+
+## Rebuild every shipped team-task critic (models/critics/README.md): the train extra (torch),
+## the team stand-in's data, about 20 minutes on 2 cores; the same files every time.
+critics: $(STAMP)
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[$(EXTRAS),train]'
+	$(BIN)/python models/critics/build.py
 
 ## Re-pin constraints.txt from the current virtualenv (after a deliberate upgrade).
 constraints: $(STAMP)

@@ -185,8 +185,9 @@ def test_the_package_is_all_there() -> None:
         modules
     )
     on_disk = [p for folder in ("runtime", "drivers") for p in (ROOT / folder).rglob("*.py")]
-    # the data packages onboard.skills and onboard.models: only their __init__.py is code
-    on_disk += [ROOT / "skills" / "__init__.py", ROOT / "models" / "__init__.py"]
+    # the data packages onboard.skills, onboard.models and onboard.tasks: only their
+    # __init__.py is code
+    on_disk += [ROOT / name / "__init__.py" for name in ("skills", "models", "tasks")]
     assert sorted(on_disk) == sorted(modules.values()), "a module outside the listed packages"
 
 

@@ -25,6 +25,7 @@ SOURCES = {
     "drivers": "onboard/drivers",
     "skills": "onboard/skills",
     "models": "onboard/models",
+    "tasks": "onboard/tasks",
 }
 CODE = ("runtime", "drivers")
 # the package data: what onboard needs at run time (onboard.bundled), relative to the repository
@@ -38,15 +39,24 @@ DATA = (
     "skills/tasks/*.toml",
     "skills/tasks/code/*.py",
     "models/__init__.py",
+    "tasks/__init__.py",
+    "tasks/*.toml",
     "models/minilm/model.onnx",
     "models/minilm/tokenizer.json",
     "models/minilm/CARD.md",
     "models/detector/model.onnx",
     "models/detector/classes.json",
     "models/detector/CARD.md",
+    "models/critics/*/*.onnx",
+    "models/critics/*/*.toml",
 )
 # in the repository, never in the wheel: model build and training scripts, the recording
-NOT_SHIPPED = ("models/minilm/build.py", "models/detector/train.py", "models/realsense/*")
+NOT_SHIPPED = (
+    "models/minilm/build.py",
+    "models/detector/train.py",
+    "models/realsense/*",
+    "models/critics/build.py",
+)
 
 
 def build_wheel(tmp: Path) -> Path:

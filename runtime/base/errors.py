@@ -9,9 +9,11 @@ translated at the boundary that meets them, with ``raise ... from exc``.
     OnboardError
     ├── ConfigError            robot.toml, a skill or a scenario file is wrong (file, key, line)
     │   ├── SkillError         a skill file
-    │   └── ScenarioError      a scenario file
+    │   ├── ScenarioError      a scenario file
+    │   └── TeamTaskError      a multi-robot task file (tasks/*.toml)
     ├── ModelError             a model file is missing or unreadable
-    │   └── ModelMismatch      ... differs from the one a recording was made with
+    │   ├── ModelMismatch      ... differs from the one a recording was made with
+    │   └── CriticError        a critic model or its card is wrong (one line: FILE: reason)
     ├── LLMError               the LLM endpoint failed
     │   ├── LLMTimeout         ... past the decision deadline      (also a TimeoutError)
     │   ├── LLMReplyError      ... answered something unusable (or too much)
@@ -52,6 +54,7 @@ __all__ = [
     "CodeError",
     "CodeRefused",
     "ConfigError",
+    "CriticError",
     "DriverError",
     "IncompleteRecording",
     "LLMError",
@@ -71,6 +74,7 @@ __all__ = [
     "ScenarioError",
     "SkillError",
     "StaleFrame",
+    "TeamTaskError",
     "UsageError",
 ]
 
@@ -115,12 +119,21 @@ class ScenarioError(ConfigError):
     """A scenario file is wrong."""
 
 
+class TeamTaskError(ConfigError):
+    """A multi-robot task file (``tasks/*.toml``) is wrong."""
+
+
 class ModelError(OnboardError):
     """A model file is missing or cannot be loaded."""
 
 
 class ModelMismatch(ModelError):
     """A model file here differs (by sha256) from the one a recording was made with."""
+
+
+class CriticError(ModelError):
+    """A critic (ONNX model and its TOML card) is missing, malformed or does not match: its
+    card, its task or the shape it was asked with. One line, ``FILE: reason``."""
 
 
 class LLMError(OnboardError):

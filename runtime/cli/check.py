@@ -2,8 +2,9 @@
 
 robot.toml (its schema), the skills (the DSL's load-time checks against this robot's
 perception and commands), the scenarios, the twin's scene files (the shipped ones and the
-one ``[drivers.arm]`` names) and the embedder model. Every problem is one line naming file,
-key and line; nothing moves.
+one ``[drivers.arm]`` names), the multi-robot task files (the shipped ``tasks/`` and the
+robot folder's ``tasks/``, against their simulators) and the embedder model. Every
+problem is one line naming file, key and line; nothing moves.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def check(robot_path: Path | None) -> int:
     """
     from onboard.bundled import example_robot
     from onboard.catalog import load_robot_skill
+    from onboard.collab.taskfile import TeamTask, load_team_task
     from onboard.drivers.twin.scene import load_scene
     from onboard.hri.scenario import HELD_OUT, load_scenario, scenario_files
     from onboard.llm.structured import resolve
@@ -57,6 +59,12 @@ def check(robot_path: Path | None) -> int:
         try:
             load_scene(path)
             scenes.append(path)
+        except ConfigError as exc:
+            problems += exc.problems
+    tasks: list[TeamTask] = []
+    for path in _task_files(robot):
+        try:
+            tasks.append(load_team_task(path))
         except ConfigError as exc:
             problems += exc.problems
     if not robot.embedder_dir.joinpath("model.onnx").exists():
@@ -88,6 +96,10 @@ def check(robot_path: Path | None) -> int:
     if held:
         print(f"  {len(held)} held-out scenarios: {', '.join(held)}")
     print(f"  {len(scenes)} scenes: {', '.join(p.stem for p in scenes)}")
+    print(
+        f"  {len(tasks)} team tasks: "
+        + ", ".join(f"{t.name} ({len(t.agents)} agents, {len(t.levels)} levels)" for t in tasks)
+    )
     _warn_ambiguous(robot, skills)
     print("ok")
     return 0
@@ -112,6 +124,16 @@ def _scene_files(robot: RobotConfig) -> list[Path]:
         path = find_scene(named, robot.root)
         if path.resolve() not in {p.resolve() for p in found}:
             found.append(path)
+    return found
+
+
+def _task_files(robot: RobotConfig) -> list[Path]:
+    """The shipped team task files, and those of the robot folder's ``tasks/``."""
+    from onboard.collab.taskfile import shipped_tasks_dir, team_task_files
+
+    found = team_task_files(shipped_tasks_dir())
+    known = {p.resolve() for p in found}
+    found += [p for p in team_task_files(robot.root / "tasks") if p.resolve() not in known]
     return found
 
 

@@ -44,6 +44,13 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
         [("code", "check, run (on the twin) or document the robot API of generated programs")],
     ),
     (
+        "multi-robot tasks (ReAd)",
+        [
+            ("task", "run one episode of a team task, or evaluate SR / ES / NQ per method"),
+            ("critic", "check a critic and its card against its task; collect its data; train one"),
+        ],
+    ),
+    (
         "this robot",
         [
             ("check", "validate robot.toml and every skill, scenario and scene it uses"),
@@ -230,6 +237,23 @@ def _parser() -> argparse.ArgumentParser:
     code.choices["do"].set_defaults(func=_code_do)
     code.choices["eval"].set_defaults(func=_code_eval)
 
+    p = add("task")
+    task = p.add_subparsers(required=True, metavar="ACTION")
+    from onboard.cli.task import add_parsers as add_task
+
+    add_task(task)
+    task.choices["run"].set_defaults(func=_task_run)
+    task.choices["eval"].set_defaults(func=_task_eval)
+
+    p = add("critic")
+    critic = p.add_subparsers(required=True, metavar="ACTION")
+    from onboard.cli.critic import add_parsers as add_critic
+
+    add_critic(critic)
+    critic.choices["check"].set_defaults(func=_critic_check)
+    critic.choices["collect"].set_defaults(func=_critic_collect)
+    critic.choices["train"].set_defaults(func=_critic_train)
+
     p = add("calibrate")
     p.add_argument("--low", type=float, nargs=3, default=[0.35, -0.15, 0.15], metavar="M")
     p.add_argument("--high", type=float, nargs=3, default=[0.55, 0.15, 0.35], metavar="M")
@@ -356,6 +380,36 @@ def _code_api(args: argparse.Namespace) -> int:
     from onboard.cli.code_run import api_command
 
     return api_command()
+
+
+def _task_run(args: argparse.Namespace) -> int:
+    from onboard.cli.task import run_command
+
+    return run_command(_robot(args), args)
+
+
+def _task_eval(args: argparse.Namespace) -> int:
+    from onboard.cli.task import eval_command
+
+    return eval_command(_robot(args), args)
+
+
+def _critic_check(args: argparse.Namespace) -> int:
+    from onboard.cli.critic import check_command
+
+    return check_command(args.file, args.task)
+
+
+def _critic_collect(args: argparse.Namespace) -> int:
+    from onboard.cli.critic import collect_command
+
+    return collect_command(_robot(args), args)
+
+
+def _critic_train(args: argparse.Namespace) -> int:
+    from onboard.cli.critic import train_command
+
+    return train_command(args)
 
 
 def _sim_serve(args: argparse.Namespace) -> int:

@@ -24,6 +24,12 @@ def replay_recording(path: Path, scene: str | None = None) -> tuple[list[str], l
         from onboard.replan.replay import replay_code_recording
 
         return replay_code_recording(path)
+    if header.skill_kind == "team":
+        if scene is not None:
+            raise UsageError(f"--scene {scene}: {path} is a team episode; only scene ones take it")
+        from onboard.collab.replay import replay_team_recording
+
+        return replay_team_recording(path)
     if header.skill_kind == "scene":
         from onboard.manip.replay import replay_scene_recording
 

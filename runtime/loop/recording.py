@@ -62,8 +62,9 @@ __all__ = [
 #: the format this onboard writes and replays
 FORMAT = 2
 #: what kind of skill an episode ran: "person" (HRI: a scenario), "scene" (manipulation: a
-#: task), "code" (generated code, ReplanVLM: an instruction; its "skill" is the tasks file)
-SKILL_KINDS = ("person", "scene", "code")
+#: task), "code" (generated code, ReplanVLM: an instruction; its "skill" is the tasks file),
+#: "team" (several agents, ReAd: a task level; its "skill" is the team task file)
+SKILL_KINDS = ("person", "scene", "code", "team")
 #: the last onboard that wrote format 1 (no ``format`` in the header)
 FORMAT_1_LAST = "onboard 0.1.0 at commit 3344cdd"
 #: an image reference's ``url``: this prefix, then the image's sha256 in hex

@@ -1,0 +1,192 @@
+"""Replay of a team episode: the same method run again on the same environment seed and the
+same critic, the LLM's replies read from the recording instead of asked for.
+
+Each request the replayed loop makes must equal the recorded one (the prompts carry the state,
+the history, the refused proposals with their scores: a change in any shows here first); the
+joint actions must be the recorded ones step by step. The first difference raises
+ReplayDivergence naming the request or the step.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from onboard.base.errors import LLMError, RecordingError, ReplayDivergence
+from onboard.collab.episode import TeamOutcome, run_team_episode
+from onboard.collab.methods import EnvView, TaskView, TeamSettings, TrialMemory, method
+from onboard.collab.refine import CriticView
+from onboard.llm.client import ChatResult, Message
+from onboard.loop.recorder import MemoryRecorder, read_recording
+from onboard.loop.recording import Header, check_models, read_header
+
+__all__ = [
+    "RecordedReplies",
+    "TeamReplay",
+    "replay_team_episode",
+    "replay_team_recording",
+    "team_exchanges",
+]
+
+Exchange = tuple[dict[str, Any], dict[str, Any]]
+
+
+def team_exchanges(records: Iterable[Mapping[str, Any]]) -> list[Exchange]:
+    """Each ``request`` record with the ``reply`` or ``error`` record of the same id."""
+    exchanges: list[Exchange] = []
+    open_request: dict[str, Any] | None = None
+    for record in records:
+        kind = record.get("kind")
+        if kind == "request":
+            open_request = dict(record)
+        elif (
+            kind in ("reply", "error")
+            and open_request is not None
+            and record.get("id") == open_request.get("id")
+        ):
+            exchanges.append((open_request, dict(record)))
+            open_request = None
+    return exchanges
+
+
+class RecordedReplies:
+    """Answers each request with the recorded reply (or raises the recorded error), after
+    checking it is the recorded request."""
+
+    def __init__(self, exchanges: Sequence[Exchange], path: Path) -> None:
+        self.exchanges = list(exchanges)
+        self.path = path
+        self.asked = 0
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        schema: Mapping[str, Any] | None = None,
+        deadline: float | None = None,
+    ) -> ChatResult:
+        if self.asked >= len(self.exchanges):
+            raise ReplayDivergence(
+                f"{self.path}: the replay asked the LLM more often than the recording "
+                f"({len(self.exchanges)} requests)"
+            )
+        request, answer = self.exchanges[self.asked]
+        self.asked += 1
+        sent = [dict(m) for m in messages]
+        if request.get("messages") != sent:
+            raise ReplayDivergence(
+                f"{self.path}: request {self.asked} differs from the recorded one "
+                f"({_first_difference(request.get('messages'), sent)})"
+            )
+        if (request.get("schema") or None) != (dict(schema) if schema else None):
+            raise ReplayDivergence(f"{self.path}: request {self.asked}'s schema differs")
+        if answer.get("kind") == "error":
+            raise LLMError(str(answer.get("message", "")))
+        return ChatResult(text=str(answer.get("text", "")), latency=0.0, attempts=1)
+
+
+def _first_difference(recorded: Any, sent: list[dict[str, Any]]) -> str:
+    if not isinstance(recorded, list) or len(recorded) != len(sent):
+        return "a different number of messages"
+    for number, (old, new) in enumerate(zip(recorded, sent, strict=True), start=1):
+        old_text, new_text = str(old.get("content", "")), str(new.get("content", ""))
+        if old_text != new_text:
+            old_lines, new_lines = old_text.splitlines(), new_text.splitlines()
+            for line, (a, b) in enumerate(zip(old_lines, new_lines, strict=False), start=1):
+                if a != b:
+                    return f"message {number}, line {line}: recorded {a[:60]!r}, now {b[:60]!r}"
+            return f"message {number}: recorded {len(old_lines)} lines, now {len(new_lines)}"
+        if old != new:
+            return f"message {number}'s fields"
+    return "the messages"
+
+
+@dataclass(frozen=True)
+class TeamReplay:
+    header: Header
+    recorded: list[dict[str, str]]
+    outcome: TeamOutcome
+
+
+def replay_team_episode(
+    path: Path,
+    env: EnvView,
+    critic: CriticView | None,
+    task: TaskView,
+    *,
+    critic_file: Path | None = None,
+) -> TeamReplay:
+    """Replay the team recording at ``path`` on ``env`` (made for the recorded task level)
+    with ``critic`` (``critic_file``, when given, must have the recorded sha256)."""
+    records = list(read_recording(path))
+    header = read_header(records, path)
+    if header.skill_kind != "team":
+        raise RecordingError(f"{path}: a {header.skill_kind} recording, not a team episode")
+    if critic_file is not None:
+        check_models(header, {"critic": critic_file}, path)
+    options = header.options
+    settings = TeamSettings(
+        task=task,
+        level=str(options["level"]),
+        constrained=bool(options["constrained"]),
+        refine_limit=int(options["refine_limit"]),
+        epsilon=float(options["epsilon"]),
+        history_limit=int(options["history_limit"]),
+    )
+    llm = RecordedReplies(team_exchanges(records), path)
+    # a disturbed episode is disturbed again; a trial memory is the one the episode began with
+    start = next((r for r in records if r.get("kind") == "start"), {})
+    disturb_at = start.get("disturb_at")
+    kept = start.get("trial_memory")
+    memory = None
+    if isinstance(kept, Mapping):
+        memory = TrialMemory([str(x) for x in kept.get("reflections", [])], int(kept["keep"]))
+    outcome = run_team_episode(
+        env, method(str(options["method"])), llm, critic, settings, MemoryRecorder(),
+        int(options["seed"]), disturb_at=None if disturb_at is None else int(disturb_at),
+        memory=memory,
+    )  # fmt: skip
+    recorded = [dict(r["joint"]) for r in records if r.get("kind") == "env_step"]
+    for step, (was, now) in enumerate(zip(recorded, outcome.joint_actions, strict=False)):
+        if was != now:
+            raise ReplayDivergence(f"{path}: step {step}: recorded joint action {was}, "
+                                   f"replayed {now}")  # fmt: skip
+    if len(recorded) != len(outcome.joint_actions):
+        raise ReplayDivergence(
+            f"{path}: {len(recorded)} steps recorded, {len(outcome.joint_actions)} replayed"
+        )
+    if llm.asked != len(llm.exchanges):
+        raise ReplayDivergence(
+            f"{path}: the replay asked {llm.asked} of the {len(llm.exchanges)} recorded requests"
+        )
+    return TeamReplay(header, recorded, outcome)
+
+
+def replay_team_recording(path: Path) -> tuple[list[str], list[str]]:
+    """``onboard replay`` of a team episode: the task file from the header's text, its
+    simulator at the recorded level, the recorded critic file (its sha256 checked); the
+    (recorded, replayed) joint actions, one ``Alice: MOVE x, Bob: WAIT`` a step. A request
+    the replay makes differently raises ReplayDivergence."""
+    from onboard.collab.critic import Critic
+    from onboard.collab.envs import make_env
+    from onboard.collab.prompts import proposal_text
+    from onboard.collab.taskfile import load_team_task
+
+    header = read_header(list(read_recording(path)), path)
+    with tempfile.TemporaryDirectory(prefix="onboard-replay-") as folder:
+        task_file = Path(folder) / (Path(header.skill.file).name or "task.toml")
+        task_file.write_text(header.skill.toml, encoding="utf-8")
+        task = load_team_task(task_file)
+    level = str(header.options["level"])
+    recorded_critic = header.models.files.get("critic")
+    critic_file = None if recorded_critic is None else Path(recorded_critic.file)
+    if critic_file is not None:  # a missing or changed critic: one line before any loading
+        check_models(header, {"critic": critic_file}, path)
+    critic = None if critic_file is None else Critic.load(critic_file)
+    replay = replay_team_episode(path, make_env(task, level), critic, task, critic_file=critic_file)
+    return (
+        [proposal_text(j) for j in replay.recorded],
+        [proposal_text(j) for j in replay.outcome.joint_actions],
+    )

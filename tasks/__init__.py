@@ -1,0 +1,1 @@
+"""The shipped multi-robot task files (data: ``onboard.collab.taskfile`` reads them)."""
