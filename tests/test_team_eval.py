@@ -24,7 +24,7 @@ import pytest
 
 from onboard.cli.main import main
 from onboard.cli.replay import replay_recording
-from onboard.cli.task import evaluate
+from onboard.cli.task import eval_cells, evaluate
 from onboard.collab.card import CriticCard, Metrics, OodRange, Training, card_path, write_card
 from onboard.collab.collect import CollectSettings, collect
 from onboard.collab.critic import file_sha256
@@ -90,7 +90,7 @@ def critics(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def eval_args(critics: Path, **changes: object) -> argparse.Namespace:
     fields: dict[str, object] = {
-        "task": None, "all": False, "levels": None, "methods": None, "trials": 2,
+        "task": None, "all": False, "levels": None, "ends": False, "methods": None, "trials": 2,
         "llm": "standin", "competence": None, "seed": 0, "constrained": False,
         "critic": "trained", "critics": critics, "disturb": False, "ablation": False,
         "controls": False, "json": None, "png": None, "recordings": None,
@@ -204,6 +204,21 @@ def test_task_run_records_an_episode_that_onboard_replay_reproduces(
     linear_critic(find_team_task("sort_cubes"), "level1", root, episodes=12)  # another model
     assert main(["replay", str(record)]) == 2
     assert "the critic model differs from the one recorded" in capsys.readouterr().err
+
+
+def test_ends_asks_for_each_tasks_easiest_and_hardest_level(
+    critics: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The SmolLM2 rows' command: ``--all --ends`` runs each task's first and last level."""
+    tasks = [(name, find_team_task(name)) for name in ("sweep_floor", "sort_cubes")]
+    cells = eval_cells(eval_args(critics, ends=True, methods=["read_s"]), tasks)
+    assert [(c.task, c.level) for c in cells] == [
+        ("sweep_floor", "Y1_G1"), ("sweep_floor", "Y3_G3"),
+        ("sort_cubes", "level1"), ("sort_cubes", "level5"),
+    ]  # fmt: skip
+    assert main(["task", "eval", "sweep_floor", "--levels", "Y1_G1", "--ends"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "onboard: error: give --levels or --ends, not both"
 
 
 def test_a_missing_critic_is_one_line_before_any_episode(

@@ -184,6 +184,32 @@ def test_a_refused_action_is_not_proposed_again_unless_feedback_is_ignored() -> 
         assert replies[True][kind] == useful, kind  # the control row reads no feedback
 
 
+def test_a_refused_joint_action_bans_the_combination_not_one_agents_action() -> None:
+    """FEEDBACK.md version 2: a refused joint line is not proposed again, and nothing more;
+    the agent that would complete it (the last asked) changes, the others keep theirs."""
+    task = TASKS["sweep_floor"]
+    env = make_env(task, "Y2_G2")
+    env.reset(0)
+    agents = list(env.agents)
+    replies: dict[bool, list[dict[str, str]]] = {}
+    for ignore in (False, True):
+        url, stop = start_team_standin(seed=0, competence=1.0, ignore_feedback=ignore)
+        try:
+            with httpx.Client(base_url=url, timeout=10.0) as client:
+                _, first = ask(client, build_prompt(task, env, agents))
+                joint = read_lines(first)
+                refused = ", ".join(f"{a}: {joint[a]}" for a in agents)
+                line = f"{refused} -> score -0.31 (under the threshold 0.00)"
+                _, again = ask(client, build_prompt(task, env, agents, refused=[line]))
+                replies[ignore] = [joint, read_lines(again)]
+        finally:
+            stop()
+    (joint, again), (_, control) = replies[False], replies[True]
+    assert again[agents[0]] == joint[agents[0]]
+    assert again[agents[1]] != joint[agents[1]]
+    assert control == joint  # the control row reads no feedback
+
+
 def test_a_request_it_cannot_read_gets_a_400_with_the_reason(perfect: httpx.Client) -> None:
     status, text = ask(perfect, "## Task\nsweep the floor\n## Reply\nfor Bob only.")
     assert (status, text) == (400, "the user message has no '## State' section")
@@ -232,14 +258,14 @@ def test_the_command_refuses_a_bad_competence() -> None:
 
 
 def test_a_tie_between_equally_long_actions_goes_to_the_first_in_the_line() -> None:
-    """``Alice: DUMP, Bob: WAIT`` names DUMP (both four letters), in every process: the ban
-    once followed a set's order, which changes with the hash seed, so two evaluations with
-    the same seed could differ."""
+    """``Alice tried DUMP and WAIT`` names DUMP (both four letters), in every process: the
+    ban once followed a set's order, which changes with the hash seed, so two evaluations
+    with the same seed could differ."""
     code = (
         "from onboard.testing.team_standin.reading import Prompt, bans\n"
-        "p = Prompt({'Refused this step': 'Alice: DUMP, Bob: WAIT -> score -0.04'}, "
+        "p = Prompt({'Feedback': 'Alice tried DUMP and WAIT: both failed'}, "
         "['Alice', 'Bob'], {}, {'Alice': [], 'Bob': []}, {}, False)\n"
-        "print(sorted(bans(p, ['WAIT', 'DUMP', 'MOVE cube'])['Alice']))\n"
+        "print(sorted(bans(p, ['WAIT', 'DUMP', 'MOVE cube']).single['Alice']))\n"
     )
     seen = {
         subprocess.run(

@@ -11,7 +11,7 @@ from typing import Any
 
 from onboard.testing.chat_standin import BadRequest
 
-__all__ = ["BadRequest", "Prompt", "bans", "read_prompt"]
+__all__ = ["BadRequest", "Bans", "Prompt", "bans", "read_prompt"]
 
 HEADERS = (
     "Task",
@@ -142,14 +142,53 @@ def _named_action(line: str, actions: set[str]) -> str | None:
     return min(found)[2] if found else None
 
 
-def bans(prompt: Prompt, actions: Sequence[str]) -> dict[str, set[str]]:
-    """The ban rule of FEEDBACK.md: agent -> actions a refusal or a bad-feedback line names."""
+@dataclass
+class Bans:
+    """What feedback bans (FEEDBACK.md): single actions per agent (version 1's rule) and
+    refused combinations of several agents' actions (version 2)."""
+
+    single: dict[str, set[str]] = field(default_factory=dict)
+    joint: list[dict[str, str]] = field(default_factory=list)
+
+    def of(self, agent: str, picked: Mapping[str, str]) -> set[str]:
+        """``agent``'s banned actions once the agents before it have ``picked`` theirs: its
+        single bans, and each action that would complete a refused combination."""
+        out = set(self.single.get(agent, ()))
+        for combination in self.joint:
+            if agent in combination and all(
+                picked.get(other) == action
+                for other, action in combination.items()
+                if other != agent
+            ):
+                out.add(combination[agent])
+        return out
+
+
+def _pairs(line: str, agents: set[str], actions: set[str]) -> dict[str, str] | None:
+    """The ``Agent: action`` pairs a line's proposal part is made of, when it is two or
+    more of them, every agent known and every action a candidate; else None."""
+    head = line.split(" -> ", 1)[0].strip()
+    pairs: dict[str, str] = {}
+    for part in head.split(","):
+        match = re.fullmatch(r"\s*\[?([A-Za-z][A-Za-z0-9_]*)\]?:\s*(.*?)\s*", part)
+        if match is None or match.group(1) not in agents or match.group(2) not in actions:
+            return None
+        pairs[match.group(1)] = match.group(2)
+    return pairs if len(pairs) >= 2 else None
+
+
+def bans(prompt: Prompt, actions: Sequence[str]) -> Bans:
+    """The ban rule of FEEDBACK.md: what a refusal or a bad-feedback line names."""
     known_agents = set(prompt.reach) | set(prompt.asked) | set(prompt.chosen)
     known_actions = set(actions)
-    out: dict[str, set[str]] = {}
+    out = Bans()
     for header, always_bad in (("Refused this step", True), ("Feedback", False)):
         for line in prompt.sections.get(header, "").splitlines():
             if not line.strip() or not (always_bad or _BAD.search(line)):
+                continue
+            combination = _pairs(line, known_agents, known_actions)
+            if combination is not None:
+                out.joint.append(combination)
                 continue
             action = _named_action(line, known_actions)
             if action is None:
@@ -161,5 +200,5 @@ def bans(prompt: Prompt, actions: Sequence[str]) -> dict[str, set[str]]:
                 agents = [a for a in known_agents if re.search(rf"\b{re.escape(a)}\b", line)]
                 agents = agents or list(prompt.asked)
             for agent in agents:
-                out.setdefault(agent, set()).add(action)
+                out.single.setdefault(agent, set()).add(action)
     return out

@@ -18,7 +18,7 @@ from typing import Any
 
 from onboard.llm.content import message_text
 from onboard.testing.chat_standin import ChatHandler, SeededStandIn, response_schema
-from onboard.testing.team_standin.reading import BadRequest, Prompt, bans, read_prompt
+from onboard.testing.team_standin.reading import BadRequest, Bans, Prompt, bans, read_prompt
 from onboard.testing.team_standin.solvers import WAIT, recognise, solver_for
 
 __all__ = ["MODEL_NAME", "Pick", "TeamStandIn", "choose"]
@@ -43,13 +43,13 @@ def choose(
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
     every = sorted({a for c in prompt.candidates.values() for a in c})
-    banned = {} if ignore_feedback else bans(prompt, every)
+    banned = Bans() if ignore_feedback else bans(prompt, every)
     chosen = dict(prompt.chosen)
     picks = []
     for agent in prompt.asked:
         rng = random.Random(f"{seed}/{prompt.key}/{seen}/{agent}")
         candidates = prompt.candidates[agent]
-        out = banned.get(agent, set())
+        out = banned.of(agent, chosen)
         useful = solver.useful(agent, chosen)
         good = [a for a in useful if a in candidates and a not in out]
         if rng.random() < competence and good:
