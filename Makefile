@@ -16,7 +16,11 @@ system:
 $(STAMP): pyproject.toml $(CONSTRAINTS) | system
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# llama-cpp-python builds from source the first time (about 4 minutes on 2 cores)
+	# llama-cpp-python builds from source (about 4 minutes on 2 cores) for any x86-64 with
+	# AVX2, not tuned to the building CPU: a GGML_NATIVE build segfaulted at its first token
+	# on a 2-core Xeon with AVX-512 and AMX. No pip cache: a cached wheel may have other flags.
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install --quiet --no-cache-dir -c $(CONSTRAINTS) \
+	  llama-cpp-python
 	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 

@@ -25,9 +25,10 @@ def ep(method: str, success: bool, steps: int, queries: int, *, level: str = "Y1
        task: str = "sweep_floor", trial: int = 0, critic: str = "trained",
        llm: str = "standin@0.6", disturb_at: int | None = None,
        vetoes: int = 0) -> Episode:  # fmt: skip
-    return Episode(task, level, method, trial, 100 + trial, disturb_at,
-                   critic if method.startswith("read") else "", llm, success, steps, queries,
-                   vetoes, 0, 0, 0, float(success))  # fmt: skip
+    return Episode(success, steps, queries, vetoes, 0, 0, 0, float(success), task=task,
+                   level=level, method=method, trial=trial, seed=100 + trial,
+                   disturb_at=disturb_at, llm=llm,
+                   critic=critic if method.startswith("read") else "")  # fmt: skip
 
 
 def cell(method: str, runs: list[tuple[bool, int, int]], **kw: object) -> list[Episode]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -35,7 +35,7 @@ from onboard.llm.client import Completes, Message
 from onboard.loop.recorder import Recorder
 from onboard.loop.recording import SkillText, build_header
 
-__all__ = ["RecordedAsk", "TeamOutcome", "TeamSettings", "run_team_episode",
+__all__ = ["RecordedAsk", "TeamFigures", "TeamOutcome", "TeamSettings", "run_team_episode",
            "team_header"]  # fmt: skip
 
 
@@ -83,8 +83,8 @@ class RecordedAsk:
 
 
 @dataclass
-class TeamOutcome:
-    """An episode's result: SR comes from ``success``, ES is ``steps``, NQ is ``queries``
+class TeamFigures:
+    """An episode's figures: SR comes from ``success``, ES is ``steps``, NQ is ``queries``
     (the request records). ``vetoes``: proposals the critic refused for their score;
     ``failed``: proposals refused as unreadable or infeasible; ``fallbacks``: decisions that
     ended without an accepted proposal; ``ood_flags``: scores the critic could not vouch for
@@ -98,6 +98,16 @@ class TeamOutcome:
     ood_flags: int
     failed: int
     reward: float
+
+    def figures(self) -> dict[str, Any]:
+        """The figures alone (a subclass's other fields left out)."""
+        return {f.name: getattr(self, f.name) for f in fields(TeamFigures)}
+
+
+@dataclass
+class TeamOutcome(TeamFigures):
+    """An episode's result: its figures and the joint actions the environment ran."""
+
     joint_actions: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from typing import Any, Literal, Protocol
 from onboard.base.errors import RecordingError, UsageError
 from onboard.collab.critic import Critic
 from onboard.collab.envs import TeamEnv, make_env
-from onboard.collab.episode import TeamOutcome, run_team_episode, team_header
+from onboard.collab.episode import TeamFigures, TeamOutcome, run_team_episode, team_header
 from onboard.collab.methods import TeamSettings, TrialMemory, method, registered
 from onboard.collab.taskfile import TeamTask, find_team_task
 from onboard.config import RobotConfig
@@ -130,26 +130,19 @@ class EvalSettings:
     recordings: Path | None = None
 
 
-@dataclass(frozen=True)
-class Episode:
-    """One trial's outcome; ``recording`` is the file's name inside the recordings folder."""
+@dataclass
+class Episode(TeamFigures):
+    """One trial: its cell, seed and LLM, and its figures; ``recording`` is the file's name
+    inside the recordings folder."""
 
-    task: str
-    level: str
-    method: str
-    trial: int
-    seed: int
-    disturb_at: int | None
-    critic: str
-    llm: str
-    success: bool
-    steps: int
-    queries: int
-    vetoes: int
-    fallbacks: int
-    ood_flags: int
-    failed: int
-    reward: float
+    task: str = ""
+    level: str = ""
+    method: str = ""
+    trial: int = 0
+    seed: int = 0
+    disturb_at: int | None = None
+    critic: str = ""
+    llm: str = ""
     recording: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -331,23 +324,16 @@ def run_one(
             f"{where}: {requests} request records, but the episode counted NQ = {outcome.queries}"
         )
     return Episode(
-        task.name,
-        level,
-        method_name,
-        trial,
-        seed,
-        disturb_at,
-        critic_kind if critic else "",
-        llm_label,
-        outcome.success,
-        outcome.steps,
-        outcome.queries,
-        outcome.vetoes,
-        outcome.fallbacks,
-        outcome.ood_flags,
-        outcome.failed,
-        outcome.reward,
-        None if record is None else record.name,
+        **outcome.figures(),
+        task=task.name,
+        level=level,
+        method=method_name,
+        trial=trial,
+        seed=seed,
+        disturb_at=disturb_at,
+        critic=critic_kind if critic else "",
+        llm=llm_label,
+        recording=None if record is None else record.name,
     )
 
 
