@@ -93,7 +93,7 @@ def eval_args(critics: Path, **changes: object) -> argparse.Namespace:
         "task": None, "all": False, "levels": None, "ends": False, "methods": None, "trials": 2,
         "llm": "standin", "competence": None, "seed": 0, "constrained": False,
         "critic": "trained", "critics": critics, "disturb": False, "ablation": False,
-        "controls": False, "json": None, "png": None, "recordings": None,
+        "controls": False, "json": None, "png": None, "markdown": None, "recordings": None,
     }  # fmt: skip
     fields.update(changes)
     return argparse.Namespace(**fields)

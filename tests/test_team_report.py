@@ -18,6 +18,7 @@ from onboard.collab.report import (
     disturbance_table,
     figure_png,
     main_table,
+    markdown_table,
 )
 
 
@@ -114,6 +115,18 @@ def test_the_main_table_and_the_png() -> None:
         assert image.format == "PNG" and image.size[0] >= 900
         colours = {c for _, c in image.getcolors(1 << 16) or []}
         assert (31, 119, 180) in colours and (214, 39, 40) in colours  # one line per method
+
+
+def test_the_markdown_table_has_a_row_per_level_and_a_column_per_method() -> None:
+    episodes = cell("read_s", [(True, 4, 8), (False, 15, 31)])
+    episodes += cell("central_plan", [(True, 6, 6), (True, 7, 7)])
+    episodes += cell("read_s_single", [(True, 5, 5)])  # the ablation's: not a column
+    summaries = summarize(episodes)
+    assert markdown_table(summaries, claims(summaries)).splitlines() == [
+        "| task | level | read_s | central_plan | claim holds? |",
+        "|---|---|---|---|---|",
+        "| sweep_floor | Y1_G1 | 0.5 / 9.5 / 20 | 1.0 / 6.5 / 6 | no |",
+    ]
 
 
 def test_the_json_round_trips_and_ignores_the_wall_time() -> None:

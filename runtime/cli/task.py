@@ -88,6 +88,9 @@ def add_parsers(task: Any) -> None:
     )
     q.add_argument("--json", type=Path, help="write the report as JSON here")
     q.add_argument("--png", type=Path, help="write the figure (SR / ES / NQ against level)")
+    q.add_argument(
+        "--markdown", type=Path, help="write the main table as Markdown (SR / ES / NQ means)"
+    )
     q.add_argument("--recordings", type=Path, help="write every episode's recording here")
 
 
@@ -295,6 +298,9 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     if args.png is not None:
         args.png.write_bytes(figure_png(report.summaries, report.levels))
         print(f"wrote {args.png}")
+    if args.markdown is not None:
+        args.markdown.write_text(report.markdown(), encoding="utf-8")
+        print(f"wrote {args.markdown}")
     seconds = report.timing.get("seconds", 0.0)
     print(f"{len(report.episodes)} episodes in {seconds:.1f} s", file=sys.stderr)
     return 0

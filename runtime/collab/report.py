@@ -290,6 +290,29 @@ def controls_table(found: Sequence[Control]) -> Table:
     return table
 
 
+def markdown_table(summaries: Sequence[Summary], claimed: Sequence[Claim]) -> str:
+    """The main table as Markdown, a row per task level, a column per method: ``SR / ES /
+    NQ`` means (SR and ES one decimal, NQ whole), and the claim column (for the README); the
+    ablation's single-step variants are left out."""
+    main = [s for s in _main(summaries) if s.method not in BASELINE_EXCLUDED]
+    methods = list(dict.fromkeys(s.method for s in main))
+    by_level = {(c.task, c.level): c for c in claimed}
+    lines = [
+        f"| task | level | {' | '.join(methods)} | claim holds? |",
+        "|" + "---|" * (len(methods) + 3),
+    ]
+    for (task, level), found in _levels(main).items():
+        cells = {s.method: s for s in found}
+        row = [
+            f"{c.sr.mean:.1f} / {c.es.mean:.1f} / {c.nq.mean:.0f}" if (c := cells.get(m)) else ""
+            for m in methods
+        ]
+        claim = by_level.get((task, level))
+        verdict = "" if claim is None else {True: "yes", False: "no", None: "n/a"}[claim.holds]
+        lines.append(f"| {task} | {level} | {' | '.join(row)} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
 # -- the report as a whole -----------------------------------------------------------------
 
 
@@ -350,6 +373,10 @@ class Report:
         mine, theirs = json.loads(self.to_json()), json.loads(other.to_json())
         mine.pop("timing"), theirs.pop("timing")
         return bool(mine == theirs)
+
+    def markdown(self) -> str:
+        summaries = self.summaries
+        return markdown_table(summaries, claims(summaries))
 
     def print(self, console: Console, *, disturbance: bool = False) -> None:
         summaries = self.summaries
