@@ -187,6 +187,42 @@ def test_a_server_that_dies_is_started_again_and_the_client_says_why() -> None:
         assert reason is not None and "exited with code -9" in reason
 
 
+def test_the_server_does_not_outlive_a_runtime_that_is_killed(tmp_path: Path) -> None:
+    """A controller's runtime stopped by SIGKILL (or a SIGTERM with no handler) runs no
+    ``finally``: the model server it started must go with it, not hold its memory and cores."""
+    import signal
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from onboard.llm.local_server import local_server, server_pid\n"
+        "with local_server() as url:\n"
+        "    print(server_pid(url), flush=True)\n"
+        "    sys.stdin.read()\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-P", "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    ) as runtime:  # fmt: skip
+        assert runtime.stdout is not None
+        server = int(runtime.stdout.readline())  # the event: the server answers
+        assert _alive(server)
+        runtime.send_signal(signal.SIGKILL)
+        runtime.wait()
+    while _alive(server):  # the event: the server is gone (pytest's timeout bounds it)
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not gone and not a zombie waiting for init to reap it."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return False
+    return fields[0] != "Z"
+
+
 def _answers(url: str) -> bool:
     import httpx
 

@@ -7,14 +7,16 @@ when the ``with`` block ends, whatever happens inside it.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -118,8 +120,9 @@ class _Supervised:
         self._log.seek(0)
         self._log.truncate()
         return subprocess.Popen(
-            self.command, stdout=subprocess.DEVNULL, stderr=self._log, text=True
-        )
+            self.command, stdout=subprocess.DEVNULL, stderr=self._log, text=True,
+            preexec_fn=_die_with_parent(),
+        )  # fmt: skip
 
     def start(self) -> None:
         try:
@@ -168,6 +171,21 @@ class _Supervised:
         if self._watcher.is_alive():
             self._watcher.join(timeout=10)
         self._log.close()
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """On Linux, the child gets SIGTERM when the thread that started it ends, so a runtime
+    stopped by SIGTERM or SIGKILL (no ``finally`` runs) leaves no model server behind. The
+    C function is looked up here, before the fork: the child only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    pr_set_pdeathsig = 1
+
+    def arm() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+    return arm
 
 
 def _tail(log: IO[str]) -> str:
