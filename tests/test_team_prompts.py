@@ -61,7 +61,7 @@ def test_agent_request_has_every_section_in_order() -> None:
     )
     assert messages[0]["role"] == "system" and messages[1]["role"] == "user"
     user = messages[1]["content"]
-    sections = ["Task", "Agents", "State", "Actions", "History", "Chosen this step"]
+    sections = ["Task", "Agents", "Actions", "History", "State", "Chosen this step"]
     assert headers(user) == [*sections, "Refused this step", "Feedback", "Reply"]
     agents = "Alice: holds the broom. Can reach: left, middle.\nBob: holds the dustpan. Can reach"
     assert f"{agents}: nothing." in user
@@ -78,7 +78,7 @@ def test_agent_request_has_every_section_in_order() -> None:
 
 def test_optional_sections_are_left_out_when_empty() -> None:
     user = agent_request(SITUATION, "Alice")[1]["content"]
-    assert headers(user) == ["Task", "Agents", "State", "Actions", "Reply"]
+    assert headers(user) == ["Task", "Agents", "Actions", "State", "Reply"]
 
 
 def test_joint_request_asks_for_execute_or_json() -> None:

@@ -1,16 +1,19 @@
-"""The team prompts (contract section 4) and how a reply becomes one action per agent.
+"""The team prompts and how a reply becomes one action per agent.
 
 Every request's user message is made of sections with fixed headers, so the stand-in (which
-parses them) and a person reading a recording find the same things in the same places::
+parses them) and a person reading a recording find the same things in the same places, in
+this order (what an episode never changes first, so a local server reuses its cache)::
 
-    ## Task / ## Agents / ## State / ## Actions          always
-    ## History / ## Chosen this step / ## Refused this step / ## Feedback   when there is any
+    ## Task / ## Agents / ## Actions                      always
+    ## History                                            when there is any
+    ## State                                              always
+    ## Chosen this step / ## Refused this step / ## Feedback   when there is any
     ## Reply                                              who to plan for, and the reply format
 
 A request asks either for one agent (ReAd-S: ``NAME Bob ACTION <action>``) or for several at
 once (ReAd-J, Central Plan: ``EXECUTE`` then one ``NAME ... ACTION ...`` line each). With
 constrained decoding the request also carries :func:`reply_schema` (one property per agent
-asked, an enum of the level's actions) and the reply is JSON; :func:`read_reply` reads both.
+asked, an enum of that agent's own actions) and the reply is JSON; :func:`read_reply` reads both.
 """
 
 from __future__ import annotations
@@ -129,15 +132,18 @@ def _user_message(
 ) -> str:
     task = situation.task
     actions = ", ".join(situation.actions)
+    # what never changes in an episode first, then what grows, then what changes each step:
+    # a local server (llama.cpp) reuses the longest prefix it has already evaluated, so a new
+    # step re-reads only the state and what follows it
     sections = [
         ("Task", task.description.strip()),
         ("Agents", _agents_section(task)),
-        ("State", situation.state.strip()),
         ("Actions", "\n".join(f"{agent.name}: {actions}" for agent in task.agents)),
     ]
     if history:
         lines = [history_note] if history_note else []
         sections.append(("History", "\n".join([*lines, *(h.text() for h in history)])))
+    sections.append(("State", situation.state.strip()))
     if chosen:
         sections.append(("Chosen this step", "\n".join(f"{a}: {x}" for a, x in chosen.items())))
     if refused:
