@@ -6,8 +6,9 @@ One MLP of the critic contract (inputs ``state`` float32 [B, S], ``actions`` int
 output ``q`` float32 [B]; each slot's action an embedding Gather added to the state's first
 layer), random weights of the shape given (speed does not depend on the values), run by
 
-- onnxruntime through ``onboard.collab.critic.QModel`` (what the loops use: the binding's
-  ``run``, one intra-op thread, sequential);
+- onnxruntime through ``onboard.collab.critic.QModel`` (what the loops use: batches of one
+  and two rows through inputs and output bound once, larger ones through the binding's
+  ``run``; one intra-op thread, sequential);
 - onnxruntime through the public ``InferenceSession.run`` and through IOBinding with
   preallocated inputs and output (the per-call overhead cuts tried);
 - numpy (``MlpWeights.forward``, BLAS held to one thread);

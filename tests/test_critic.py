@@ -25,7 +25,7 @@ from onboard.collab.card import (
     load_card,
     write_card,
 )
-from onboard.collab.critic import CHUNK, Critic, file_sha256
+from onboard.collab.critic import BOUND_BATCHES, CHUNK, Critic, QModel, file_sha256
 from onboard.collab.dataset import (
     Dataset,
     DatasetMeta,
@@ -144,6 +144,29 @@ def test_batched_scores_equal_one_at_a_time(critic_files: tuple[Path, MlpWeights
     many_joints = np.array(joints * 400, np.int64)[: CHUNK * 2 + 17]
     chunked = critic.joint_advantages(STATE, many_joints).values
     np.testing.assert_allclose(chunked, np.tile(batch.values, 400)[: len(many_joints)], atol=1e-5)
+
+
+def test_small_batches_through_bound_buffers_are_each_their_own(
+    critic_files: tuple[Path, MlpWeights],
+) -> None:
+    """Batches of one and two rows run through buffers bound once (the refinement's sizes):
+    each call's Q is its own array, not the shared buffer a later call overwrites."""
+    model, weights = critic_files
+    qmodel = QModel(model)
+    assert all(qmodel._bound[rows] is not None for rows in BOUND_BATCHES)  # the fast path ran
+    rng = np.random.default_rng(3)
+    for rows in (*BOUND_BATCHES, 3):
+        calls = [
+            (rng.random((rows, 4), dtype=np.float32),
+             rng.integers(1, len(VOCABULARY), (rows, 3)).astype(np.int64))
+            for _ in range(2)
+        ]  # fmt: skip
+        answers = [qmodel(states, actions) for states, actions in calls]
+        for (states, actions), q in zip(calls, answers, strict=True):
+            np.testing.assert_allclose(q, weights.forward(states, actions), rtol=1e-5, atol=1e-5)
+        bad = np.full((rows, 3), len(VOCABULARY) + 5, np.int64)
+        with pytest.raises(CriticError, match="inference failed"):
+            qmodel(calls[0][0], bad)
 
 
 def test_bad_indices_are_refused(critic_files: tuple[Path, MlpWeights]) -> None:

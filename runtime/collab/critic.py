@@ -20,8 +20,9 @@ scores carry ``ood=True`` and the caller records the flag and treats the score a
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,9 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 ABSENT_INDEX, WAIT_INDEX = 0, 1  # the card's vocabulary starts ABSENT, WAIT
+#: batch sizes with inputs and output bound once: a proposal alone (1) and a proposal with
+#: the row it is compared with (2: ReAd-S's prefix, ReAd-J's joint WAIT)
+BOUND_BATCHES = (1, 2)
 CHUNK = 4096  # rows a run at most: many candidates go in cache-sized batches (bench/critic.py)
 _META_VOCABULARY = "onboard.critic.vocabulary_size"  # as onboard.collab.mlp writes it
 
@@ -75,6 +79,18 @@ class Scores:
 
 def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass
+class _Bound:
+    """The buffers of a batch of one size, bound to the session once (QModel's fast path)."""
+
+    state: FloatArray
+    actions: IntArray
+    q: FloatArray
+    binding: ort.IOBinding
+    raw: Any = None  # the binding's C++ object, run without the Python wrapper's checks
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class QModel:
@@ -112,6 +128,7 @@ class QModel:
         self._run: Any = getattr(self._session, "_sess", None)
         if self._run is None or not hasattr(self._run, "run"):
             self._run = None
+        self._bound = {rows: self._bind(rows) for rows in BOUND_BATCHES}
 
     def _check_signature(self) -> tuple[int, int]:
         inputs = {i.name: i for i in self._session.get_inputs()}
@@ -140,6 +157,30 @@ class QModel:
             )
         return sizes[0], sizes[1]
 
+    def _bind(self, rows: int) -> _Bound | None:
+        """Inputs and output of ``rows`` rows, bound once: a call of that size then only
+        copies its rows in, skipping the feed's conversion and the output's allocation
+        (bench/critic.py: the IOBinding row). None where the binding lacks the hooks; calls
+        then take the general path."""
+        if self._run is None or not hasattr(self._run, "run_with_iobinding"):
+            return None
+        try:
+            row = _Bound(
+                np.zeros((rows, self.state_size), np.float32),
+                np.zeros((rows, self.n_agents), np.int64),
+                np.zeros(rows, np.float32),
+                self._session.io_binding(),
+            )
+            row.binding.bind_ortvalue_input("state", ort.OrtValue.ortvalue_from_numpy(row.state))
+            row.binding.bind_ortvalue_input(
+                "actions", ort.OrtValue.ortvalue_from_numpy(row.actions)
+            )
+            row.binding.bind_ortvalue_output("q", ort.OrtValue.ortvalue_from_numpy(row.q))
+            row.raw = row.binding._iobinding
+        except Exception:
+            return None
+        return row
+
     def __call__(self, states: FloatArray, actions: IntArray) -> FloatArray:
         """Q for each row: ``states`` [B, S] float32, ``actions`` [B, N] int64."""
         if states.dtype != np.float32 or actions.dtype != np.int64:
@@ -151,6 +192,18 @@ class QModel:
                 f"actions shape {actions.shape}; the critic takes [{states.shape[0]},"
                 f" {self.n_agents}]"
             )
+        row = self._bound.get(states.shape[0])
+        if row is not None and row.lock.acquire(blocking=False):
+            try:  # the bound buffers are one: a second thread meanwhile takes the general path
+                row.state[...] = states
+                row.actions[...] = actions
+                self._run.run_with_iobinding(row.raw, self._options)
+                return row.q.copy()
+            except Exception as exc:
+                first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+                raise CriticError(f"{self.path}: inference failed: {first}") from exc
+            finally:
+                row.lock.release()
         feed = {"state": states, "actions": actions}
         try:
             if self._run is not None:
