@@ -1,0 +1,164 @@
+"""SmolLM2 on the team tasks (issue 14): Central Plan, ReAd-J and ReAd-S at each task's easiest
+and hardest level, 5 episodes a cell, one cell at a time, kept between sessions.
+
+    python bench/team_smollm2.py            # run the cells not yet measured, then the table
+    python bench/team_smollm2.py --max 2    # at most two cells, then the table
+    python bench/team_smollm2.py --table    # the table only
+
+A ReAd cell can take hours on a 2-core machine (every re-ask is a local-model call), more than
+one session has. So each cell is one run of the documented command::
+
+    onboard task eval TASK --levels LEVEL --methods METHOD --llm local --trials 5 --json F
+
+and its report is committed as ``bench/results/team-smollm2/TASK-LEVEL-METHOD.json`` (the
+folder is kept in git, unlike the other results). A cell whose file exists is not run again;
+stop the script at any time and only the cell under way is lost. The cells run cheapest first:
+Sweep Floor, then Make Sandwich, then Sort Cubes; Central Plan, then ReAd-J, then ReAd-S.
+
+The table merges every cell's report: SR / ES / NQ (successes of 5, mean steps, mean requests)
+per task, level and method, and per episode the critic's vetoes, failed proposals (unreadable
+or infeasible) and fallbacks. It is printed, and written to ``team-smollm2.json`` and
+``team-smollm2.md`` beside the folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import RESULTS, ROOT, environment
+from rich.console import Console
+from rich.table import Table
+
+from onboard.collab.evaluate import Episode, Summary, summarize
+from onboard.collab.report import Report
+from onboard.collab.taskfile import find_team_task
+
+CELLS_DIR = RESULTS / "team-smollm2"
+TASKS = ("sweep_floor", "make_sandwich", "sort_cubes")  # cheapest first
+METHODS = ("central_plan", "read_j", "read_s")
+TRIALS = 5
+
+
+def ends(task: str) -> list[str]:
+    """The task file's easiest and hardest level (its levels are listed easiest first)."""
+    levels = list(find_team_task(task).levels)
+    return list(dict.fromkeys([levels[0], levels[-1]]))
+
+
+def cells() -> list[tuple[str, str, str]]:
+    return [(t, lv, m) for t in TASKS for m in METHODS for lv in ends(t)]
+
+
+def cell_file(task: str, level: str, method: str) -> Path:
+    return CELLS_DIR / f"{task}-{level}-{method}.json"
+
+
+def run_cell(task: str, level: str, method: str, console: Console) -> bool:
+    """One cell through the CLI; its report lands in the folder only when the run completes."""
+    out = cell_file(task, level, method)
+    partial = out.with_suffix(".partial")
+    command = [
+        str(Path(sys.executable).with_name("onboard")),
+        "task", "eval", task, "--levels", level, "--methods", method,
+        "--llm", "local", "--trials", str(TRIALS), "--json", str(partial),
+    ]  # fmt: skip
+    console.print(f"[bold]{task} {level} {method}[/]: {' '.join(command[1:])}")
+    began = time.monotonic()
+    done = subprocess.run(command, cwd=ROOT, check=False)
+    if done.returncode != 0 or not partial.is_file():
+        console.print(f"[red]{task} {level} {method}: exit {done.returncode}; not kept[/]")
+        partial.unlink(missing_ok=True)
+        return False
+    report = json.loads(partial.read_text(encoding="utf-8"))
+    report["timing"]["cell_wall_s"] = round(time.monotonic() - began, 1)
+    report["measured_on"] = environment()
+    out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    partial.unlink()
+    return True
+
+
+def load_episodes() -> list[Episode]:
+    episodes: list[Episode] = []
+    for path in sorted(CELLS_DIR.glob("*.json")):
+        episodes += Report.from_json(path.read_text(encoding="utf-8"), str(path)).episodes
+    return episodes
+
+
+def table(episodes: list[Episode], console: Console) -> dict[str, object]:
+    found = {(s.task, s.level, s.method): s for s in summarize(episodes)}
+    grid = Table(title="SmolLM2 on the team tasks: successes / ES / NQ, 5 episodes a cell")
+    per_episode = Table(title="per episode: vetoes / failed proposals / fallbacks")
+    for t in (grid, per_episode):
+        t.add_column("task")
+        t.add_column("level")
+        for m in METHODS:
+            t.add_column(m, justify="right")
+    markdown = [
+        "| task | level | " + " | ".join(f"{m} SR / ES / NQ" for m in METHODS) + " |",
+        "|---|---|" + "---|" * len(METHODS),
+    ]
+    rows = []
+    for task in TASKS:
+        for level in ends(task):
+            cells_here = [found.get((task, level, m)) for m in METHODS]
+            mine = {
+                m: [e for e in episodes if (e.task, e.level, e.method) == (task, level, m)]
+                for m in METHODS
+            }
+            figures = [_figures(s) for s in cells_here]
+            grid.add_row(task, level, *figures)
+            per_episode.add_row(task, level, *(_costs(mine[m]) for m in METHODS))
+            markdown.append(f"| {task} | {level} | " + " | ".join(figures) + " |")
+            rows += [
+                {"task": task, "level": level, "method": m, **s.to_json()}
+                for m, s in zip(METHODS, cells_here, strict=True)
+                if s is not None
+            ]
+    console.print(grid)
+    console.print(per_episode)
+    return {"rows": rows, "markdown": "\n".join(markdown) + "\n"}
+
+
+def _figures(s: Summary | None) -> str:
+    if s is None:
+        return "not yet"
+    return f"{round(s.sr.mean * s.episodes)}/{s.episodes} / {s.es.mean:.1f} / {s.nq.mean:.0f}"
+
+
+def _costs(episodes: list[Episode]) -> str:
+    if not episodes:
+        return ""
+    n = len(episodes)
+    vetoes, failed, fallbacks = (
+        sum(getattr(e, k) for e in episodes) / n for k in ("vetoes", "failed", "fallbacks")
+    )
+    return f"{vetoes:.1f} / {failed:.1f} / {fallbacks:.1f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--max", type=int, default=None, help="run at most this many cells")
+    parser.add_argument("--table", action="store_true", help="print the table, run nothing")
+    args = parser.parse_args()
+    console = Console(width=140)
+    CELLS_DIR.mkdir(parents=True, exist_ok=True)
+    if not args.table:
+        missing = [c for c in cells() if not cell_file(*c).is_file()]
+        console.print(f"{len(missing)} of {len(cells())} cells not yet measured")
+        for cell in missing[: args.max]:
+            run_cell(*cell, console)
+    results = table(load_episodes(), console)
+    (RESULTS / "team-smollm2.json").write_text(
+        json.dumps({"environment": environment(), **results}, indent=1) + "\n", encoding="utf-8"
+    )
+    (RESULTS / "team-smollm2.md").write_text(str(results["markdown"]), encoding="utf-8")
+    console.print(f"wrote {(RESULTS / 'team-smollm2.md').relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
