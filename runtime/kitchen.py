@@ -57,7 +57,7 @@ class Kitchen:
     grid: tuple[str, ...]
     chefs: tuple[Chef, ...]
     pots: tuple[tuple[Pos, int, int], ...]  # (pot, onions, cooking tick: -1 not started)
-    counters: tuple[tuple[Pos, str], ...]  # (counter, item) for each item on a counter
+    counters: tuple[tuple[Pos, str, int], ...]  # (counter, item, onions in a soup) per item
     soup_onions: int  # onions a soup takes
     cook_time: int
 
@@ -75,7 +75,7 @@ class Kitchen:
         return next(((n, t) for p, n, t in self.pots if p == pos), (0, -1))
 
     def item_on(self, pos: Pos) -> str:
-        return next((i for p, i in self.counters if p == pos), "")
+        return next((i for p, i, _ in self.counters if p == pos), "")
 
     def where(self, letter: str) -> list[Pos]:
         return [(x, y) for y, row in enumerate(self.grid) for x, c in enumerate(row) if c == letter]
@@ -177,7 +177,8 @@ def describe(k: Kitchen) -> list[str]:
     for pos in k.where("P"):
         onions, tick = k.pot(pos)
         lines.append(f"Pot {_at(pos)}: {'empty' if onions == 0 else _pot_status(k, onions, tick)}")
-    counters = ", ".join(f"{item} at {_at(p)}" for p, item in k.counters) or "none"
+    counters = ", ".join(f"{item}{f' of {n} onions' if item == 'soup' else ''} at {_at(p)}"
+                         for p, item, n in k.counters) or "none"  # fmt: skip
     lines.append(f"Items on counters: {counters}")
     return lines
 
@@ -194,7 +195,7 @@ def parse(text: str) -> Kitchen:
     grid: list[str] = []
     chefs: list[Chef] = []
     pots: list[tuple[Pos, int, int]] = []
-    counters: list[tuple[Pos, str]] = []
+    counters: list[tuple[Pos, str, int]] = []
     soup_onions = cook_time = 0
     pending: list[tuple[Pos, int, int]] = []  # cooking pots: tick needs the cook time
     for line in (raw.strip() for raw in text.splitlines()):
@@ -215,8 +216,11 @@ def parse(text: str) -> Kitchen:
                 pending.append((pos, int(m.group(5)), int(m.group(7) or 0)))
         elif line.startswith("Items on counters: ") and not line.endswith("none"):
             for part in line.removeprefix("Items on counters: ").split(", "):
-                if m := re.fullmatch(r"(onion|dish|soup) at \((\d+),(\d+)\)", part.strip()):
-                    counters.append(((int(m.group(2)), int(m.group(3))), m.group(1)))
+                m = re.fullmatch(r"(onion|dish|soup)(?: of (\d+) onions)? at \((\d+),(\d+)\)",
+                                 part.strip())  # fmt: skip
+                if m:
+                    pos = (int(m.group(3)), int(m.group(4)))
+                    counters.append((pos, m.group(1), int(m.group(2) or 0)))
     if not grid or not chefs or not soup_onions:
         raise ValueError("the state does not read as an Overcooked kitchen")
     for pos, onions, left in pending:
@@ -306,10 +310,10 @@ def _goal(k: Kitchen, me: Chef, chosen: Mapping[str, str]) -> tuple[Pos | None, 
     reach_pot = _reaches(k, me, active)
     potters = [c for c in k.chefs if _reaches(k, c, active)]
     held_onions = sum(c.held == "onion" for c in k.chefs)
-    loose = [p for p, item in k.counters if item == "onion"]
+    loose = [p for p, item, _ in k.counters if item == "onion"]
     have = onions + held_onions + len(loose)
-    dishes = sum(c.held == "dish" for c in k.chefs) + sum(i == "dish" for _, i in k.counters)
-    soups = sum(c.held == "soup" for c in k.chefs) + sum(i == "soup" for _, i in k.counters)
+    dishes = sum(c.held == "dish" for c in k.chefs) + sum(i == "dish" for _, i, _ in k.counters)
+    soups = sum(c.held == "soup" for c in k.chefs) + sum(i == "soup" for _, i, _ in k.counters)
 
     if me.held == "soup":
         serve = [s for s in k.where("S") if _reaches(k, me, s)]
@@ -334,7 +338,7 @@ def _goal(k: Kitchen, me: Chef, chosen: Mapping[str, str]) -> tuple[Pos | None, 
             sources = [p for p in k.where("O") if _reaches(k, me, p)]
             if sources:
                 return min(sources, key=lambda p: _distance(k, me, p)), True
-    loose_dish = [p for p, i in k.counters if i == "dish"]
+    loose_dish = [p for p, i, _ in k.counters if i == "dish"]
     if reach_pot and loose_dish and (cooking or have >= k.soup_onions):
         return min(loose_dish, key=lambda p: _distance(k, me, p)), True
     if dishes == 0 and (cooking or have >= k.soup_onions) and _fetcher(k, me, "D", 1):

@@ -260,3 +260,25 @@ def test_a_short_episode_per_joint_method_on_the_stand_in(robot: RobotConfig) ->
         perfect = evaluate(robot, args, quiet=True)
         (episode,) = perfect.episodes
         assert episode.success and episode.steps <= LAYOUTS[layout], episode
+
+
+def test_a_soup_put_on_a_counter_keeps_its_onions_and_is_served_from_there() -> None:
+    """A state the scripts do not reach: Alice holds a cooked soup facing an empty counter."""
+    from onboard.collab.envs.base import Snapshot
+    from onboard.collab.envs.overcooked import CookState
+
+    env = env_of("cramped_room")
+    start = env.state.kitchen  # type: ignore[attr-defined]
+    alice = kitchen.Chef("Alice", (3, 2), (1, 0), "soup", 2)  # (4,2) is a counter
+    state = CookState(kitchen.Kitchen(start.grid, (alice, start.chefs[1]), (), (), 2, 2), 0)
+    env.restore(Snapshot(state, 0, 0.0, False, False))
+    assert "Alice: at (3,2), facing east (towards (4,2)), holding a soup of 2 onions" in (
+        env.describe()
+    )
+    env.step({"Alice": "INTERACT"})
+    assert "Items on counters: soup of 2 onions at (4,2)" in env.describe()
+    assert kitchen.parse(env.describe()) == env.state.kitchen  # type: ignore[attr-defined]
+    env.step({"Alice": "INTERACT"})  # back in hand
+    env.step({"Alice": "SOUTH"})  # face the serving counter at (3,3)
+    result = env.step({"Alice": "INTERACT"})
+    assert result.reward == 1.0 and env.success

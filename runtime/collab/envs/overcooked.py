@@ -81,7 +81,8 @@ class OvercookedAI(TeamEnv[CookState]):
             if pos in pots and obj.name == "soup":
                 in_pots.append((tuple(pos), len(obj.ingredients), obj._cooking_tick))
             else:
-                on_counters.append((tuple(pos), obj.name))
+                onions = len(obj.ingredients) if obj.name == "soup" else 0
+                on_counters.append((tuple(pos), obj.name, onions))
         return Kitchen(self.grid, tuple(chefs), tuple(sorted(in_pots)), tuple(sorted(on_counters)),
                        self.soup_onions, self.cook_time)  # fmt: skip
 
@@ -99,7 +100,8 @@ class OvercookedAI(TeamEnv[CookState]):
                 held = {"name": c.held, "position": c.pos}
             players.append({"position": c.pos, "orientation": c.facing, "held_object": held})
         objects = [self._soup(p, n, t) for p, n, t in k.pots]
-        objects += [{"name": item, "position": p} for p, item in k.counters]
+        objects += [self._soup(p, n, self.cook_time) if item == "soup" else
+                    {"name": item, "position": p} for p, item, n in k.counters]  # fmt: skip
         state = {"players": players, "objects": objects, "bonus_orders": [],
                  "all_orders": [self.order], "timestep": 0}  # fmt: skip
         return self._mdp_module.OvercookedState.from_dict(state)
