@@ -16,6 +16,7 @@ from onboard.collab.card import check_card
 from onboard.collab.collect import CollectSettings, explore_joint
 from onboard.collab.critic import WAIT_INDEX, Critic, QModel
 from onboard.collab.envs import WAIT, TeamEnv, make_env
+from onboard.collab.envs.search import oracle_steps
 from onboard.collab.mlp import MlpWeights, to_onnx
 from onboard.collab.taskfile import TeamTask, load_team_task, shipped_tasks_dir, team_task_files
 
@@ -51,7 +52,9 @@ def probe_pairs(env: TeamEnv, seed: int) -> tuple[np.ndarray, np.ndarray]:  # ty
         if env.done:
             continue
         helpful = [a for a in env.useful(first) if a != WAIT]
-        if helpful:
+        # only where a plan can still succeed: past that every action's Q is 0 (Overcooked's
+        # step limits leave no slack after a few wasted steps) and the order is noise
+        if helpful and oracle_steps(env) is not None:
             states.append(env.features())
             useful.append(env.action_index(helpful[0]))
     return np.stack(states), np.asarray(useful, np.int64)
