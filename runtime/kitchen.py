@@ -254,31 +254,40 @@ def _reaches(k: Kitchen, chef: Chef, target: Pos) -> bool:
     return bool(_spots(k, _region(k, chef.pos), target))
 
 
+def _route(k: Kitchen, me: Chef, target: Pos, blocked: set[Pos]) -> tuple[int, str]:
+    """The fewest actions until ``me`` stands beside ``target`` facing it (a move into
+    something that is not floor only turns the chef), avoiding ``blocked`` floor, and the
+    first of them (INTERACT when it faces ``target`` already); (10**6, WAIT) when no way."""
+    start = (me.pos, me.facing)
+    first: dict[tuple[Pos, Pos], str] = {start: ""}
+    queue = deque([(start, 0)])
+    while queue:
+        (pos, facing), cost = queue.popleft()
+        if _add(pos, facing) == target and k.tile(pos) == " ":
+            return cost, first[(pos, facing)] or INTERACT
+        for verb, d in DIRECTIONS.items():
+            ahead = _add(pos, d)
+            if k.tile(ahead) == " ":
+                if ahead in blocked:
+                    continue
+                nxt = (ahead, d)
+            else:
+                nxt = (pos, d)
+            if nxt not in first:
+                first[nxt] = first[(pos, facing)] or verb
+                queue.append((nxt, cost + 1))
+    return 10**6, WAIT
+
+
 def _distance(k: Kitchen, chef: Chef, target: Pos) -> int:
-    region = _region(k, chef.pos)
-    return min((region[p] for p in _spots(k, region, target)), default=10**6)
+    return _route(k, chef, target, set())[0]
 
 
 def _step_to(k: Kitchen, me: Chef, target: Pos, blocked: set[Pos]) -> str:
-    """The next action towards interacting with ``target``: a move on a shortest path that
-    avoids ``blocked`` floor, a turn to face it, or INTERACT when facing it already."""
-    goals = set(_spots(k, _region(k, me.pos), target))
-    if me.pos in goals:
-        d = (target[0] - me.pos[0], target[1] - me.pos[1])
-        return INTERACT if me.facing == d else next(v for v, dd in DIRECTIONS.items() if dd == d)
-    first: dict[Pos, str] = {me.pos: ""}
-    queue = deque([me.pos])
-    while queue:
-        pos = queue.popleft()
-        for verb, d in DIRECTIONS.items():
-            nxt = _add(pos, d)
-            if nxt in first or k.tile(nxt) != " " or nxt in blocked:
-                continue
-            first[nxt] = first[pos] or verb
-            if nxt in goals:
-                return first[nxt]
-            queue.append(nxt)
-    return WAIT  # the way is blocked by the other chef: let it pass
+    """The next action towards interacting with ``target``: a move or turn on a shortest
+    route that avoids ``blocked`` floor, or INTERACT when facing it already; WAIT when the
+    other chef blocks every route (let it pass)."""
+    return _route(k, me, target, blocked)[1]
 
 
 def _handoff(k: Kitchen, me: Chef, others: list[Chef]) -> Pos | None:
@@ -289,12 +298,12 @@ def _handoff(k: Kitchen, me: Chef, others: list[Chef]) -> Pos | None:
         for pos in k.where("X")
         if not k.item_on(pos) and _spots(k, mine, pos) and any(_reaches(k, o, pos) for o in others)
     ]
-    # nearest to the giver (it acts now), then to the taker
-    return min(
-        shared,
-        key=lambda p: (_distance(k, me, p), min(_distance(k, o, p) for o in others)),
-        default=None,
-    )
+
+    def cost(pos: Pos) -> tuple[int, int]:  # the giver's and the taker's ways, then the taker's
+        taker = min(_distance(k, o, pos) for o in others)
+        return _distance(k, me, pos) + taker, taker
+
+    return min(shared, key=cost, default=None)
 
 
 def _goal(k: Kitchen, me: Chef, chosen: Mapping[str, str]) -> tuple[Pos | None, bool]:
@@ -331,6 +340,12 @@ def _goal(k: Kitchen, me: Chef, chosen: Mapping[str, str]) -> tuple[Pos | None, 
         return active, True  # start cooking
     if soups:
         return None, False
+    if reach_pot:  # wait where an item another chef brings over will be put down
+        for other in others:
+            if other.held in ("onion", "dish") and not _reaches(k, other, active):
+                spot = _handoff(k, other, [me])
+                if spot is not None:
+                    return spot, False
     if not cooking and (have < k.soup_onions or (reach_pot and loose)):
         if reach_pot and loose:
             return min(loose, key=lambda p: _distance(k, me, p)), True
