@@ -40,9 +40,9 @@ PROBES = 24
 ROLLOUTS = 10
 SEED = 0
 #: the stand-in's competence while collecting, where its default (0.6) is not used: on
-#: Overcooked-AI the step limits leave 2 (Cramped Room) and 0 (Forced Coordination) steps
-#: over the greedy plan's, so at 0.6 (and 0.8) no episode serves a soup, every return is 0
-#: and a critic learns nothing; at 0.95 Central Plan serves in 8 and 3 of 10 episodes
+#: Overcooked-AI the step limits (20, 25) leave 2 steps over the greedy plan's (18, 23), so
+#: at 0.6 (and 0.8) no episode serves a soup, every return is 0 and a critic learns nothing;
+#: at 0.95 Central Plan serves in 8 of 10 episodes on each layout
 COLLECT_COMPETENCE = {"overcooked_cramped_room": 0.95, "overcooked_forced_coordination": 0.95}
 
 
