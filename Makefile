@@ -6,7 +6,7 @@ VENV        ?= .venv
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
-EXTRAS      := dev,local-llm,sim,realsense
+EXTRAS      := dev,local-llm,sim,realsense,overcooked
 
 .PHONY: run test lint eval bench critics system constraints clean
 

@@ -11,7 +11,7 @@
    (clusters of overlapping boxes around 25 objects, scattered false positives, background).
 3. The same outputs through two references written apart from onboard.perception.detector: a plain
    per-anchor, per-box Python loop, and opencv's ``cv2.dnn.NMSBoxesBatched`` (from
-   ``opencv-python-headless``, installed for this benchmark only; skipped without it). The
+   ``opencv-python``, in the dev extra; skipped without it). The
    kept boxes must agree.
 
 Prints a table and writes bench/results/detector.json.
@@ -244,7 +244,7 @@ def main() -> None:
 
         refs["opencv"] = opencv_reference
     except ImportError:
-        console.print("[yellow]opencv-python-headless not installed: its column is n/a[/yellow]")
+        console.print("[yellow]opencv-python not installed: its column is n/a[/yellow]")
     checks: dict[str, Any] = {}
     for name, output in cases.items():
         conf = 0.001 if "0.001" in name else CONF

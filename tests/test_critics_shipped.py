@@ -16,11 +16,18 @@ from onboard.collab.card import check_card
 from onboard.collab.collect import CollectSettings, explore_joint
 from onboard.collab.critic import WAIT_INDEX, Critic, QModel
 from onboard.collab.envs import WAIT, TeamEnv, make_env
+from onboard.collab.envs.search import oracle_steps
 from onboard.collab.mlp import MlpWeights, to_onnx
 from onboard.collab.taskfile import TeamTask, load_team_task, shipped_tasks_dir, team_task_files
 
 #: the share of probe states at which a shipped critic must score the useful action above WAIT
 RANK_FLOOR = 0.9
+#: levels where the floor is out of reach for any critic, with their own: on Forced
+#: Coordination the Monte Carlo values themselves rank the useful action above WAIT at only
+#: 0.625 of the card's probe states (the pot-side chef's useful move is often a move to wait
+#: somewhere else; with 2 steps of slack one WAIT seldom changes the outcome); random weights
+#: of the critic's shape reach 0.29 here, the shipped critic 0.71
+LEVEL_FLOOR = {"overcooked_forced_coordination/forced_coordination": 0.6}
 #: probe states per level (fresh seeds: the build's episodes and probes used 0..1,999,999)
 STATES = 40
 
@@ -51,7 +58,9 @@ def probe_pairs(env: TeamEnv, seed: int) -> tuple[np.ndarray, np.ndarray]:  # ty
         if env.done:
             continue
         helpful = [a for a in env.useful(first) if a != WAIT]
-        if helpful:
+        # only where a plan can still succeed: past that every action's Q is 0 (Overcooked's
+        # step limits leave no slack after a few wasted steps) and the order is noise
+        if helpful and oracle_steps(env) is not None:
             states.append(env.features())
             useful.append(env.action_index(helpful[0]))
     return np.stack(states), np.asarray(useful, np.int64)
@@ -113,8 +122,14 @@ def rates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[float, fl
 def test_shipped_critics_rank_a_useful_first_action_above_wait(
     rates: dict[str, tuple[float, float]],
 ) -> None:
-    low = {level: rate for level, (rate, _) in rates.items() if rate < RANK_FLOOR}
-    assert low == {}, f"under {RANK_FLOOR}: {low}"
+    low = {
+        level: rate
+        for level, (rate, _) in rates.items()
+        if rate < LEVEL_FLOOR.get(level, RANK_FLOOR)
+    }
+    assert low == {}, f"under {RANK_FLOOR} (or the level's own floor): {low}"
+    for level, floor in LEVEL_FLOOR.items():  # still well above an untrained critic's
+        assert rates[level][0] > rates[level][1] + 0.3, (level, rates[level], floor)
 
 
 def test_random_weights_of_the_same_shape_fail_the_same_check(

@@ -16,7 +16,11 @@ from onboard.collab.envs.search import minimal_steps, oracle_steps
 from onboard.collab.taskfile import ENV_SPECS, TeamTask, load_team_task
 
 ROOT = Path(__file__).resolve().parent.parent
-TASKS = {name: load_team_task(ROOT / "tasks" / f"{name}.toml") for name in ENV_SPECS}
+#: the RoCoBench tasks (one file each, named after its env); Overcooked-AI's rules (a start
+#: fixed by the layout, a pot that cooks while the chefs WAIT, 20 and 25 steps) differ from
+#: the contract these tests hold, and are tested in test_team_overcooked.py
+TASKS = {name: load_team_task(ROOT / "tasks" / f"{name}.toml")
+         for name in ENV_SPECS if name != "overcooked"}  # fmt: skip
 LEVELS = [(name, level) for name, task in TASKS.items() for level in task.levels]
 SEEDS = range(20)
 

@@ -31,8 +31,10 @@ SEED_LEVELS = {
 def test_the_shipped_task_files_load_with_the_seeds_settings() -> None:
     assert shipped_tasks_dir().resolve() == TASKS.resolve()
     files = team_task_files(TASKS)
-    assert [p.stem for p in files] == ["make_sandwich", "sort_cubes", "sweep_floor"]
-    for path in files:
+    assert [p.stem for p in files] == ["make_sandwich", "overcooked_cramped_room",
+                                       "overcooked_forced_coordination", "sort_cubes",
+                                       "sweep_floor"]  # fmt: skip
+    for path in (p for p in files if not p.stem.startswith("overcooked")):
         task = load_team_task(path)
         assert task.name == path.stem == task.env
         assert list(task.levels) == SEED_LEVELS[task.name]
@@ -45,6 +47,17 @@ def test_the_shipped_task_files_load_with_the_seeds_settings() -> None:
             f"/r/models/critics/{task.name}/{level}.onnx"
         )
         assert task.critic.mode in ("sequential", "joint")
+
+
+def test_the_overcooked_task_files_have_the_seeds_settings() -> None:
+    """ReAd's adaptation: Cramped Room in at most 20 steps, Forced Coordination in 25 (a
+    file each: the step limit is a task's), 2 onions a soup, cooking time 2."""
+    for layout, limit in (("cramped_room", 20), ("forced_coordination", 25)):
+        task = load_team_task(TASKS / f"overcooked_{layout}.toml")
+        assert (task.env, list(task.levels), task.step_limit) == ("overcooked", [layout], limit)
+        level = task.level(layout)
+        assert (level.onions, level.cook_time) == (2, 2)  # type: ignore[union-attr]
+        assert set(task.verbs) == {"NORTH", "SOUTH", "EAST", "WEST", "INTERACT", "WAIT"}
 
 
 def test_sort_levels_grow_in_distance() -> None:
@@ -91,6 +104,18 @@ MISTAKES = [
      "'panel8' is not a place"),
     ("sweep_floor.toml", 'env = "sweep_floor"', 'env = "sweep_flor"', "task.env", "env = ",
      "unknown env 'sweep_flor'"),
+    ("overcooked_cramped_room.toml", "cook_time = 2", "cook_time = 0",
+     "levels.cramped_room.cook_time", "cook_time = 0", "greater than or equal to 1"),
+    ("overcooked_cramped_room.toml", "onions = 2", "onions = 2\ntomatoes = 1",
+     "levels.cramped_room.tomatoes", "tomatoes = 1", "unknown key for env overcooked"),
+    ("overcooked_forced_coordination.toml", "[levels.forced_coordination]",
+     "[levels.coordination_ring]", "levels.coordination_ring", "[levels.coordination_ring]",
+     "does not know level 'coordination_ring'"),
+    ("overcooked_forced_coordination.toml", 'reach = ["pot", "serving_counter"]',
+     'reach = ["pot", "serving_hatch"]', "agents[0].reach[1]", 'reach = ["pot", "serving_h',
+     "'serving_hatch' is not a place of env overcooked"),
+    ("overcooked_cramped_room.toml", '"INTERACT", "WAIT"]', '"WAIT"]', "actions.verbs",
+     "verbs = ", "env overcooked needs INTERACT"),
 ]  # fmt: skip
 
 
@@ -135,7 +160,9 @@ def test_onboard_check_reports_a_broken_task_file_in_one_line(
 def test_onboard_check_lists_the_team_tasks() -> None:
     result = onboard("check")
     assert result.code == 0, result.err
-    assert re.search(r"^  3 team tasks: make_sandwich \(2 agents, 4 levels\), sort_cubes "
+    assert re.search(r"^  5 team tasks: make_sandwich \(2 agents, 4 levels\), "
+                     r"overcooked_cramped_room \(2 agents, 1 levels\), "
+                     r"overcooked_forced_coordination \(2 agents, 1 levels\), sort_cubes "
                      r"\(3 agents, 5 levels\), sweep_floor \(2 agents, 5 levels\)$",
                      result.out, re.MULTILINE)  # fmt: skip
 

@@ -37,6 +37,7 @@ translated at the boundary that meets them, with ``raise ... from exc``.
     ├── CandidateError         a bottom-up candidate cannot be found or added
     ├── CalibrationError       `onboard calibrate` cannot run as asked or store its result
     └── UsageError             the command line asks for something impossible (a port, a URL)
+        └── MissingExtraError  ... a part whose extra is not installed    (also an ImportError)
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ __all__ = [
     "LLMReplyError",
     "LLMTimeout",
     "LinkLost",
+    "MissingExtraError",
     "ModelError",
     "ModelMismatch",
     "OnboardError",
@@ -233,3 +235,8 @@ class CalibrationError(OnboardError):
 class UsageError(OnboardError):
     """The command line asks for something impossible: a port out of range or in use, a host
     that does not resolve, a non-HTTP URL, no trials."""
+
+
+class MissingExtraError(UsageError, ImportError):
+    """A part that needs an optional extra (``pip install -e '.[NAME]'``) was asked for
+    without it; the message names the extra."""

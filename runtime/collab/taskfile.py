@@ -26,10 +26,12 @@ from onboard.base.tomlfile import format_key, load_model
 __all__ = [
     "ENV_SPECS",
     "FOODS",
+    "KITCHEN_PLACES",
     "PANELS",
     "SORT_TARGETS",
     "CriticSettings",
     "EnvSpec",
+    "OvercookedLevel",
     "SandwichLevel",
     "SortLevel",
     "SweepLevel",
@@ -91,7 +93,20 @@ class SortLevel(_Strict):
     distance: tuple[int, int]
 
 
-LevelModel = SweepLevel | SandwichLevel | SortLevel
+class OvercookedLevel(_Strict):
+    """Overcooked-AI: the level is the package's layout (``cramped_room``,
+    ``forced_coordination``); a soup of ``onions`` onions that cooks ``cook_time`` steps."""
+
+    onions: Annotated[int, Field(ge=1, le=3)]
+    cook_time: Annotated[int, Field(ge=1, le=20)]
+
+
+#: Overcooked-AI: the stations a chef's side of the kitchen reaches (the agents' ``reach``)
+KITCHEN_PLACES: tuple[str, ...] = ("onion_dispenser", "dish_dispenser", "pot", "serving_counter")
+#: Overcooked-AI layouts the env plays (the seed's two)
+KITCHEN_LAYOUTS: tuple[str, ...] = ("cramped_room", "forced_coordination")
+
+LevelModel = SweepLevel | SandwichLevel | SortLevel | OvercookedLevel
 Where = tuple[tuple[str | int, ...], str]  # (key path inside the level, reason)
 
 
@@ -153,6 +168,10 @@ def _check_sort(name: str, level: SortLevel) -> list[Where]:
     return []
 
 
+def _check_overcooked(name: str, level: OvercookedLevel) -> list[Where]:
+    return []  # the name is checked by level_name; the ranges by the model
+
+
 ENV_SPECS: dict[str, EnvSpec] = {
     "sweep_floor": EnvSpec(
         agents=2,
@@ -177,6 +196,14 @@ ENV_SPECS: dict[str, EnvSpec] = {
         level=SortLevel,
         level_name=r"level\d+",
         check_level=_check_sort,
+    ),
+    "overcooked": EnvSpec(
+        agents=2,
+        verbs=frozenset({"NORTH", "SOUTH", "EAST", "WEST", "INTERACT", "WAIT"}),
+        reach=KITCHEN_PLACES,
+        level=OvercookedLevel,
+        level_name="|".join(KITCHEN_LAYOUTS),
+        check_level=_check_overcooked,
     ),
 }
 

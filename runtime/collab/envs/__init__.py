@@ -8,6 +8,7 @@ vector for the critic, a WAIT for every agent, reward 1 per sub-goal, at most th
 from __future__ import annotations
 
 from onboard.collab.envs.base import ABSENT, WAIT, Snapshot, StepResult, TeamEnv
+from onboard.collab.envs.overcooked import OvercookedAI
 from onboard.collab.envs.sandwich import MakeSandwich
 from onboard.collab.envs.sort import SortCubes
 from onboard.collab.envs.sweep import SweepFloor
@@ -20,6 +21,7 @@ ENVS: dict[str, type[TeamEnv]] = {  # type: ignore[type-arg]
     "sweep_floor": SweepFloor,
     "make_sandwich": MakeSandwich,
     "sort_cubes": SortCubes,
+    "overcooked": OvercookedAI,
 }
 
 

@@ -6,8 +6,10 @@ here imports a simulator."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
+
+from onboard import kitchen
 
 __all__ = ["Solver", "recognise", "solver_for"]
 
@@ -21,15 +23,20 @@ class Solver(Protocol):
 
 
 def recognise(task_text: str) -> str:
-    """The task a ``## Task`` text describes: sweep_floor, make_sandwich or sort_cubes."""
+    """The task a ``## Task`` text describes: sweep_floor, make_sandwich, sort_cubes or
+    overcooked."""
     words = task_text.lower()
+    if "soup" in words and "chef" in words:
+        return "overcooked"
     if "sandwich" in words:
         return "make_sandwich"
     if "dustpan" in words or "sweep" in words:
         return "sweep_floor"
     if "panel" in words and "cube" in words:
         return "sort_cubes"
-    raise ValueError("the '## Task' text describes no task I know (sweep, sandwich, sort)")
+    raise ValueError(
+        "the '## Task' text describes no task I know (sweep, sandwich, sort, overcooked)"
+    )
 
 
 def _lines(state: str) -> dict[str, str]:
@@ -233,10 +240,28 @@ class SortSolver:
         )
 
 
+class KitchenSolver:
+    """Overcooked-AI: the kitchen read back from the state text (the map rows, the chefs,
+    the pots, the counters) and judged by :mod:`onboard.kitchen`'s rules and greedy
+    plan, the text-only functions the env's own oracle and feasibility use."""
+
+    def __init__(self, state: str, reach: Mapping[str, Sequence[str]]) -> None:
+        self.kitchen = kitchen.parse(state)  # ValueError when it is not a kitchen
+
+    def useful(self, agent: str, chosen: Mapping[str, str]) -> list[str]:
+        return kitchen.useful(self.kitchen, agent, chosen)
+
+    def feasible(self, agent: str, action: str, chosen: Mapping[str, str]) -> bool:
+        if action == WAIT:
+            return True
+        return kitchen.reason(self.kitchen, agent, action, chosen) is None
+
+
 def solver_for(task: str, state: str, reach: Mapping[str, Sequence[str]]) -> Solver:
-    kinds: dict[str, type[SweepSolver] | type[SandwichSolver] | type[SortSolver]] = {
+    kinds: dict[str, Callable[[str, Mapping[str, Sequence[str]]], Solver]] = {
         "sweep_floor": SweepSolver,
         "make_sandwich": SandwichSolver,
         "sort_cubes": SortSolver,
+        "overcooked": KitchenSolver,
     }
     return kinds[task](state, reach)
