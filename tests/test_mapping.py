@@ -752,6 +752,9 @@ def unoptimized(robot: RobotConfig) -> Embedder:
     return Embedder(robot.embedder_dir, optimize=False)
 
 
+# compute-bound, no race: about 90 s alone on 2 cores (the unoptimized model converts its
+# weights on every run), over 120 s with a busy loop and other jobs beside it
+@pytest.mark.timeout(600)
 def test_kernels_agree_within_noise_and_map_the_sets_alike(
     robot: RobotConfig,
     skill: Skill,
