@@ -14,13 +14,13 @@ critic's: the figures here test the plumbing, not the seed's claim.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from team_args import eval_args
 
 from onboard.cli.main import main
 from onboard.cli.replay import replay_recording
@@ -88,22 +88,11 @@ def critics(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def eval_args(critics: Path, **changes: object) -> argparse.Namespace:
-    fields: dict[str, object] = {
-        "task": None, "all": False, "levels": None, "ends": False, "methods": None, "trials": 2,
-        "llm": "standin", "competence": None, "seed": 0, "constrained": False,
-        "critic": "trained", "critics": critics, "disturb": False, "ablation": False,
-        "controls": False, "json": None, "png": None, "markdown": None, "recordings": None,
-    }  # fmt: skip
-    fields.update(changes)
-    return argparse.Namespace(**fields)
-
-
 def short_eval(robot: RobotConfig, critics: Path, **changes: object) -> Report:
     """ReAd-S, ReAd-J and Central Plan on the easiest level of each task, 2 trials each."""
     reports = []
     for name, level in SHORT:
-        args = eval_args(critics, task=name, levels=[level],
+        args = eval_args(critics=critics, task=name, levels=[level],
                          methods=["read_s", "read_j", "central_plan"], **changes)  # fmt: skip
         reports.append(evaluate(robot, args, quiet=True))
     first = reports[0]
@@ -211,7 +200,7 @@ def test_ends_asks_for_each_tasks_easiest_and_hardest_level(
 ) -> None:
     """The SmolLM2 rows' command: ``--all --ends`` runs each task's first and last level."""
     tasks = [(name, find_team_task(name)) for name in ("sweep_floor", "sort_cubes")]
-    cells = eval_cells(eval_args(critics, ends=True, methods=["read_s"]), tasks)
+    cells = eval_cells(eval_args(critics=critics, ends=True, methods=["read_s"]), tasks)
     assert [(c.task, c.level) for c in cells] == [
         ("sweep_floor", "Y1_G1"), ("sweep_floor", "Y3_G3"),
         ("sort_cubes", "level1"), ("sort_cubes", "level5"),
@@ -239,7 +228,7 @@ def test_the_controls_run_a_random_critic_and_a_random_proposer(
 ) -> None:
     """About 4 s: --controls adds ReAd-S with a random critic of the trained one's shape and
     the random proposer with the trained critic; the report compares their SR."""
-    report = evaluate(robot, eval_args(critics, task="sort_cubes", levels=["level1"],
+    report = evaluate(robot, eval_args(critics=critics, task="sort_cubes", levels=["level1"],
                                        methods=["read_s", "central_plan"], controls=True,
                                        trials=1), quiet=True)  # fmt: skip
     kinds = {(e.method, e.critic, e.llm) for e in report.episodes}

@@ -5,13 +5,13 @@ the joint methods on the team stand-in (the CI episode)."""
 
 from __future__ import annotations
 
-import argparse
 import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from team_args import eval_args
 
 from onboard import kitchen
 from onboard.cli.task import evaluate
@@ -230,17 +230,6 @@ def test_without_the_extra_the_env_names_it() -> None:
 
 def test_the_env_class_is_registered() -> None:
     assert isinstance(make_env(TASKS["cramped_room"], "cramped_room"), OvercookedAI)
-
-
-def eval_args(**changes: object) -> argparse.Namespace:
-    fields: dict[str, object] = {
-        "task": None, "all": False, "levels": None, "ends": False, "methods": None, "trials": 2,
-        "llm": "standin", "competence": None, "seed": 0, "constrained": False,
-        "critic": "trained", "critics": None, "disturb": False, "ablation": False,
-        "controls": False, "json": None, "png": None, "markdown": None, "recordings": None,
-    }  # fmt: skip
-    fields.update(changes)
-    return argparse.Namespace(**fields)
 
 
 def test_a_short_episode_per_joint_method_on_the_stand_in(robot: RobotConfig) -> None:
