@@ -4,6 +4,7 @@ and hardest level, 5 episodes a cell, one cell at a time, kept between sessions.
     python bench/team_smollm2.py            # run the cells not yet measured, then the table
     python bench/team_smollm2.py --max 2    # at most two cells, then the table
     python bench/team_smollm2.py --table    # the table only
+    python bench/team_smollm2.py --recordings DIR   # and record each cell's episodes in DIR
 
 A ReAd cell can take hours on a 2-core machine (every re-ask is a local-model call), more than
 one session has. So each cell is one run of the documented command::
@@ -58,7 +59,7 @@ def cell_file(task: str, level: str, method: str) -> Path:
     return CELLS_DIR / f"{task}-{level}-{method}.json"
 
 
-def run_cell(task: str, level: str, method: str, console: Console) -> bool:
+def run_cell(task: str, level: str, method: str, console: Console, recordings: Path | None) -> bool:
     """One cell through the CLI; its report lands in the folder only when the run completes."""
     out = cell_file(task, level, method)
     partial = out.with_suffix(".partial")
@@ -67,6 +68,8 @@ def run_cell(task: str, level: str, method: str, console: Console) -> bool:
         "task", "eval", task, "--levels", level, "--methods", method,
         "--llm", "local", "--trials", str(TRIALS), "--json", str(partial),
     ]  # fmt: skip
+    if recordings is not None:  # request records show a long cell's progress as it runs
+        command += ["--recordings", str(recordings / f"{task}-{level}-{method}")]
     console.print(f"[bold]{task} {level} {method}[/]: {' '.join(command[1:])}")
     began = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, check=False)
@@ -144,6 +147,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max", type=int, default=None, help="run at most this many cells")
     parser.add_argument("--table", action="store_true", help="print the table, run nothing")
+    parser.add_argument("--recordings", type=Path, default=None, help="record episodes here")
     args = parser.parse_args()
     console = Console(width=140)
     CELLS_DIR.mkdir(parents=True, exist_ok=True)
@@ -151,7 +155,7 @@ def main() -> None:
         missing = [c for c in cells() if not cell_file(*c).is_file()]
         console.print(f"{len(missing)} of {len(cells())} cells not yet measured")
         for cell in missing[: args.max]:
-            run_cell(*cell, console)
+            run_cell(*cell, console, args.recordings)
     results = table(load_episodes(), console)
     (RESULTS / "team-smollm2.json").write_text(
         json.dumps({"environment": environment(), **results}, indent=1) + "\n", encoding="utf-8"
