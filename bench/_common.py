@@ -38,6 +38,9 @@ DEV3_SET = ROOT / "bench" / "data" / "dev3" / "engage-mapping-dev3.jsonl"
 DEV4_SET = ROOT / "bench" / "data" / "dev4" / "engage-mapping-dev4.jsonl"
 #: the third held-out set, written like v2 once v2 had been scored six times and tuned after
 HELDOUT_V3_SET = ROOT / "bench" / "data" / "heldout-v3" / "engage-mapping.jsonl"
+#: the fourth, written like v3 once v3 had been scored three times with the mapper tuned (on the
+#: development sets) between: committed before the next mapper change
+HELDOUT_V4_SET = ROOT / "bench" / "data" / "heldout-v4" / "engage-mapping.jsonl"
 
 
 def robot_and_skill(name: str = "engage") -> tuple[RobotConfig, Skill]:

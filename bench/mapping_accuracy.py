@@ -3,12 +3,13 @@
     python bench/mapping_accuracy.py [--variant "what changed"]  # every set; logs one line
     python bench/mapping_accuracy.py --dev-only                 # development sets only
 
-Seven labelled sets: four for development (the shared dev set; dev2, written here from the
+Eight labelled sets: four for development (the shared dev set; dev2, written here from the
 action texts; dev3 and dev4, bench/data/dev3 and dev4, by two more writers who saw only the
 action texts) and
-three held out (v1 in bench/data; v2 and v3, bench/data/heldout-v2 and -v3, each written by
-someone who saw only the action texts). The goal is judged on v3: v2 was scored six times
-with the mapper tuned between runs, so it no longer measures replies nobody tuned to. And
+four held out (v1 in bench/data; v2, v3 and v4, bench/data/heldout-v2 to -v4, each written by
+someone who saw only the action texts). The goal is judged on v4, the newest: v2 was scored
+six times with the mapper tuned between runs, so it no longer measures replies nobody tuned
+to, and v3 three times with the mapper tuned on the development sets between. And
 the stand-in LLM's own paraphrases (StandInPolicy without noise), whose
 intended actions are known. Development-set misses are listed. Held-out misses are counted,
 never listed: the sets measure the mapping, they are not for tuning. Every run that scores
@@ -37,6 +38,7 @@ from _common import (
     HELDOUT_SET,
     HELDOUT_V2_SET,
     HELDOUT_V3_SET,
+    HELDOUT_V4_SET,
     RESULTS,
     environment,
     first_stage_prompts,
@@ -62,7 +64,7 @@ from onboard.testing.standin_policy import (
     primary_intent,
 )
 
-GOAL_EXACT = 0.95  # in-set exact-sequence accuracy on held-out v3
+GOAL_EXACT = 0.95  # in-set exact-sequence accuracy on held-out v4 (v3 before it)
 GOAL_OUT_OF_SET = 1 / 6  # at most this share of out-of-set replies accepted
 STANDIN_REQUESTS = 300
 NEAR_TIES = (Refusal.NEAR_TIE, Refusal.NEAR_THRESHOLD, Refusal.NEAR_MARGIN)
@@ -93,6 +95,16 @@ V4_COLUMNS += ["held-out v1", "held-out v2", "held-out v3", "ms per reply"]
 DEV4_HEADER = (
     f"\nFrom here on {DEV4_MARK} (a fourth development set, by a third writer).\n\n"
     f"| {' | '.join(V4_COLUMNS)} |\n|{' --- |' * len(V4_COLUMNS)}\n"
+)
+
+
+V4_MARK = "held-out v4 is scored too"
+V5_COLUMNS = [*V4_COLUMNS[:-1], "held-out v4", "ms per reply"]
+V4_HEADER = (
+    f"\nFrom here on {V4_MARK} (a fourth held-out set, committed before the mapper changed\n"
+    "again; v3 had been scored three times with the mapper tuned on the development sets\n"
+    "between). The goal is judged on v4 from here.\n\n"
+    f"| {' | '.join(V5_COLUMNS)} |\n|{' --- |' * len(V5_COLUMNS)}\n"
 )
 
 
@@ -181,7 +193,9 @@ SET_NAMES = {
     "heldout": "held-out v1",
     "heldout_v2": "held-out v2 (spent)",
     "heldout_v3": "held-out v3",
+    "heldout_v4": "held-out v4",
 }
+GOAL_SET = "heldout_v4"  # the goal is judged on the newest held-out set
 DEV_SETS = ("dev", "dev2", "dev3", "dev4")
 
 
@@ -192,16 +206,16 @@ def tables(results: dict[str, Any]) -> list[Table]:
     out.add_column("metric")
     for key, s in zip(names, sets, strict=True):
         out.add_column(f"{SET_NAMES[key]} ({s['rows']})", justify="right")
-    out.add_column("goal (v3)", justify="right")
+    out.add_column("goal (v4)", justify="right")
     out.add_column("met / missed")
 
     def ok(pair: list[int], goal: float, at_most: bool) -> bool | None:
-        if "heldout_v3" not in results:
+        if GOAL_SET not in results:
             return None
         share = pair[0] / pair[1]
         return share <= goal if at_most else share >= goal
 
-    v3 = results.get("heldout_v3", {})
+    v3 = results.get(GOAL_SET, {})
     out.add_row(
         "in-set exact sequence",
         *(_share(s["in_set"]) for s in sets),
@@ -291,6 +305,8 @@ def log_variant(variant: str, results: dict[str, Any]) -> None:
             log.write(V3_HEADER)
         if DEV4_MARK not in logged:
             log.write(DEV4_HEADER)
+        if V4_MARK not in logged:
+            log.write(V4_HEADER)
         log.write(f"| {line} |\n")
 
 
@@ -319,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             ("heldout", HELDOUT_SET),
             ("heldout_v2", HELDOUT_V2_SET),
             ("heldout_v3", HELDOUT_V3_SET),
+            ("heldout_v4", HELDOUT_V4_SET),
         )
         for key, path in held_out:
             scored = score_set(mapper, path, seconds)
