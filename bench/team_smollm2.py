@@ -71,7 +71,7 @@ def run_cell(task: str, level: str, method: str, console: Console, recordings: P
     if recordings is not None:  # request records show a long cell's progress as it runs
         command += ["--recordings", str(recordings / f"{task}-{level}-{method}")]
     console.print(f"[bold]{task} {level} {method}[/]: {' '.join(command[1:])}")
-    began = time.monotonic()
+    began, measured_on = time.monotonic(), environment()  # the code the cell starts with
     done = subprocess.run(command, cwd=ROOT, check=False)
     if done.returncode != 0 or not partial.is_file():
         console.print(f"[red]{task} {level} {method}: exit {done.returncode}; not kept[/]")
@@ -79,7 +79,7 @@ def run_cell(task: str, level: str, method: str, console: Console, recordings: P
         return False
     report = json.loads(partial.read_text(encoding="utf-8"))
     report["timing"]["cell_wall_s"] = round(time.monotonic() - began, 1)
-    report["measured_on"] = environment()
+    report["measured_on"] = measured_on
     out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     partial.unlink()
     return True
