@@ -114,8 +114,7 @@ class QModel:
                 str(path), options, providers=["CPUExecutionProvider"]
             )
         except Exception as exc:
-            first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-            raise CriticError(f"{path}: not a readable ONNX model ({first})") from exc
+            raise CriticError(f"{path}: not a readable ONNX model ({_first_line(exc)})") from exc
         self._options = ort.RunOptions()
         self._options.log_severity_level = 4  # a failed run is a CriticError, not a log line
         self.state_size, self.n_agents = self._check_signature()
@@ -192,6 +191,12 @@ class QModel:
                 f"actions shape {actions.shape}; the critic takes [{states.shape[0]},"
                 f" {self.n_agents}]"
             )
+        try:
+            return self._infer(states, actions)
+        except Exception as exc:
+            raise CriticError(f"{self.path}: inference failed: {_first_line(exc)}") from exc
+
+    def _infer(self, states: FloatArray, actions: IntArray) -> FloatArray:
         row = self._bound.get(states.shape[0])
         if row is not None and row.lock.acquire(blocking=False):
             try:  # the bound buffers are one: a second thread meanwhile takes the general path
@@ -199,22 +204,18 @@ class QModel:
                 row.actions[...] = actions
                 self._run.run_with_iobinding(row.raw, self._options)
                 return row.q.copy()
-            except Exception as exc:
-                first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-                raise CriticError(f"{self.path}: inference failed: {first}") from exc
             finally:
                 row.lock.release()
-        feed = {"state": states, "actions": actions}
-        try:
-            if self._run is not None:
-                (q,) = self._run.run(["q"], feed, self._options)
-            else:
-                (q,) = self._session.run(["q"], feed, self._options)
-        except Exception as exc:
-            first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-            raise CriticError(f"{self.path}: inference failed: {first}") from exc
+        runner = self._run if self._run is not None else self._session
+        (q,) = runner.run(["q"], {"state": states, "actions": actions}, self._options)
         out: FloatArray = q
         return out
+
+
+def _first_line(exc: Exception) -> str:
+    """onnxruntime's message cut to one line (its type when it has none)."""
+    text = str(exc)
+    return text.splitlines()[0][:160] if text else type(exc).__name__
 
 
 class Critic:
