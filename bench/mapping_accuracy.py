@@ -206,7 +206,7 @@ def tables(results: dict[str, Any]) -> list[Table]:
     out.add_column("metric")
     for key, s in zip(names, sets, strict=True):
         out.add_column(f"{SET_NAMES[key]} ({s['rows']})", justify="right")
-    out.add_column("goal (v4)", justify="right")
+    out.add_column(f"goal ({SET_NAMES[GOAL_SET]})", justify="right")
     out.add_column("met / missed")
 
     def ok(pair: list[int], goal: float, at_most: bool) -> bool | None:
@@ -215,12 +215,12 @@ def tables(results: dict[str, Any]) -> list[Table]:
         share = pair[0] / pair[1]
         return share <= goal if at_most else share >= goal
 
-    v3 = results.get(GOAL_SET, {})
+    judged = results.get(GOAL_SET, {})
     out.add_row(
         "in-set exact sequence",
         *(_share(s["in_set"]) for s in sets),
         f">= {GOAL_EXACT:.0%}",
-        verdict(ok(v3.get("in_set", [0, 1]), GOAL_EXACT, False)),
+        verdict(ok(judged.get("in_set", [0, 1]), GOAL_EXACT, False)),
     )
     out.add_row("  single action", *(_share(s["single"]) for s in sets), "", "")
     out.add_row("  multi-action", *(_share(s["multi"]) for s in sets), "", "")
@@ -228,7 +228,7 @@ def tables(results: dict[str, Any]) -> list[Table]:
         "out-of-set accepted",
         *(_share(s["out_of_set_accepted"]) for s in sets),
         "<= 1 in 6",
-        verdict(ok(v3.get("out_of_set_accepted", [0, 1]), GOAL_OUT_OF_SET, True)),
+        verdict(ok(judged.get("out_of_set_accepted", [0, 1]), GOAL_OUT_OF_SET, True)),
     )
     out.add_row(
         "refused as a near tie",
