@@ -380,18 +380,24 @@ def useful(k: Kitchen, agent: str, chosen: Mapping[str, str]) -> list[str]:
     target, now = _goal(k, me, chosen)
     if target is None:
         return _make_way(k, me, chosen)
-    blocked = {c.pos for c in k.chefs if c.name != agent}
-    for other, act in chosen.items():
-        if other != agent and act in DIRECTIONS:
-            ahead = _add(k.chef(other).pos, DIRECTIONS[act])
-            if k.tile(ahead) == " ":
-                blocked.add(ahead)
-    step = _step_to(k, me, target, blocked)
+    step = _step_to(k, me, target, _taken(k, agent, chosen))
     if step == INTERACT and (not now or reason(k, agent, INTERACT, chosen) is not None):
         return [WAIT]
     if step in DIRECTIONS and reason(k, agent, step, chosen) is not None:
         return [WAIT]
     return [step]
+
+
+def _taken(k: Kitchen, agent: str, chosen: Mapping[str, str]) -> set[Pos]:
+    """The floor the other chefs stand on, and the floor the earlier chefs' ``chosen`` moves
+    take them to this step."""
+    taken = {c.pos for c in k.chefs if c.name != agent}
+    for other, act in chosen.items():
+        if other != agent and act in DIRECTIONS:
+            ahead = _add(k.chef(other).pos, DIRECTIONS[act])
+            if k.tile(ahead) == " ":
+                taken.add(ahead)
+    return taken
 
 
 def _make_way(k: Kitchen, me: Chef, chosen: Mapping[str, str]) -> list[str]:
@@ -406,10 +412,7 @@ def _make_way(k: Kitchen, me: Chef, chosen: Mapping[str, str]) -> list[str]:
             needed |= set(_spots(k, _region(k, other.pos), target))
     if me.pos not in needed:
         return [WAIT]
-    taken = {c.pos for c in k.chefs if c.name != me.name}
-    for name, act in chosen.items():
-        if name != me.name and act in DIRECTIONS:
-            taken.add(_add(k.chef(name).pos, DIRECTIONS[act]))
+    taken = _taken(k, me.name, chosen)
     for verb, d in DIRECTIONS.items():
         nxt = _add(me.pos, d)
         if k.tile(nxt) == " " and nxt not in needed and nxt not in taken:

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from onboard import kitchen
 from onboard.base.errors import Problem, TeamTaskError, UsageError
 from onboard.base.tomlfile import format_key, load_model
 
@@ -199,7 +200,7 @@ ENV_SPECS: dict[str, EnvSpec] = {
     ),
     "overcooked": EnvSpec(
         agents=2,
-        verbs=frozenset({"NORTH", "SOUTH", "EAST", "WEST", "INTERACT", "WAIT"}),
+        verbs=frozenset({*kitchen.MOVES, kitchen.INTERACT, kitchen.WAIT}),
         reach=KITCHEN_PLACES,
         level=OvercookedLevel,
         level_name="|".join(KITCHEN_LAYOUTS),
