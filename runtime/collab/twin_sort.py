@@ -11,10 +11,11 @@ execute, and a move outside an agent's reach is refused by SafeArm before the ar
 
 A joint action runs one agent at a time, in the task file's order (the symbolic step is
 simultaneous; the twin's is sequential, so two arms never share the air over a panel): each
-``PICK <cube> PLACE <panel>`` is a pick-and-place at the cube's pose as physics has it, onto a
-free slot of the panel, then the arm goes home. Where each cube is comes back from physics
-(:meth:`SortRig.assignment`): the panel whose area holds the cube's centre, with the cube
-resting on it.
+``PICK <cube> PLACE <panel>`` is a pick-and-place from where the rig last put the cube (it is
+told the start, :meth:`SortRig.told`, and remembers every place since; it never reads the
+twin's truth) onto a free slot of the panel, then the arm goes home. Whether the cubes really
+are where the plan says is for a judge to read from physics: the episode runner and its judge
+are in :mod:`onboard.testing.sort_twin`.
 """
 
 from __future__ import annotations
@@ -28,27 +29,23 @@ from types import TracebackType
 
 from onboard.base.errors import DriverError
 from onboard.collab.envs.base import WAIT
-from onboard.collab.envs.sort import CUBES, SortCubes
-from onboard.collab.probes import oracle_joint
-from onboard.collab.taskfile import PANELS, SORT_TARGETS, TeamTask
+from onboard.collab.taskfile import PANELS, TeamTask
 from onboard.drivers.arm.base import Pose
 from onboard.drivers.arm.config import SimArmConfig
 from onboard.drivers.arm.safety import Box, SafeArm, SafetyLimits
 from onboard.drivers.arm.twin_arm import SimArm
 from onboard.drivers.twin.bodies import KIND_DEFAULTS
-from onboard.drivers.twin.frames import quat_to_euler
 from onboard.drivers.twin.tasks import pick_and_place
 from onboard.drivers.twin.world import Twin
 
 __all__ = [
+    "CUBE",
     "SCENE",
+    "SLOTS",
     "Panel",
     "SortRig",
-    "TwinEpisode",
-    "TwinStep",
     "grasp_pose",
     "reach_limits",
-    "run_episode",
     "scene_panels",
 ]
 
@@ -74,6 +71,11 @@ class Panel:
 
     def holds(self, x: float, y: float) -> bool:
         return abs(x - self.center[0]) <= self.half[0] and abs(y - self.center[1]) <= self.half[1]
+
+    def slot(self, i: int) -> tuple[float, float, float]:
+        """The centre of a cube resting in slot ``i`` (of SLOTS), world frame."""
+        x, y, z = self.center
+        return (x + SLOTS[i], y, z + CUBE / 2)
 
 
 def scene_panels(twin: Twin) -> dict[str, Panel]:
@@ -129,6 +131,8 @@ class SortRig:
     task: TeamTask
     arms: dict[str, SafeArm] = field(init=False)
     panels: dict[str, Panel] = field(init=False)
+    #: where the rig believes each cube rests (its centre, world frame): told, then its own
+    where: dict[str, tuple[float, float, float]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.panels = scene_panels(self.twin)
@@ -162,24 +166,10 @@ class SortRig:
         for arm in self.arms.values():
             arm.close()
 
-    def place_cubes(self, start: Mapping[str, str]) -> None:
-        """Teleport each cube to the first slot of its panel in ``start``; let them settle."""
-        for cube in CUBES:
-            x, y, z = self.panels[start[cube]].center
-            self.twin.set_object_pose(cube, (x, y, z + CUBE / 2 + 0.001), (0.0, 0.0, 0.0, 1.0))
-        self.twin.settle(0.3)
-
-    def assignment(self) -> dict[str, str | None]:
-        """Each cube's panel as physics has it: the panel whose area holds the cube's centre,
-        with the cube resting on it (not held, not fallen); None: on no panel."""
-        held = {self.twin.held_object(a) for a in self.twin.arm_names()}
-        out: dict[str, str | None] = {}
-        for cube in CUBES:
-            (x, y, z), _ = self.twin.object_pose(cube)
-            on = [p.name for p in self.panels.values()
-                  if p.holds(x, y) and abs(z - p.center[2] - CUBE / 2) < 0.01]  # fmt: skip
-            out[cube] = on[0] if on and cube not in held else None
-        return out
+    def told(self, where: Mapping[str, tuple[float, float, float]]) -> None:
+        """Where the cubes rest now (their centres, world frame), as whoever laid out the
+        table says."""
+        self.where.update(where)
 
     def execute(self, joint: Mapping[str, str]) -> None:
         """Run a joint action, one agent at a time in the task file's order; raises the
@@ -196,84 +186,27 @@ class SortRig:
     def pick_place(self, agent: str, cube: str, panel: str) -> None:
         """``agent`` puts ``cube`` on a free slot of ``panel`` and goes home."""
         arm = self.arms[agent]
-        position, orientation = self.twin.object_pose(cube)
-        yaw = quat_to_euler(orientation)[2]
-        pick = grasp_pose(self.twin, agent, position, yaw)
-        place = grasp_pose(self.twin, agent, self._free_slot(panel, cube))
+        if cube not in self.where:
+            raise DriverError(f"sort twin: where {cube} is was never told (SortRig.told)")
+        goal = self._free_slot(panel, cube)
+        pick = grasp_pose(self.twin, agent, self.where[cube])
+        place = grasp_pose(self.twin, agent, (goal[0], goal[1], goal[2] + 0.002))
         # both ends are checked before the arm moves: a refused place leaves the cube be
         for pose in (pick, place):
             for z in (pose.z, pose.z + APPROACH):
                 arm.check_move(Pose(pose.x, pose.y, z, pose.rx, pose.ry, pose.rz), None)
         pick_and_place(arm, pick, place, approach_height=APPROACH, speed=SPEED)
+        self.where[cube] = goal
         arm.home()
 
     def _free_slot(self, panel: str, moving: str) -> tuple[float, float, float]:
-        x, y, z = self.panels[panel].center
-        others = [self.twin.object_pose(c)[0] for c in CUBES if c != moving]
-        for dx in SLOTS:
-            if all(math.dist((x + dx, y), o[:2]) > SLOT_CLEAR for o in others):
-                return (x + dx, y, z + CUBE / 2 + 0.002)
+        """The first slot of ``panel`` no other cube is in (as the rig believes)."""
+        others = [p for c, p in self.where.items() if c != moving]
+        for i in range(len(SLOTS)):
+            x, y, z = self.panels[panel].slot(i)
+            if all(math.dist((x, y), o[:2]) > SLOT_CLEAR for o in others):
+                return (x, y, z)
         raise DriverError(f"sort twin: {panel} has no free slot for {moving}")
-
-
-@dataclass(frozen=True)
-class TwinStep:
-    """One step: the joint action, what went through, and both states after it."""
-
-    joint: dict[str, str]
-    executed: dict[str, str]
-    symbolic: dict[str, str]
-    twin: dict[str, str | None]
-
-    @property
-    def agreed(self) -> bool:
-        return dict(self.symbolic) == dict(self.twin)
-
-
-@dataclass(frozen=True)
-class TwinEpisode:
-    level: str
-    seed: int
-    start: dict[str, str]
-    steps: tuple[TwinStep, ...]
-    success: bool  # the symbolic env's verdict
-    twin_success: bool  # every cube on its target panel in physics
-    sim_seconds: float
-
-    @property
-    def agreed(self) -> bool:
-        """The twin matched the symbolic state after every step."""
-        return all(s.agreed for s in self.steps)
-
-
-def symbolic_assignment(env: SortCubes) -> dict[str, str]:
-    return {c: PANELS[p] for c, p in zip(CUBES, env.state.panel, strict=True)}
-
-
-def run_episode(rig: SortRig, env: SortCubes, seed: int) -> TwinEpisode:
-    """One episode of ``env``'s level on the twin, the oracle's plan (each agent the first
-    useful action given the earlier ones'): the feasible actions of each step run on the
-    arms, and the twin's cube panels are compared with the symbolic state. Stops at the
-    first step where they differ."""
-    env.reset(seed)
-    start = symbolic_assignment(env)
-    rig.place_cubes(start)
-    t0 = rig.twin.time
-    steps: list[TwinStep] = []
-    while not env.done:
-        joint = oracle_joint(env)
-        result = env.step(joint)
-        executed = {a: act for a, act in joint.items() if not result.feedback[a] and act != WAIT}
-        rig.execute(executed)
-        rig.twin.settle(0.1)
-        steps.append(TwinStep(joint, executed, symbolic_assignment(env), rig.assignment()))
-        if not steps[-1].agreed:
-            break
-    twin = rig.assignment()
-    twin_success = all(twin[c] == t for c, t in SORT_TARGETS.items())
-    return TwinEpisode(
-        env.level, seed, start, tuple(steps), env.success, twin_success, rig.twin.time - t0
-    )
 
 
 def _yaw_vector(twin: Twin, arm: str) -> tuple[float, float]:
