@@ -9,14 +9,24 @@ the easiest and the hardest level run here, all five in ``bench/twin_sort.py``.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterator
 
 import pytest
 
 from onboard.base.errors import SafetyError
+from onboard.cli.main import main
 from onboard.collab.envs.base import Snapshot
 from onboard.collab.envs.sort import CUBES, SortCubes, SortState
-from onboard.collab.taskfile import PANELS, SortLevel, TeamTask, find_team_task, sort_starts
+from onboard.collab.taskfile import (
+    PANELS,
+    SORT_TARGETS,
+    SortLevel,
+    TeamTask,
+    find_team_task,
+    sort_starts,
+)
 from onboard.collab.twin_sort import APPROACH, SCENE, SLOTS, SortRig, grasp_pose
 from onboard.drivers.arm.base import Pose
 from onboard.drivers.arm.config import SimArmConfig
@@ -118,6 +128,21 @@ def test_an_episode_runs_on_the_arms_as_in_the_symbolic_env(
     assert all(s.executed for s in episode.steps), "every step moved a cube"
 
 
+def test_each_arm_moves_alone_in_its_own_base_frame(rig: SortRig) -> None:
+    twin = rig.twin
+    others = {a: twin.joints(a) for a in ("Alice", "Chad")}
+    goal = Pose(0.35, 0.05, 0.2, math.pi, 0.0, 0.0)  # Bob's frame: over panel4
+    rig.arms["Bob"].move_to(goal)
+    assert math.dist(twin.ee_pose("Bob").position(), goal.position()) < 0.005
+    world = twin.to_world(twin.ee_pose("Bob").position(), "Bob")
+    assert math.dist(world, (0.35, 0.05, 0.2)) < 0.005  # Bob stands at the origin
+    alice = twin.to_base(world, "Alice")
+    assert math.dist(alice, (0.35, -0.75, 0.2)) < 0.005  # 0.8 m to Alice's right
+    for arm, joints in others.items():
+        assert twin.joints(arm) == pytest.approx(joints, abs=1e-3), f"{arm} held still"
+    rig.arms["Bob"].home()
+
+
 def test_a_scene_has_one_arm_table_or_named_arms() -> None:
     assert list(load_scene(SCENES / "sort_cubes.toml").arm_specs()) == ["Alice", "Bob", "Chad"]
     assert list(load_scene(SCENES / "blocks.toml").arm_specs()) == ["arm"]
@@ -125,3 +150,18 @@ def test_a_scene_has_one_arm_table_or_named_arms() -> None:
         Scene.model_validate({"arm": {}, "arms": [{"name": "a"}]})
     with pytest.raises(ValueError, match="unique"):
         Scene.model_validate({"arms": [{"name": "a"}, {"name": "a", "position": [0, 1, 0]}]})
+
+
+def test_the_command_runs_a_level_on_the_twin(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["task", "twin", "sort_cubes", "--level", "level1", "--json"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    episode = json.loads(line)
+    assert episode["level"] == "level1" and episode["agreed"] and episode["twin_success"]
+    assert episode["steps"][-1]["twin"] == SORT_TARGETS
+
+
+def test_the_command_refuses_a_task_without_a_twin_rig(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["task", "twin", "sweep_floor"]) == 2
+    assert "the twin runs sort_cubes only" in capsys.readouterr().err
+    assert main(["task", "twin", "sort_cubes", "--level", "level9"]) == 2
+    assert "no level 'level9'" in capsys.readouterr().err
