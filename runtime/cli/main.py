@@ -46,7 +46,7 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
     (
         "multi-robot tasks (ReAd)",
         [
-            ("task", "run one episode of a team task, or evaluate SR / ES / NQ per method"),
+            ("task", "run a team task's episode, evaluate SR / ES / NQ, or run it on twin arms"),
             ("critic", "check a critic and its card against its task; collect its data; train one"),
         ],
     ),

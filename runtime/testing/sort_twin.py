@@ -11,10 +11,11 @@ symbolic env lets through run on the arms.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from onboard.collab.envs.base import WAIT
-from onboard.collab.envs.sort import CUBES, SortCubes
+from onboard.collab.envs.base import WAIT, Snapshot
+from onboard.collab.envs.sort import CUBES, SortCubes, SortState
 from onboard.collab.probes import oracle_joint
 from onboard.collab.taskfile import PANELS, SORT_TARGETS
 from onboard.collab.twin_sort import CUBE, SortRig
@@ -84,16 +85,22 @@ def symbolic_assignment(env: SortCubes) -> dict[str, str]:
     return {c: PANELS[p] for c, p in zip(CUBES, env.state.panel, strict=True)}
 
 
-def run_episode(rig: SortRig, env: SortCubes, seed: int) -> TwinEpisode:
-    """One episode of ``env``'s level (start by ``seed``) on the twin, the oracle's plan;
-    stops at the first step where the twin and the symbolic state differ."""
+def run_episode(
+    rig: SortRig, env: SortCubes, seed: int, start: Mapping[str, str] | None = None
+) -> TwinEpisode:
+    """One episode of ``env``'s level (start by ``seed``, or ``start``: each cube's panel)
+    on the twin, the oracle's plan; stops at the first step where the twin and the symbolic
+    state differ."""
     env.reset(seed)
-    start = symbolic_assignment(env)
-    lay_out(rig, start)
+    if start is not None:
+        state = SortState(tuple(PANELS.index(start[c]) for c in CUBES))
+        env.restore(Snapshot(state, 0, 0.0, False, False))
+    laid = symbolic_assignment(env)
+    lay_out(rig, laid)
     twin_start = twin_assignment(rig)
     t0 = rig.twin.time
     steps: list[TwinStep] = []
-    agreed = twin_start == start
+    agreed = twin_start == laid
     while agreed and not env.done:
         joint = oracle_joint(env)
         result = env.step(joint)
@@ -106,7 +113,7 @@ def run_episode(rig: SortRig, env: SortCubes, seed: int) -> TwinEpisode:
     return TwinEpisode(
         level=env.level,
         seed=seed,
-        start=start,
+        start=laid,
         twin_start=twin_start,
         steps=tuple(steps),
         success=env.success,
