@@ -54,10 +54,9 @@ def _arm_reaches(rig: SortRig, agent: str, panel: str) -> tuple[bool, bool]:
     """(the agent's workspace holds every grasp and approach pose over ``panel``'s slots,
     the twin's IK reaches all of them within IK_TOLERANCE)."""
     twin, limits = rig.twin, rig.arms[agent].limits
-    x, y, z = rig.panels[panel].center
     contained, reached = True, True
-    for dx in SLOTS:
-        grasp = grasp_pose(twin, agent, (x + dx, y, z + 0.02))
+    for i in range(len(SLOTS)):
+        grasp = grasp_pose(twin, agent, rig.panels[panel].slot(i))
         for pose in (grasp, Pose(grasp.x, grasp.y, grasp.z + APPROACH, grasp.rx, grasp.ry)):
             contained &= limits.workspace.contains(pose.position())
             reached &= twin.solve_ik(pose, arm=agent).residual <= IK_TOLERANCE
