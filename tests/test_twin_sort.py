@@ -3,8 +3,9 @@ symbolic reach and the arms' agree, SafeArm refuses a move out of an agent's rea
 oracle's plan runs on the arms with the cubes' panels, read back from physics, equal to the
 symbolic state after every step.
 
-Measured (2 shared cores): an episode takes 5 to 11 s of wall time (27 to 51 s simulated);
-the easiest and the hardest level run here, all five in ``bench/twin_sort.py``.
+Measured (2 shared cores): an episode takes 5 to 15 s of wall time (27 to 56 s simulated),
+so the easiest and the hardest level run here (this file: about 30 s), and every start of
+all five levels in ``bench/twin_sort.py --every-start`` (134 episodes, about 17 minutes).
 """
 
 from __future__ import annotations
