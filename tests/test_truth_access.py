@@ -30,6 +30,8 @@ ALLOWED = {
     "runtime/testing/disturb.py": "the disturber: moves or drops objects during a run, logged",
     "runtime/testing/code_tasks.py": "a code trial's set-up: places the objects of a variation,"
     " renders the goal picture",
+    "runtime/testing/sort_twin.py": "Sort Cubes on the twin: lays out a level's start, judges"
+    " which panel each cube rests on",
     # the dry run's twin is built from the perceived scene: it is the model of what was seen,
     # so its perception is its own state, and the dry run watches it for collisions; neither
     # reads the twin the robot works in (or the world)

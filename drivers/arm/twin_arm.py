@@ -6,6 +6,10 @@ controller's blocking calls do. ``stop()`` may come from any thread: it aborts t
 before the next physics step, the arm holds where it is and the motion raises ArmError. The
 stop latches (``close()`` stops too): later motion calls raise before moving until
 ``resume()``. ``state()`` reads the twin's snapshot, so it never waits for the motion loop.
+
+In a scene of several arms (``[[arms]]``), ``SimArm(twin, config, arm="Bob")`` drives the arm
+named Bob (poses in its own base frame); None drives the first arm. A motion steps the whole
+twin, so the other arms hold where they are meanwhile (one arm moves at a time).
 """
 
 from __future__ import annotations
@@ -35,8 +39,14 @@ class SimArm(Device):
     """Implements :class:`~onboard.drivers.arm.base.Arm` over the physics twin
     (:class:`~onboard.drivers.twin.Twin`)."""
 
-    def __init__(self, twin: Twin, config: SimArmConfig | None = None) -> None:
+    def __init__(
+        self, twin: Twin, config: SimArmConfig | None = None, arm: str | None = None
+    ) -> None:
         self.twin = twin
+        #: the twin's arm this driver moves (None: the first)
+        self.arm = arm
+        if arm is not None:
+            twin.arm_spec(arm)  # KeyError naming the scene's arms
         self.config = config or SimArmConfig()
         self._stop = threading.Event()
         self._connected = False
@@ -53,41 +63,43 @@ class SimArm(Device):
 
     def connect(self) -> None:
         self._connected = True
-        self.twin.set_joint_targets(self.twin.joints(), self.config.max_joint_speed)
+        self.twin.set_joint_targets(
+            self.twin.joints(self.arm), self.config.max_joint_speed, self.arm
+        )
 
     def close(self) -> None:
         self.stop()
         self._connected = False
 
     def home(self) -> None:
-        self.move_joints(self.twin.scene.arm.home)
+        self.move_joints(self.twin.arm_spec(self.arm).home)
 
     def move_to(self, pose: Pose, speed: float | None = None) -> None:
         """Linear move of the tool to ``pose`` (base frame) at ``speed`` m/s."""
         with self._motion(f"move_to({_fmt_pose(pose)}, speed={speed})"):
             velocity = self._speed(speed, self.config.speed, self.config.max_speed)
-            final = self.twin.solve_ik(pose)
+            final = self.twin.solve_ik(pose, arm=self.arm)
             if final.residual > self.config.ik_tolerance:
                 raise ArmError(
                     f"sim arm: {_fmt_pose(pose)} is out of reach "
                     f"(IK misses it by {final.residual * 1000:.0f} mm); choose a closer pose"
                 )
-            start = Transform.from_pose(self.twin.ee_pose())
+            start = Transform.from_pose(self.twin.ee_pose(self.arm))
             goal = Transform.from_pose(pose)
             distance = math.dist(start.position, goal.position)
             turn = quat_angle(start.rotation, goal.rotation)
             steps = max(1, math.ceil(max(distance / velocity, turn / self.config.turn_speed) / DT))
-            seed: Sequence[float] = self.twin.joints()
+            seed: Sequence[float] = self.twin.joints(self.arm)
             for i in range(1, steps + 1):
                 seed = self._track(_interpolate(start, goal, i / steps), seed)
-            self._settle(lambda: math.dist(self.twin.ee_pose().position(), goal.position))
+            self._settle(lambda: math.dist(self.twin.ee_pose(self.arm).position(), goal.position))
 
     def move_joints(self, joints: tuple[float, ...], speed: float | None = None) -> None:
         """Joint move to ``joints`` (radians) at ``speed`` rad/s for the joint moving most."""
         with self._motion(f"move_joints({_fmt_joints(joints)}, speed={speed})"):
             velocity = self._speed(speed, self.config.joint_speed, self.config.max_joint_speed)
             self._check_joints(joints)
-            start = self.twin.joints()
+            start = self.twin.joints(self.arm)
             largest = max(abs(b - a) for a, b in zip(start, joints, strict=True))
             steps = max(1, math.ceil(largest / velocity / DT))
             for i in range(1, steps + 1):
@@ -95,18 +107,20 @@ class SimArm(Device):
                 waypoint = [a + (b - a) * s for a, b in zip(start, joints, strict=True)]
                 self._step_towards(waypoint)
             self._settle(
-                lambda: max(abs(a - b) for a, b in zip(self.twin.joints(), joints, strict=True))
+                lambda: max(
+                    abs(a - b) for a, b in zip(self.twin.joints(self.arm), joints, strict=True)
+                )
             )
 
     def grip(self, close: bool) -> None:
         """Close the fingers with the scene's force (or open them); blocks until they stop."""
         with self._motion(f"grip({'close' if close else 'open'})"):
-            self.twin.grip(close)
+            self.twin.grip(close, self.arm)
             still = 0
             for _ in range(math.ceil(self.config.grip_timeout / DT)):
                 self._check_stop()
                 self._step()
-                still = still + 1 if not self.twin.gripper_moving() else 0
+                still = still + 1 if not self.twin.gripper_moving(self.arm) else 0
                 if still >= 12:
                     break
 
@@ -124,7 +138,7 @@ class SimArm(Device):
         return self._stop.wait(timeout)
 
     def state(self) -> ArmState:
-        now = self.twin.snapshot
+        now = self.twin.snapshot_of(self.arm)
         return ArmState(
             pose=now.ee_pose,
             joints=now.joints,
@@ -156,14 +170,16 @@ class SimArm(Device):
             yield
         except ArmError as exc:
             self._error = str(exc)
-            self.twin.set_joint_targets(self.twin.joints(), self.config.max_joint_speed)
+            self.twin.set_joint_targets(
+                self.twin.joints(self.arm), self.config.max_joint_speed, self.arm
+            )
             raise
         finally:
             self._moving = False
 
     def _track(self, waypoint: Pose, seed: Sequence[float]) -> tuple[float, ...]:
         """One physics step towards the joints that put the tool at ``waypoint``."""
-        solution = self.twin.solve_ik(waypoint, seed)
+        solution = self.twin.solve_ik(waypoint, seed, self.arm)
         if solution.residual > self.config.ik_tolerance:
             raise ArmError(
                 f"sim arm: the path leaves the workspace at {_fmt_pose(waypoint)} "
@@ -174,13 +190,13 @@ class SimArm(Device):
 
     def _step_towards(self, joints: Sequence[float]) -> None:
         self._check_stop()
-        self.twin.set_joint_targets(joints, self.config.max_joint_speed)
+        self.twin.set_joint_targets(joints, self.config.max_joint_speed, self.arm)
         self._step()
 
     def _settle(self, error: Callable[[], float]) -> None:
         """Step until ``error()`` is within tolerance and the joints are still."""
         for _ in range(math.ceil(self.config.settle_timeout / DT)):
-            still = max(abs(v) for v in self.twin.joint_velocities()) < 0.01
+            still = max(abs(v) for v in self.twin.joint_velocities(self.arm)) < 0.01
             if still and error() <= self.config.reach_tolerance:
                 return
             self._check_stop()
@@ -202,7 +218,7 @@ class SimArm(Device):
             raise ArmError("sim arm: motion stopped by stop(); call resume() to move again")
 
     def _check_joints(self, joints: Sequence[float]) -> None:
-        lower, upper = self.twin.joint_limits()
+        lower, upper = self.twin.joint_limits(self.arm)
         if len(joints) != len(lower):
             raise ArmError(f"sim arm: expected {len(lower)} joint angles, got {len(joints)}")
         for i, (q, lo, hi) in enumerate(zip(joints, lower, upper, strict=True), start=1):

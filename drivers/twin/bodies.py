@@ -1,7 +1,7 @@
 """Build the scene's bodies in a PyBullet client: table, objects of every kind.
 
 URDF kinds come from pybullet_data (recoloured with ``changeVisualShape``); fruit, plates,
-drawers and conveyors are built from primitive shapes with ``createMultiBody``.
+drawers, conveyors and panels are built from primitive shapes with ``createMultiBody``.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ KIND_DEFAULTS: dict[str, KindDefaults] = {
     "teddy": KindDefaults(0.1, 0.15, (0.6, 0.4, 0.25, 1.0)),
     "drawer": KindDefaults((0.3, 0.3, 0.2), 0.0, (0.85, 0.85, 0.8, 1.0)),
     "conveyor": KindDefaults((0.8, 0.2, 0.05), 0.0, (0.2, 0.2, 0.22, 1.0)),
+    "panel": KindDefaults((0.2, 0.3, 0.005), 0.0, (0.8, 0.8, 0.8, 1.0)),
 }
 
 #: pybullet_data file and its size at scale 1 (the quantity ``size`` means for that kind)
@@ -109,7 +110,7 @@ def build_object(p: Client, spec: ObjectSpec) -> Built:
     if spec.kind == "drawer":
         travel = _drawer_travel(spec)
         p.resetJointState(body, 0, min(spec.opening or 0.0, travel))
-    static = mass == 0.0 or spec.kind in ("drawer", "conveyor")
+    static = mass == 0.0 or spec.kind in ("drawer", "conveyor", "panel")
     return Built(spec.name, spec.kind, body, static, belt, travel)
 
 
@@ -276,6 +277,14 @@ def _drawer(p: Client, spec: ObjectSpec, color: RGBA, mass: float) -> int:
     return body
 
 
+def _panel(p: Client, spec: ObjectSpec, color: RGBA, mass: float) -> int:
+    """A thin fixed slab (a coloured area of the table that objects rest on)."""
+    ex, ey, ez = _extent(spec)
+    body = _box_body(p, (ex / 2, ey / 2, ez / 2), (0.0, 0.0, ez / 2), color, mass=0.0)
+    p.changeDynamics(body, -1, lateralFriction=1.0)
+    return body
+
+
 def _box_array(p: Client, boxes: list[tuple[Vec3, Vec3]]) -> tuple[int, int]:
     halves = [list(h) for h, _ in boxes]
     offsets = [list(o) for _, o in boxes]
@@ -309,4 +318,5 @@ _BUILDERS: dict[str, Builder] = {
     "plate": _plate,
     "drawer": _drawer,
     "conveyor": _conveyor,
+    "panel": _panel,
 }

@@ -1,4 +1,7 @@
-"""Scene files of the physics twin: a table, the arm, objects and a camera, in TOML.
+"""Scene files of the physics twin: a table, the arm (or several), objects and a camera, in TOML.
+
+A scene has one arm, ``[arm]`` (named ``"arm"``), or several, ``[[arms]]``, each with a
+``name`` and its own base position and yaw; never both.
 
 World frame: metres, z up, ``z = 0`` is the table top. Angles in scene files are degrees
 (``yaw``, ``fov``); the Python API is SI (radians). Errors name file, key and line.
@@ -14,11 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from onboard.base.tomlfile import load_model
 
 __all__ = [
+    "ARM",
     "SCENES",
     "ArmSpec",
     "CameraSpec",
     "Kind",
     "MarkerSpec",
+    "NamedArmSpec",
     "ObjectSpec",
     "Scene",
     "TableSpec",
@@ -43,10 +48,13 @@ Kind = Literal[
     "teddy",
     "drawer",
     "conveyor",
+    "panel",
 ]
 KINDS: tuple[str, ...] = get_args(Kind)
 #: kinds whose shape is a box given by ``extent``; every other kind takes one ``size``
-EXTENT_KINDS = ("drawer", "conveyor")
+EXTENT_KINDS = ("drawer", "conveyor", "panel")
+#: the name of a single-arm scene's arm (``[arm]``)
+ARM = "arm"
 
 Unit = Annotated[float, Field(ge=0, le=1)]
 Positive = Annotated[float, Field(gt=0)]
@@ -100,6 +108,12 @@ class ArmSpec(_Strict):
     marker: MarkerSpec | None = Field(default=None, description="a calibration marker")
 
 
+class NamedArmSpec(ArmSpec):
+    """One of ``[[arms]]``: an arm with its name (unique in the scene)."""
+
+    name: str = Field(min_length=1)
+
+
 class CameraSpec(_Strict):
     """A pinhole camera looking from ``position`` at ``target``; ``fov`` is vertical."""
 
@@ -123,8 +137,9 @@ class ObjectSpec(_Strict):
     """One object. ``position`` [x, y] rests it on the table; [x, y, z] places its centre.
 
     ``size`` (metres) is the edge of a block, the length of a bar or banana, the diameter of
-    fruit and plates, the outer width of a box and the largest extent of a toy. Drawers and
-    conveyors take ``extent`` = [x, y, z] instead; a conveyor moves what rests on it at
+    fruit and plates, the outer width of a box and the largest extent of a toy. Drawers,
+    conveyors and panels (a thin fixed slab on the table) take ``extent`` = [x, y, z]
+    instead; a conveyor moves what rests on it at
     ``speed`` m/s along its own x axis (``end_stop``: a wall across its downstream end, where
     what it carries queues instead of falling off), and a drawer starts ``opening`` metres open.
     """
@@ -198,8 +213,25 @@ class Scene(_Strict):
     description: str = ""
     table: TableSpec = TableSpec()
     arm: ArmSpec = ArmSpec()
+    arms: list[NamedArmSpec] = []
     camera: CameraSpec = CameraSpec()
     objects: list[ObjectSpec] = []
+
+    @model_validator(mode="after")
+    def _one_arm_table(self) -> Scene:
+        if self.arms and "arm" in self.model_fields_set:
+            raise ValueError("give [arm] (one arm) or [[arms]] (several, named), not both")
+        names = [a.name for a in self.arms]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"two arms are named {twice[0]!r}; arm names must be unique")
+        return self
+
+    def arm_specs(self) -> dict[str, ArmSpec]:
+        """The arms by name, in the file's order: ``{"arm": arm}`` for a one-arm scene."""
+        if not self.arms:
+            return {ARM: self.arm}
+        return {a.name: a for a in self.arms}
 
     @field_validator("objects")
     @classmethod

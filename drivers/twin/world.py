@@ -1,4 +1,4 @@
-"""The physics twin: a Panda at a table with objects and an RGB-D camera, in PyBullet.
+"""The physics twin: a Panda (or several) at a table with objects and an RGB-D camera, in PyBullet.
 
 Each :class:`Twin` owns its PyBullet client in DIRECT mode (never the global default
 client), so several twins coexist in one process. Time advances only through
@@ -14,6 +14,11 @@ that holds the physics at a step until it is released (see :class:`StepGate`).
 
 Frames: objects and the camera are in the world frame (z = 0 is the table top); arm poses
 (:class:`~onboard.drivers.arm.base.Pose`) are in the arm's base frame, as every Arm driver's are.
+
+Several arms (a scene's ``[[arms]]``): every arm method takes ``arm``, the arm's name; None
+means the first arm (the only one of an ``[arm]`` scene), so single-arm callers name none.
+Each arm has its own snapshot (:meth:`Twin.snapshot_of`); :attr:`Twin.snapshot` and the step
+hooks see the first arm's. The marker, if any, is on the first arm.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from onboard.drivers.twin.frames import Quat, Vec3
 from onboard.drivers.twin.marker import HandMarker
 from onboard.drivers.twin.panda import IKSolution, Panda
 from onboard.drivers.twin.quiet import stdout_to_stderr
-from onboard.drivers.twin.scene import Scene, default_scene, find_scene, load_scene
+from onboard.drivers.twin.scene import ArmSpec, Scene, default_scene, find_scene, load_scene
 
 __all__ = ["DT", "Snapshot", "StepGate", "StepHook", "Twin"]
 
@@ -125,11 +130,17 @@ class Twin:
         self._p.setAdditionalSearchPath(pybullet_data.getDataPath())
         self._p.setGravity(0, 0, -9.81)
         self._p.setTimeStep(DT)
+        self.pandas: dict[str, Panda] = {}
         try:
             self.table = build_table(self._p, scene.table)
-            self.panda = Panda(self._p, scene.arm, pybullet_data.getDataPath())
+            for name, spec in scene.arm_specs().items():
+                self.pandas[name] = Panda(self._p, spec, pybullet_data.getDataPath())
+            #: the first arm (the only one of a one-arm scene)
+            self.panda = next(iter(self.pandas.values()))
             self._objects = {spec.name: build_object(self._p, spec) for spec in scene.objects}
         except BaseException:
+            for panda in self.pandas.values():
+                panda.close()
             self._p.disconnect()
             raise
         self._loose = {b.body for b in self._objects.values() if not b.static}
@@ -142,12 +153,14 @@ class Twin:
             if built.kind == "drawer":
                 self._drive_drawer(built, self._p.getJointState(built.body, 0)[0])
         self._closed = False
-        self._snapshot = self._take_snapshot()
+        self._snapshots = {name: self._take_snapshot(p) for name, p in self.pandas.items()}
+        self._snapshot = self._snapshots[next(iter(self.pandas))]
 
     def close(self) -> None:
         with self.lock:
             if not self._closed:
-                self.panda.close()
+                for panda in self.pandas.values():
+                    panda.close()
                 self._p.disconnect()
                 self._closed = True
 
@@ -184,8 +197,13 @@ class Twin:
 
     @property
     def snapshot(self) -> Snapshot:
-        """The arm after the last step (or teleport, or grip command); never takes the lock."""
+        """The (first) arm after the last step (or teleport, or grip command); never takes
+        the lock."""
         return self._snapshot
+
+    def snapshot_of(self, arm: str | None = None) -> Snapshot:
+        """Arm ``arm`` after the last step (None: the first arm); never takes the lock."""
+        return self._snapshot if arm is None else self._snapshots[self._name(arm)]
 
     def wait_for_step(self, step: int, timeout: float) -> bool:
         """Wait until physics step ``step`` is done; False after ``timeout`` s."""
@@ -274,74 +292,88 @@ class Twin:
         with self.lock:
             return float(self._p.getJointState(self.body_of(name), 0)[0])
 
-    # arm (poses in the arm's base frame)
+    # arms (poses in the arm's base frame; ``arm`` names one, None: the first)
 
-    def to_base(self, point: Vec3) -> Vec3:
+    def arm_names(self) -> list[str]:
+        """The arms' names, in the scene's order (``["arm"]`` for an ``[arm]`` scene)."""
+        return list(self.pandas)
+
+    def arm_spec(self, arm: str | None = None) -> ArmSpec:
+        return self._panda(arm).spec
+
+    def to_base(self, point: Vec3, arm: str | None = None) -> Vec3:
         """A world-frame point in the arm's base frame."""
-        return self.panda.base.inverse().apply(point)
+        return self._panda(arm).base.inverse().apply(point)
 
-    def to_world(self, point: Vec3) -> Vec3:
-        return self.panda.base.apply(point)
+    def to_world(self, point: Vec3, arm: str | None = None) -> Vec3:
+        return self._panda(arm).base.apply(point)
 
-    def joints(self) -> tuple[float, ...]:
-        return self._snapshot.joints
+    def joints(self, arm: str | None = None) -> tuple[float, ...]:
+        return self.snapshot_of(arm).joints
 
-    def joint_velocities(self) -> tuple[float, ...]:
-        return self._snapshot.joint_velocities
+    def joint_velocities(self, arm: str | None = None) -> tuple[float, ...]:
+        return self.snapshot_of(arm).joint_velocities
 
-    def joint_limits(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        return self.panda.lower, self.panda.upper
+    def joint_limits(self, arm: str | None = None) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        panda = self._panda(arm)
+        return panda.lower, panda.upper
 
-    def reset_joints(self, joints: Sequence[float]) -> None:
+    def reset_joints(self, joints: Sequence[float], arm: str | None = None) -> None:
         """Teleport the arm (gripper open), without simulating the way there."""
         with self.lock:
-            drawer = self._held_drawer()
-            self.panda.reset(joints)
+            panda = self._panda(arm)
+            drawer = self._held_drawer(panda)
+            panda.reset(joints)
             if drawer is not None:
                 self._drive_drawer(drawer, self.drawer_opening(drawer.name))
             self._publish()
 
-    def ee_pose(self) -> Pose:
+    def ee_pose(self, arm: str | None = None) -> Pose:
         """The tool (between the finger tips, z along the fingers) in the base frame."""
-        return self._snapshot.ee_pose
+        return self.snapshot_of(arm).ee_pose
 
-    def forward(self, joints: Sequence[float]) -> Pose:
+    def forward(self, joints: Sequence[float], arm: str | None = None) -> Pose:
         with self.lock:
-            return self.panda.forward(joints).to_pose()
+            return self._panda(arm).forward(joints).to_pose()
 
-    def solve_ik(self, pose: Pose, seed: Sequence[float] | None = None) -> IKSolution:
+    def solve_ik(
+        self, pose: Pose, seed: Sequence[float] | None = None, arm: str | None = None
+    ) -> IKSolution:
         """Joints reaching ``pose`` (base frame), checked by forward kinematics."""
         with self.lock:
-            return self.panda.solve_ik(pose, seed)
+            return self._panda(arm).solve_ik(pose, seed)
 
-    def set_joint_targets(self, joints: Sequence[float], max_velocity: float) -> None:
+    def set_joint_targets(
+        self, joints: Sequence[float], max_velocity: float, arm: str | None = None
+    ) -> None:
         """Position-control the 7 arm joints towards ``joints`` at most ``max_velocity`` rad/s."""
         with self.lock:
-            self.panda.set_targets(joints, max_velocity)
+            self._panda(arm).set_targets(joints, max_velocity)
 
-    def grip(self, close: bool) -> None:
+    def grip(self, close: bool, arm: str | None = None) -> None:
         """Drive the fingers closed (with the configured force) or open; opening releases
         (a drawer let go of is held by its motor again, where it now is)."""
         with self.lock:
-            drawer = self._held_drawer()
-            self.panda.grip(close)
-            if drawer is not None and self.panda.held is None:
+            panda = self._panda(arm)
+            drawer = self._held_drawer(panda)
+            panda.grip(close)
+            if drawer is not None and panda.held is None:
                 self._drive_drawer(drawer, self.drawer_opening(drawer.name))
             self._publish()
 
-    def gripper_closed(self) -> bool:
-        return self._snapshot.gripper_closed
+    def gripper_closed(self, arm: str | None = None) -> bool:
+        return self.snapshot_of(arm).gripper_closed
 
-    def gripper_width(self) -> float:
+    def gripper_width(self, arm: str | None = None) -> float:
         """Metres between the fingers (0.08 fully open)."""
-        return self._snapshot.gripper_width
+        return self.snapshot_of(arm).gripper_width
 
-    def gripper_moving(self) -> bool:
-        return self._snapshot.gripper_moving
+    def gripper_moving(self, arm: str | None = None) -> bool:
+        return self.snapshot_of(arm).gripper_moving
 
-    def held_object(self) -> str | None:
+    def held_object(self, arm: str | None = None) -> str | None:
         """The object the gripper holds: welded to it, or pressed by both fingers."""
-        return self._snapshot.held
+        return self.snapshot_of(arm).held
 
     # the calibration marker ([arm.marker] in the scene)
 
@@ -389,8 +421,7 @@ class Twin:
 
     # internals
 
-    def _take_snapshot(self) -> Snapshot:
-        arm = self.panda
+    def _take_snapshot(self, arm: Panda) -> Snapshot:
         joints, velocities = arm.joint_states()
         body = arm.held
         if body is None and arm.closed:
@@ -410,7 +441,8 @@ class Twin:
 
     def _publish(self) -> Snapshot:
         """Take and publish the snapshot (with the lock held), and wake its waiters."""
-        snapshot = self._snapshot = self._take_snapshot()
+        self._snapshots = {name: self._take_snapshot(p) for name, p in self.pandas.items()}
+        snapshot = self._snapshot = self._snapshots[next(iter(self.pandas))]
         with self._stepped:
             self._stepped.notify_all()
         return snapshot
@@ -427,8 +459,17 @@ class Twin:
             known = ", ".join(repr(n) for n in self._objects) or "none"
             raise KeyError(f"no object {name!r} in the scene; objects: {known}") from None
 
-    def _held_drawer(self) -> Built | None:
-        held = self.panda.held
+    def _panda(self, arm: str | None) -> Panda:
+        return self.panda if arm is None else self.pandas[self._name(arm)]
+
+    def _name(self, arm: str) -> str:
+        if arm not in self.pandas:
+            known = ", ".join(repr(n) for n in self.pandas)
+            raise KeyError(f"no arm {arm!r} in the scene; arms: {known}")
+        return arm
+
+    def _held_drawer(self, panda: Panda) -> Built | None:
+        held = panda.held
         return None if held is None else self._drawers.get(held)
 
     def _drive_drawer(self, built: Built, opening: float) -> None:
@@ -443,17 +484,18 @@ class Twin:
         )
 
     def _move_belts(self) -> None:
-        held = self.panda.held
+        held = {p.held for p in self.pandas.values()}
         for belt in self._belts:
             riders = {c[2] for c in self._p.getContactPoints(bodyA=belt.body)}
-            for body in riders & self._loose - {held}:
+            for body in riders & self._loose - held:
                 linear, angular = self._p.getBaseVelocity(body)
                 velocity = (belt.belt[0], belt.belt[1], linear[2])
                 self._p.resetBaseVelocity(body, velocity, angular)
 
     def _update_grasp(self) -> None:
-        arm = self.panda
-        if arm.closed and arm.held is None and self.scene.arm.weld:
+        for arm in self.pandas.values():
+            if not (arm.closed and arm.held is None and arm.spec.weld):
+                continue
             pinched = arm.pinched(self._grippable)
             if pinched is not None:
                 arm.weld(*pinched)

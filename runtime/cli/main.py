@@ -46,7 +46,7 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
     (
         "multi-robot tasks (ReAd)",
         [
-            ("task", "run one episode of a team task, or evaluate SR / ES / NQ per method"),
+            ("task", "run a team task's episode, evaluate SR / ES / NQ, or run it on twin arms"),
             ("critic", "check a critic and its card against its task; collect its data; train one"),
         ],
     ),
@@ -242,8 +242,12 @@ def _parser() -> argparse.ArgumentParser:
     from onboard.cli.task import add_parsers as add_task
 
     add_task(task)
+    from onboard.cli.task_twin import add_parser as add_task_twin
+
+    add_task_twin(task)
     task.choices["run"].set_defaults(func=_task_run)
     task.choices["eval"].set_defaults(func=_task_eval)
+    task.choices["twin"].set_defaults(func=_task_twin)
 
     p = add("critic")
     critic = p.add_subparsers(required=True, metavar="ACTION")
@@ -392,6 +396,12 @@ def _task_eval(args: argparse.Namespace) -> int:
     from onboard.cli.task import eval_command
 
     return eval_command(_robot(args), args)
+
+
+def _task_twin(args: argparse.Namespace) -> int:
+    from onboard.cli.task_twin import twin_command
+
+    return twin_command(args)
 
 
 def _critic_check(args: argparse.Namespace) -> int:

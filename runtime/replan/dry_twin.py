@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 __all__ = ["FIXTURES", "DryTwin", "Sight", "SightDetector", "dry_twin", "twin_scene"]
 
 #: kinds of the workcell's scene file that are fixtures; every other object is movable
-FIXTURES = frozenset({"conveyor", "drawer", "box", "plate"})
+FIXTURES = frozenset({"conveyor", "drawer", "box", "plate", "panel"})
 #: the detector's classes (models/detector/classes.json): the dry run's own sight names these
 CLASSES = ("red_block", "green_block", "blue_block", "yellow_block", "apple", "orange", "lemon",
            "banana", "plate", "box", "duck", "teddy", "drawer", "handle")  # fmt: skip
