@@ -135,8 +135,9 @@ class Twin:
             self.table = build_table(self._p, scene.table)
             for name, spec in scene.arm_specs().items():
                 self.pandas[name] = Panda(self._p, spec, pybullet_data.getDataPath())
-            #: the first arm (the only one of a one-arm scene)
-            self.panda = next(iter(self.pandas.values()))
+            #: the first arm (the only one of a one-arm scene), and its name
+            self._first = next(iter(self.pandas))
+            self.panda = self.pandas[self._first]
             self._objects = {spec.name: build_object(self._p, spec) for spec in scene.objects}
         except BaseException:
             for panda in self.pandas.values():
@@ -153,8 +154,7 @@ class Twin:
             if built.kind == "drawer":
                 self._drive_drawer(built, self._p.getJointState(built.body, 0)[0])
         self._closed = False
-        self._snapshots = {name: self._take_snapshot(p) for name, p in self.pandas.items()}
-        self._snapshot = self._snapshots[next(iter(self.pandas))]
+        self._snapshots = self._take_snapshots()
 
     def close(self) -> None:
         with self.lock:
@@ -199,16 +199,16 @@ class Twin:
     def snapshot(self) -> Snapshot:
         """The (first) arm after the last step (or teleport, or grip command); never takes
         the lock."""
-        return self._snapshot
+        return self.snapshot_of()
 
     def snapshot_of(self, arm: str | None = None) -> Snapshot:
         """Arm ``arm`` after the last step (None: the first arm); never takes the lock."""
-        return self._snapshot if arm is None else self._snapshots[self._name(arm)]
+        return self._snapshots[self._first if arm is None else self._name(arm)]
 
     def wait_for_step(self, step: int, timeout: float) -> bool:
         """Wait until physics step ``step`` is done; False after ``timeout`` s."""
         with self._stepped:
-            return self._stepped.wait_for(lambda: self._snapshot.step >= step, timeout)
+            return self._stepped.wait_for(lambda: self.snapshot.step >= step, timeout)
 
     @contextmanager
     def on_step(self, hook: StepHook) -> Iterator[None]:
@@ -421,6 +421,11 @@ class Twin:
 
     # internals
 
+    def _take_snapshots(self) -> dict[str, Snapshot]:
+        """Every arm's snapshot, by name; the dict is replaced whole, so a reader without
+        the lock sees one step's snapshots."""
+        return {name: self._take_snapshot(p) for name, p in self.pandas.items()}
+
     def _take_snapshot(self, arm: Panda) -> Snapshot:
         joints, velocities = arm.joint_states()
         body = arm.held
@@ -441,8 +446,8 @@ class Twin:
 
     def _publish(self) -> Snapshot:
         """Take and publish the snapshot (with the lock held), and wake its waiters."""
-        self._snapshots = {name: self._take_snapshot(p) for name, p in self.pandas.items()}
-        snapshot = self._snapshot = self._snapshots[next(iter(self.pandas))]
+        self._snapshots = self._take_snapshots()
+        snapshot = self.snapshot
         with self._stepped:
             self._stepped.notify_all()
         return snapshot

@@ -109,7 +109,7 @@ def run_episode(
         rig.twin.settle(0.1)
         steps.append(TwinStep(joint, executed, symbolic_assignment(env), twin_assignment(rig)))
         agreed = steps[-1].agreed
-    final = twin_assignment(rig)
+    final = steps[-1].twin if steps else twin_start  # nothing has moved since it was read
     return TwinEpisode(
         level=env.level,
         seed=seed,
