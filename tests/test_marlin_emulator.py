@@ -46,8 +46,9 @@ class Host:
     ``open()``, and a board that boots in 50 ms (BOOT) may have printed its banner before that
     flush on a loaded machine, which then throws the banner away."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, board: MarlinEmulator | None = None) -> None:
         self.fd = os.open(path, os.O_RDWR | os.O_NOCTTY)
+        self.board = board  # named in a timeout's message: what the board had seen
         tty.setraw(self.fd, termios.TCSANOW)  # TCSAFLUSH, the default, would flush too
         self._pending = b""
 
@@ -80,7 +81,10 @@ class Host:
                 lines.append(raw.decode("latin-1"))
                 if done(lines[-1]):
                     return lines
-        require(False, f"{what} (read {lines!r})")
+        seen = ""
+        if self.board is not None:
+            seen = f"; the board: {self.board.boots} boots, port open {self.board.port_open}"
+        require(False, f"{what} (read {lines!r}{seen})")
         return lines
 
     def answer(self) -> list[str]:
@@ -103,7 +107,7 @@ def board(backend: SimArm, **options: object) -> Iterator[tuple[MarlinEmulator, 
     options.setdefault("keepalive", 0.05)
     options.setdefault("boot_time", BOOT)
     with MarlinEmulator(backend, **options) as emulator:  # type: ignore[arg-type]
-        host = Host(emulator.path)
+        host = Host(emulator.path, emulator)
         try:
             if emulator.auto_reset:
                 host.banner()
@@ -121,7 +125,7 @@ def z_mm(arm: SimArm) -> float:
 
 def test_opening_the_port_boots_the_board_and_a_reopen_boots_it_again(backend: SimArm) -> None:
     with MarlinEmulator(backend, boot_time=BOOT) as emulator:
-        host = Host(emulator.path)
+        host = Host(emulator.path, emulator)
         lines = host.banner()
         assert lines[:3] == ["start", " External Reset", "Marlin bugfix-2.1.x"]
         assert all(x.startswith("echo:") for x in lines[3:])
@@ -129,7 +133,7 @@ def test_opening_the_port_boots_the_board_and_a_reopen_boots_it_again(backend: S
         assert host.answer() == []
         assert emulator.line_number == 41
         host.close()
-        host = Host(emulator.path)
+        host = Host(emulator.path, emulator)
         assert host.banner()[0] == "start"
         assert emulator.boots == 2
         assert emulator.line_number == 0  # a reset keeps no line number
@@ -154,8 +158,11 @@ def test_a_reset_forgets_where_the_tool_is(backend: SimArm) -> None:
         host.answer(), host.answer()
         assert z_mm(backend) == pytest.approx(home_z - 20, abs=3)
         host.close()
-        host = Host(emulator.path)
+        # a quick reopen is another test's subject; here the board must have seen the close
+        wait_until(lambda: not emulator.port_open, "the board to see the port closed")
+        host = Host(emulator.path, emulator)
         host.banner()
+        assert emulator.boots == 2
         host.send("M114")
         assert f"Z:{home_z:.2f}" in host.answer()[0]  # where it believes it is, not where it is
         host.close()
@@ -313,7 +320,8 @@ def test_with_emergency_parser_m112_halts_at_once_and_only_a_reset_helps(
         assert host.in_waiting == 0  # nothing answered, M999 included
         assert emulator.halted
         host.close()
-        host = Host(emulator.path)  # a reopen resets the board
+        wait_until(lambda: not emulator.port_open, "the board to see the port closed")
+        host = Host(emulator.path, emulator)  # a reopen resets the board
         host.banner()
         host.send("M114")
         assert host.answer()[0].startswith("X:")
@@ -410,7 +418,8 @@ def test_the_fan_output_drives_the_gripper_and_a_reset_lets_go(backend: SimArm) 
         assert backend.state().gripper_closed
         assert emulator.outputs_during_motion == 0
         host.close()
-        host = Host(emulator.path)  # the reset puts the fan pin low
+        wait_until(lambda: not emulator.port_open, "the board to see the port closed")
+        host = Host(emulator.path, emulator)  # the reset puts the fan pin low
         host.banner()
         wait_until(lambda: not backend.state().gripper_closed, "the gripper opened")
         host.close()
