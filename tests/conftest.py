@@ -6,6 +6,7 @@ only the HTTP request, as a real model would.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,14 @@ def robot_tmp(robot: RobotConfig, tmp_path: Path) -> RobotConfig:
 
 @pytest.fixture(scope="session")
 def skill(robot: RobotConfig) -> Skill:
+    """Engage without its learned critic: these tests pin the runtime's and the stand-in's
+    own decisions; the critic's are tested with ``critic_skill``."""
+    return dataclasses.replace(load_robot_skill(robot, "engage"), critic=None)
+
+
+@pytest.fixture(scope="session")
+def critic_skill(robot: RobotConfig) -> Skill:
+    """Engage as shipped, its ``[critic]`` on."""
     return load_robot_skill(robot, "engage")
 
 

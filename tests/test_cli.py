@@ -287,6 +287,16 @@ def test_a_candidate_becomes_an_action_of_the_skill(tmp_path: Path) -> None:
     assert skill_text.startswith("# Engage:")  # comments kept
     assert (ROOT / "skills" / "engage.toml").read_bytes() == original
 
+    # the skill's critic was trained on six actions: check names the mismatch until it is
+    # rebuilt, or [critic] is removed
+    assert "has never seen 'wave'" in added.out
+    stale = one_line_error(onboard("--robot", robot, "check"))
+    assert "[critic.model]" in stale and "the task adds ['wave']" in stale
+    text = (skills / "engage.toml").read_text(encoding="utf-8")
+    critic = text.index("\n[critic]")
+    after_critic = text.index("\n[", critic + 1) if "\n[" in text[critic + 1 :] else len(text)
+    skill_text = text[:critic] + text[after_critic:]
+    (skills / "engage.toml").write_text(skill_text, encoding="utf-8")
     checked = onboard("--robot", robot, "check")
     assert checked.code == 0, checked.err
     assert "skill engage: 7 actions" in checked.out and checked.out.strip().endswith("ok")

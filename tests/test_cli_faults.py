@@ -106,6 +106,7 @@ def test_a_hostile_skill_name_is_recorded_inside_recordings(tmp_path: Path) -> N
     skills = skills_copy(tmp_path)
     engage = skills / "engage.toml"
     text = engage.read_text(encoding="utf-8")
+    text = text[: text.index("\n[critic]")]  # the critic's card names the skill engage
     engage.write_text(text.replace('name = "engage"', 'name = "../../../owned"', 1), "utf-8")
     robot = robot_copy(tmp_path, skills=skills)
     result = onboard("--robot", robot, "run", "engage", "--llm", "standin", "--clock", "virtual",

@@ -255,10 +255,28 @@ def schema_of(body: dict[str, Any]) -> dict[str, Any] | None:
 
 def eval_against(server: StandInServer, tmp_path: Path, *replace: tuple[str, str]) -> Any:
     robot = robot_copy(tmp_path, replace=list(replace))
-    result = onboard("--robot", robot, "eval", "engage", "--trials", "1", "--llm",
-                     server.base_url, "--latency", "1.0", "--json", "--record", tmp_path / "rec",
-                     "--scenario", "person-object", "--scenario", "person-environment",
-                     cwd=tmp_path)  # fmt: skip
+    result = onboard(
+        "--robot",
+        robot,
+        "eval",
+        "engage",
+        "--trials",
+        "1",
+        "--llm",
+        server.base_url,
+        "--latency",
+        "1.0",
+        "--json",
+        "--record",
+        tmp_path / "rec",
+        "--scenario",
+        "person-object",
+        "--scenario",
+        "person-environment",
+        "--critic",
+        "none",
+        cwd=tmp_path,
+    )  # fmt: skip (decoding, not the critic)
     assert result.code == 0, result.err
     return json.loads(result.out)
 
@@ -311,7 +329,7 @@ def test_eval_sends_free_text_requests_when_robot_toml_says_free(tmp_path: Path)
 def test_the_default_stand_in_eval_decodes_as_robot_toml_says(tmp_path: Path) -> None:
     """The stand-in eval starts its own server: its requests are in the recordings."""
     result = onboard("eval", "engage", "--trials", "1", "--json", "--record", tmp_path,
-                     "--scenario", "person-object")  # fmt: skip
+                     "--scenario", "person-object", "--critic", "none")  # fmt: skip
     assert result.code == 0, result.err
     assert json.loads(result.out)["decoding"] == "constrained"
     text = (tmp_path / "person-object-00.jsonl").read_text(encoding="utf-8")

@@ -1,10 +1,12 @@
-"""Rebuild every shipped team-task critic: ``python models/critics/build.py`` (or ``make critics``).
+"""Rebuild every shipped critic: ``python models/critics/build.py`` (or ``make critics``).
 
 For each level of each task file in ``tasks/``: ``onboard critic collect`` (the team stand-in
 at its default competence planning as Central Plan does, plus augmented episodes, plus
 Monte Carlo probe states on held-out seeds) into ``build/critics-data/<task>/<level>.npz``
 (not committed), then ``onboard critic train`` into ``models/critics/<task>/<level>.onnx``
-and its card. Every step is seeded: the same command gives byte-identical models and cards.
+and its card. The Engage skill's critic (issue 15) comes from ``onboard critic collect engage
+--scenarios bench/data/engage-train/scenarios`` (a random behaviour policy on the training
+scenarios) into ``models/critics/engage/all.onnx``. Every step is seeded: the same command gives byte-identical models and cards.
 Needs the ``train`` extra (torch). ``--jobs`` levels run at once (each its own stand-in).
 
 At the end it writes ``models/critics/METRICS.md`` (the cards' figures, one row a level)
@@ -32,6 +34,11 @@ TASKS = (
     "overcooked_cramped_room",
     "overcooked_forced_coordination",
 )
+
+#: person skills with a critic (issue 15): data from their training scenarios, one model each
+SKILLS = {"engage": Path("bench/data/engage-train/scenarios")}
+SKILL_LEVEL = "all"  # a skill's critic covers every scenario
+SKILL_EPISODES = 20  # per training scenario
 
 #: the recipe, the same for every level
 EPISODES = 800
@@ -65,7 +72,11 @@ def build_level(task: str, level: str, reuse: bool) -> Built:
     data = DATA / task / f"{level}.npz"
     model = Path("models/critics") / task / f"{level}.onnx"
     began = time.perf_counter()
-    if not (reuse and (ROOT / data).is_file()):
+    if task in SKILLS:
+        if not (reuse and (ROOT / data).is_file()):
+            run([onboard(), "critic", "collect", task, "--scenarios", str(SKILLS[task]),
+                 "--out", str(data), "--episodes", str(SKILL_EPISODES), "--seed", str(SEED)])  # fmt: skip
+    elif not (reuse and (ROOT / data).is_file()):
         run([onboard(), "critic", "collect", task, "--level", level, "--out", str(data),
              "--episodes", str(EPISODES), "--augment", str(AUGMENT), "--llm", "standin",
              "--probes", str(PROBES), "--rollouts", str(ROLLOUTS), "--seed", str(SEED),
@@ -92,6 +103,7 @@ def levels(only: list[str]) -> list[tuple[str, str]]:
         for level in loaded.levels:
             if not only or task in only or f"{task}/{level}" in only:
                 out.append((task, level))
+    out += [(skill, SKILL_LEVEL) for skill in SKILLS if not only or skill in only]
     return out
 
 
@@ -107,7 +119,7 @@ def table(built: dict[tuple[str, str], Built] | None = None) -> list[str]:
     if built:
         head += ["collect s", "train s"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for task in TASKS:
+    for task in (*TASKS, *SKILLS):
         for model in sorted((HERE / task).glob("*.onnx")):
             card = load_card(model.with_suffix(".toml"))
             t, m = card.training, card.metrics

@@ -47,4 +47,9 @@ def add_candidate(robot: RobotConfig, args: argparse.Namespace) -> int:
     )
     store.mark_registered(candidate, args.name)
     print(f"{skill.path}: added action {args.name!r} with reference {candidate.reply!r}")
+    if skill.critic is not None:
+        # the critic scores the actions it was trained on: a new one needs new data
+        print(f"{skill.path}: its [critic] ({skill.critic.model}) has never seen {args.name!r}:"
+              " rebuild it (python models/critics/build.py SKILL) or remove [critic];"
+              " until then `onboard check` names the mismatch")  # fmt: skip
     return 0

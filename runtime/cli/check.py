@@ -49,6 +49,7 @@ def check(robot_path: Path | None) -> int:
             skills.append(load_robot_skill(robot, str(path)))
         except ConfigError as exc:
             problems += exc.problems
+    problems += [p for skill in skills if (p := _critic_problem(skill)) is not None]
     for path in scenario_files(robot.skills_dir / "scenarios"):
         try:
             scenarios.append((path.parent.name == HELD_OUT, load_scenario(path)))
@@ -82,6 +83,9 @@ def check(robot_path: Path | None) -> int:
     for skill in skills:
         print(f"  skill {skill.name}: {len(skill.actions)} actions, start {skill.start!r}, "
               f"end {skill.end!r}  ({skill.path})")  # fmt: skip
+        if skill.critic is not None:
+            print(f"    critic {skill.critic.model} (WAIT = {skill.critic.wait!r}, "
+                  f"epsilon {skill.critic.epsilon:+g})")  # fmt: skip
         missing = [] if skill.kind != "scene" else [
             key for key, value in (("[drivers.arm]", robot.drivers.arm),
                                    ("[drivers.camera]", robot.drivers.camera),
@@ -103,6 +107,20 @@ def check(robot_path: Path | None) -> int:
     _warn_ambiguous(robot, skills)
     print("ok")
     return 0
+
+
+def _critic_problem(skill: Skill) -> Problem | None:
+    """The skill's ``[critic]`` model: there, with its card, matching the skill."""
+    from onboard.base.errors import CriticError
+    from onboard.hri.critic import critic_model_path, load_skill_critic
+
+    if skill.critic is None:
+        return None
+    try:
+        load_skill_critic(critic_model_path(skill.critic.model), skill, skill.critic.wait)
+    except CriticError as exc:
+        return Problem(skill.path, "critic.model", skill.line_of("critic", "model"), str(exc))
+    return None
 
 
 def _line_of(path: Path, key: str) -> int | None:

@@ -45,10 +45,18 @@ def add_parsers(critic: Any) -> None:
         " plus augmented episodes that cover what it rarely does (the joint WAIT, random"
         " actions), and write the transitions as a dataset for onboard critic train.",
     )
-    q.add_argument("task", help="a task name in tasks/ (sweep_floor) or a task file")
-    q.add_argument("--level", required=True, help="the task level (Y2_G3, recipe3, level5)")
+    q.add_argument("task", help="a task name in tasks/ (sweep_floor) or a task file; or a"
+                   " person skill of the robot (engage) with --scenarios")  # fmt: skip
+    q.add_argument("--level", help="the task level (Y2_G3, recipe3, level5); a team task needs it")
+    q.add_argument(
+        "--scenarios",
+        type=Path,
+        help="a skill: the folder of its training scenarios (never the evaluation's)",
+    )
     q.add_argument("--out", type=Path, required=True, help="the dataset to write (.npz)")
-    q.add_argument("--episodes", type=int, default=200)
+    q.add_argument(
+        "--episodes", type=int, default=200, help="episodes (a skill: per training scenario)"
+    )
     q.add_argument("--augment", type=float, default=0.4,
                    help="share of augmented episodes (default 0.4)")  # fmt: skip
     q.add_argument("--llm", default="standin",
@@ -81,16 +89,40 @@ def add_parsers(critic: Any) -> None:
     q.add_argument("--heldout", type=float, help="share of episodes held out (default 0.2)")
 
 
-def check_command(path: Path, task_file: Path | None) -> int:
+def check_command(path: Path, task_file: Path | None, robot: RobotConfig | None = None) -> int:
     from onboard.collab.critic import Critic
 
     critic = Critic.load(path)
     card = critic.card
-    checked = _check_against_task(path, card, task_file)
+    skill = _robot_skill(robot, card.task) if task_file is None else None
+    if skill is not None:
+        checked = _check_against_skill(path, card, skill)
+    else:
+        checked = _check_against_task(path, card, task_file)
     for line in card_lines(card):
         print(line)
     print(f"task file: {checked}")
     return 0
+
+
+def _robot_skill(robot: RobotConfig | None, name: str) -> Any:
+    """The robot's skill named ``name`` when it has a ``[critic]`` (a skill critic), else None."""
+    if robot is None or not (robot.skills_dir / f"{name}.toml").is_file():
+        return None
+    from onboard.hri.session import load_robot_skill
+
+    skill = load_robot_skill(robot, name)
+    return skill if skill.critic is not None else None
+
+
+def _check_against_skill(path: Path, card: CriticCard, skill: Any) -> str:
+    from onboard.hri.critic import card_problems
+
+    problems = card_problems(card, skill, skill.critic.wait)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise CriticError(f"{path}: {problems[0]} (skill {skill.path}){more}")
+    return f"skill {skill.path}: matches"
 
 
 def _check_against_task(path: Path, card: CriticCard, task_file: Path | None) -> str:
@@ -134,7 +166,7 @@ def card_lines(card: CriticCard) -> list[str]:
         f"task: {card.task}  level: {card.level}",
         f"agents: {', '.join(card.agents)}",
         f"vocabulary ({len(card.vocabulary)}): {', '.join(card.vocabulary)}",
-        f"features ({len(card.features)}): {', '.join(card.features)}",
+        f"features ({len(card.features)}): {', '.join(_numbered_runs(card.features))}",
         f"gamma: {card.gamma}  ood margin: {card.ood.margin}  sha256: {card.sha256[:16]}...",
         f"training: {t.data} ({t.episodes} episodes, {t.transitions} transitions;"
         f" {t.heldout_episodes} held out), behaviour {t.behaviour!r},"
@@ -159,6 +191,10 @@ def card_lines(card: CriticCard) -> list[str]:
 
 
 def collect_command(robot: RobotConfig, args: argparse.Namespace) -> int:
+    if args.scenarios is not None:
+        return _collect_skill(robot, args)
+    if args.level is None:
+        raise UsageError(f"{args.task}: a team task needs --level (a skill needs --scenarios)")
     from rich.progress import Progress
 
     from onboard.cli.team_endpoint import team_endpoint
@@ -203,6 +239,41 @@ def collect_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     return 0
 
 
+def _collect_skill(robot: RobotConfig, args: argparse.Namespace) -> int:
+    """``onboard critic collect SKILL --scenarios DIR``: a person skill's critic data."""
+    from rich.progress import Progress
+
+    from onboard.collab.dataset import save_dataset
+    from onboard.grounding.embedder import Embedder
+    from onboard.hri.collect import PersonCollectSettings, collect_person_data
+    from onboard.hri.critic import PersonFeatures
+    from onboard.hri.scenario import load_scenario
+    from onboard.hri.session import load_robot_skill
+
+    if args.episodes < 1:
+        raise UsageError(f"--episodes {args.episodes}: must be 1 or more")
+    skill = load_robot_skill(robot, args.task)
+    if skill.critic is None:
+        raise UsageError(f"{skill.path}: no [critic] table (it names the action WAIT stands for)")
+    files = sorted(args.scenarios.glob("*.toml")) if args.scenarios.is_dir() else []
+    if not files:
+        raise UsageError(f"--scenarios {args.scenarios}: no scenario files (*.toml) there")
+    scenarios = [load_scenario(f) for f in files]
+    features = PersonFeatures(skill, Embedder(robot.embedder_dir, robot.models.threads).embed)
+    settings = PersonCollectSettings(episodes=args.episodes, seed=args.seed)
+    total = len(scenarios) * args.episodes
+    with Progress(transient=True) as progress:
+        bar = progress.add_task(f"{skill.name}: {len(scenarios)} scenarios", total=total)
+        data = collect_person_data(
+            robot, skill, scenarios, features, skill.critic.wait, settings,
+            progress=lambda done: progress.update(bar, completed=done),
+        )  # fmt: skip
+    save_dataset(data, args.out)
+    print(f"wrote {args.out}: {len(data)} transitions in {total} episodes of"
+          f" {len(scenarios)} scenarios, behaviour {data.meta.behaviour!r}")  # fmt: skip
+    return 0
+
+
 def train_command(args: argparse.Namespace) -> int:
     from onboard.collab.train import TrainSettings, train_critic
 
@@ -224,3 +295,21 @@ def train_command(args: argparse.Namespace) -> int:
     for line in card_lines(card):
         print(line)
     return 0
+
+
+def _numbered_runs(names: list[str]) -> list[str]:
+    """Names with runs of ``prefix0, prefix1, ...`` written ``prefix0..prefixN`` (an
+    embedding's 384 dimensions are one item, not 384)."""
+    out: list[str] = []
+    k = 0
+    while k < len(names):
+        stem = names[k].rstrip("0123456789")
+        digits = names[k][len(stem) :]
+        end = k
+        if stem and digits:
+            number = int(digits)
+            while end + 1 < len(names) and names[end + 1] == f"{stem}{number + end + 1 - k}":
+                end += 1
+        out.append(names[k] if end - k < 2 else f"{names[k]}..{names[end]}")
+        k = end + 1
+    return out

@@ -8,6 +8,7 @@ scenario and per group (the seed's four ``shipped`` scenarios, the ``held-out`` 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import time
@@ -20,6 +21,7 @@ from rich.table import Table
 from onboard.base.errors import UsageError
 from onboard.cli.endpoint import llm_endpoint
 from onboard.config import RobotConfig
+from onboard.grounding.mapping import ActionMapper
 from onboard.hri.evaluate import (
     Trial,
     action_counts,
@@ -27,6 +29,7 @@ from onboard.hri.evaluate import (
     evaluate,
     evaluation_exit_code,
     kind_counts,
+    per_episode,
     scenario_group,
 )
 from onboard.hri.scenario import Scenario, find_scenario, load_scenario
@@ -79,9 +82,12 @@ def _short(names: list[str]) -> dict[str, str]:
 
 def _outcome_row(label: str, runs: list[Trial]) -> list[str]:
     counts = kind_counts(runs)
-    return [label, f"{counts[JudgementKind.SUCCESS]} / {len(runs)}"] + [
-        str(counts[kind]) for kind in FAILURE_COLUMNS
-    ]
+    each = per_episode(runs)
+    return (
+        [label, f"{counts[JudgementKind.SUCCESS]} / {len(runs)}"]
+        + [str(counts[kind]) for kind in FAILURE_COLUMNS]
+        + [f"{each['vetoes']:.1f}", f"{each['fallbacks']:.1f}"]
+    )
 
 
 def _tables(
@@ -101,6 +107,8 @@ def _tables(
     outcomes.add_column("success rate", justify="right")
     for header in FAILURE_COLUMNS.values():
         outcomes.add_column(header, justify="right")
+    outcomes.add_column("critic vetoes\n/ episode", justify="right")
+    outcomes.add_column("fallbacks\n/ episode", justify="right")
     for group, results in grouped.items():
         for name, runs in results.items():
             outcomes.add_row(*_outcome_row(name, runs))
@@ -125,7 +133,7 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
         raise UsageError(f"--trials {args.trials}: must be 1 or more")
     if args.latency is not None and not (math.isfinite(args.latency) and args.latency >= 0):
         raise UsageError(f"--latency {args.latency}: must be a finite number of seconds >= 0")
-    skill = load_robot_skill(robot, args.skill)
+    skill = with_critic(load_robot_skill(robot, args.skill), args.critic)
     if skill.kind == "scene":
         from onboard.cli.eval_tidy import evaluate_tidy_command
 
@@ -141,6 +149,8 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
         robot = robot.model_copy(update={"eval": robot.eval.model_copy(update={"seed": args.seed})})
     began = time.monotonic()
     choice = args.llm or "standin"
+    if choice == "random":
+        return _evaluate_random(robot, skill, scenarios, groups, mapper, args, began)
     with llm_endpoint(robot, choice) as (url, standin):
         latency = (
             args.latency
@@ -159,23 +169,80 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
         with ChatClient(robot.llm, base_url=url) as client:
             results = evaluate(robot, skill, scenarios, HttpAsk(client), mapper, args.trials,
                                options, args.record)  # fmt: skip
+    llm = "standin" if standin else ("local" if choice == "local" else url)
+    return _report(skill, llm, options, results, groups, scenarios, args, began)
+
+
+def with_critic(skill: Skill, choice: str | None) -> Skill:
+    """``--critic``: the skill's own ``[critic]`` (None), none, or another model file."""
+    if choice is None:
+        return skill
+    if choice == "none":
+        return dataclasses.replace(skill, critic=None)
+    if skill.critic is None:
+        raise UsageError(f"--critic {choice}: {skill.path} has no [critic] (its WAIT action)")
+    path = Path(choice).resolve()
+    return dataclasses.replace(skill, critic=skill.critic.model_copy(update={"model": str(path)}))
+
+
+def _evaluate_random(
+    robot: RobotConfig,
+    skill: Skill,
+    scenarios: list[Scenario],
+    groups: dict[str, str],
+    mapper: ActionMapper,
+    args: argparse.Namespace,
+    began: float,
+) -> int:
+    """``--llm random``: the random proposer (a control: no planner behind the critic)."""
+    from onboard.testing.random_ask import RandomAsk
+
+    if robot.llm.decoding != "constrained":
+        raise UsageError('--llm random chooses within the JSON schema: it needs [llm] decoding'
+                         ' = "constrained"')  # fmt: skip
+    options = EpisodeOptions(
+        clock="virtual",
+        action_text=not args.no_action_text,
+        second_stage=not args.no_second_stage,
+        constrained=True,
+        latency=args.latency if args.latency is not None else robot.eval.standin_latency,
+        keep_candidates=False,
+        handle_signals=True,
+    )
+    ask = RandomAsk(robot.eval.seed)
+    results = evaluate(robot, skill, scenarios, ask, mapper, args.trials, options, args.record)
+    return _report(skill, "random", options, results, groups, scenarios, args, began)
+
+
+def _report(
+    skill: Skill,
+    llm: str,
+    options: EpisodeOptions,
+    results: dict[str, list[Trial]],
+    groups: dict[str, str],
+    scenarios: list[Scenario],
+    args: argparse.Namespace,
+    began: float,
+) -> int:
     wall = time.monotonic() - began
+    standin = llm == "standin"
     code = evaluation_exit_code(results)
     grouped = _by_group(results, groups)
     decoding = "constrained" if options.constrained else "free"
-    llm = "standin" if standin else ("local" if choice == "local" else url)
+    critic = f"; critic {skill.critic.model}" if skill.critic is not None else "; no critic"
     if args.json:
         print(json.dumps(_json(skill, llm, options, grouped, scenarios, wall, code)))
         return code
-    named = {"standin": "stand-in (a runtime test, not a model)", "local": f"local {MODEL_ALIAS}"}
-    what = f"LLM {named.get(llm, llm)}, {decoding} decoding"
+    named = {"standin": "stand-in (a runtime test, not a model)", "local": f"local {MODEL_ALIAS}",
+             "random": "random proposer (a control)"}  # fmt: skip
+    what = f"LLM {named.get(llm, llm)}, {decoding} decoding{critic}"
     tables = _tables(skill, grouped, args.no_action_text, what, standin)
     console = Console()
     if not console.is_terminal:  # to a file or a pipe (a README): no wrapping
         console = Console(width=max(console.width, *(_natural_width(t) for t in tables)))
     for table in tables:
         console.print(table)
-    console.print(f"LLM: {'stand-in' if standin else url}; {decoding} decoding; second-stage "
+    console.print(f"LLM: {named.get(llm, llm)}; {decoding} decoding{critic}; second-stage "
                   f"questions {'on' if options.second_stage else 'off'}; {args.trials} trials "
                   f"per scenario; {wall:.1f} s wall time", soft_wrap=True)  # fmt: skip
     if code != ExitCode.SUCCESS:
@@ -207,6 +274,7 @@ def _json(
             "trials": len(every),
             "successes": sum(t.success for t in every),
             "kinds": kind_counts(every),
+            "per_episode": per_episode(every),
         }
     return {
         "skill": skill.name,
@@ -214,6 +282,7 @@ def _json(
         "llm": llm,
         **({"note": STANDIN_NOTE} if llm == "standin" else {}),
         "decoding": "constrained" if options.constrained else "free",
+        "critic": None if skill.critic is None else skill.critic.model_dump(),
         "action_text": options.action_text,
         "second_stage": options.second_stage,
         "wall_seconds": round(wall, 2),
@@ -224,6 +293,7 @@ def _json(
                 "group": group_of[s.name],
                 "successes": sum(t.success for t in results[s.name]),
                 "kinds": kind_counts(results[s.name]),
+                "per_episode": per_episode(results[s.name]),
                 "action_counts": action_counts(skill, results[s.name]),
                 "trials": [t.to_json() for t in results[s.name]],
             }

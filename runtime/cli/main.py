@@ -160,7 +160,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", type=Path, action="append", dest="scenarios")
     p.add_argument("--no-action-text", action="store_true")
     p.add_argument("--no-second-stage", action="store_true")
-    p.add_argument("--llm", help="URL or 'local' (default: the stand-in on loopback)")
+    p.add_argument("--llm", help="URL, 'local', or 'random' (a control: random choices within"
+                   " the schema); default: the stand-in on loopback")  # fmt: skip
+    p.add_argument("--critic", help="'none' (the skill's [critic] off) or another critic model;"
+                   " default: the skill's own")  # fmt: skip
     p.add_argument("--latency", type=float, help="virtual seconds per LLM reply")
     p.add_argument("--seed", type=int)
     p.add_argument("--record", type=Path, help="write every episode under this folder")
@@ -407,7 +410,7 @@ def _task_twin(args: argparse.Namespace) -> int:
 def _critic_check(args: argparse.Namespace) -> int:
     from onboard.cli.critic import check_command
 
-    return check_command(args.file, args.task)
+    return check_command(args.file, args.task, _robot(args))
 
 
 def _critic_collect(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,6 +301,17 @@ class Critic:
     def q(self, states: FloatArray, actions: IntArray) -> FloatArray:
         """Q [B] for states [B, S] float32 and action indices [B, N] int64."""
         return self.model(states, actions)
+
+    def guard_only(self, names: Collection[str]) -> None:
+        """Range-check only the named features (the others may take any value): a box per
+        dimension suits counts and distances, not a sentence embedding, whose new wordings
+        fall outside some of its 384 ranges however close their meaning is."""
+        unknown = set(names) - set(self.card.features)
+        if unknown:
+            raise ValueError(f"{self.path}: no features {sorted(unknown)}")
+        free = np.asarray([name not in names for name in self.card.features])
+        self._low = np.where(free, -np.inf, self._low).astype(np.float32)
+        self._high = np.where(free, np.inf, self._high).astype(np.float32)
 
     def ood(self, states: FloatArray) -> BoolArray:
         """Per row (or for one state [S]): outside the training range plus the margin

@@ -9,12 +9,13 @@ to it).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from onboard.config import RobotConfig
 from onboard.grounding.mapping import ActionMapper
+from onboard.hri.critic import CriticCheck
 from onboard.hri.scenario import HELD_OUT, Scenario
 from onboard.hri.session import (
     EpisodeOptions,
@@ -40,11 +41,13 @@ __all__ = [
     "evaluate",
     "evaluation_exit_code",
     "kind_counts",
+    "per_episode",
     "scenario_group",
 ]
 
 SEED_SCENARIOS = ("person-robot", "person-object", "person-environment", "person-person")
 SHIPPED_GROUP, HELD_OUT_GROUP, OTHER_GROUP = "shipped", "held-out", "other"
+CRITIC = CriticCheck.name
 
 
 def default_scenarios(folder: Path) -> list[Path]:
@@ -68,10 +71,18 @@ class Trial:
     actions: list[tuple[float, str]]
     phrase: str | None
     code: ExitCode = ExitCode.SUCCESS
+    #: proposals each check refused (the critic's are its vetoes), and fallbacks run
+    refused: dict[str, int] = field(default_factory=dict)
+    fallbacks: int = 0
 
     @property
     def success(self) -> bool:
         return self.kind is JudgementKind.SUCCESS
+
+    @property
+    def vetoes(self) -> int:
+        """Proposals the critic refused."""
+        return self.refused.get(CRITIC, 0)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -80,6 +91,8 @@ class Trial:
             "reason": self.reason,
             "actions": [{"t": round(t, 3), "action": a} for t, a in self.actions],
             "phrase": self.phrase,
+            "refused": dict(self.refused),
+            "fallbacks": self.fallbacks,
         }
 
 
@@ -105,7 +118,15 @@ def evaluate(
             verdict = judge(outcome, scenario)
             code = episode_exit_code(outcome, verdict.success)
             runs.append(
-                Trial(verdict.kind, verdict.reason, list(outcome.actions), outcome.phrase, code)
+                Trial(
+                    verdict.kind,
+                    verdict.reason,
+                    list(outcome.actions),
+                    outcome.phrase,
+                    code,
+                    dict(outcome.refused),
+                    outcome.fallbacks,
+                )
             )
             if outcome.signal is not None:
                 return results
@@ -127,6 +148,15 @@ def evaluation_exit_code(results: dict[str, list[Trial]]) -> ExitCode:
 def action_counts(skill: Skill, runs: list[Trial]) -> dict[str, float]:
     counts: Counter[str] = Counter(a for trial in runs for _, a in trial.actions)
     return {name: counts[name] / max(1, len(runs)) for name in skill.actions}
+
+
+def per_episode(runs: list[Trial]) -> dict[str, float]:
+    """The critic's vetoes and the fallbacks, per episode."""
+    n = max(1, len(runs))
+    return {
+        "vetoes": sum(t.vetoes for t in runs) / n,
+        "fallbacks": sum(t.fallbacks for t in runs) / n,
+    }
 
 
 def kind_counts(runs: list[Trial]) -> dict[str, int]:

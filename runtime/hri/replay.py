@@ -13,6 +13,7 @@ end record (its process was killed) is an incomplete episode, not a replay.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 
 from onboard.base.errors import IncompleteRecording, LLMTimeout, RecordingError, ReplayDivergence
 from onboard.grounding.embedder import MODEL_FILE
+from onboard.hri.critic import critic_model_path
 from onboard.hri.scenario import Scenario
 from onboard.hri.session import EpisodeOptions, make_mapper, run_episode
 from onboard.hri.world import SimRobot
@@ -28,7 +30,7 @@ from onboard.llm.client import ChatResult, Message
 from onboard.loop.engine import SkillRunner
 from onboard.loop.recorder import MemoryRecorder, read_recording, with_images
 from onboard.loop.recording import Header, check_models, read_header
-from onboard.loop.skill import load_skill_text
+from onboard.loop.skill import Skill, load_skill_text
 
 __all__ = ["ReplayAsk", "as_recording_error", "read_episode", "replay"]
 
@@ -141,13 +143,17 @@ def _replay(path: Path) -> tuple[list[str], list[str]]:
     if header.skill_kind != "person":
         raise RecordingError(f"{path}: a {header.skill_kind} recording, not a person one")
     robot = header.robot_config()
-    check_models(header, {"embedder": robot.embedder_dir / MODEL_FILE}, path)
     skill = load_skill_text(
         header.skill.toml,
         f"{path} (skill {header.skill.name})",
         robot.drivers.robot.perception,
         SimRobot.COMMANDS,
     )
+    skill = _critic_as_recorded(skill, header)
+    local = {"embedder": robot.embedder_dir / MODEL_FILE}
+    if skill.critic is not None:
+        local["critic"] = Path(skill.critic.model)
+    check_models(header, local, path)
     scenario = Scenario.model_validate(header.scenario)
     records = list(with_images(records, path))
     ask = ReplayAsk(records, path)
@@ -164,6 +170,18 @@ def _replay(path: Path) -> tuple[list[str], list[str]]:
     if ask.divergence:
         raise ReplayDivergence(ask.divergence)
     return [a for _, a in end["actions"]], [a for _, a in outcome.actions]
+
+
+def _critic_as_recorded(skill: Skill, header: Header) -> Skill:
+    """The critic the episode ran with, or none (an evaluation with ``--critic none``
+    records no critic, whatever the skill's TOML says): the recorded file when it is here
+    (``--critic PATH``), else the one the skill names; its sha256 is checked after."""
+    recorded = header.models.files.get("critic")
+    if skill.critic is None or recorded is None:
+        return dataclasses.replace(skill, critic=None)
+    here = Path(recorded.file)
+    model = here if here.is_file() else critic_model_path(skill.critic.model)
+    return dataclasses.replace(skill, critic=skill.critic.model_copy(update={"model": str(model)}))
 
 
 def _flag(options: dict[str, Any], key: str, path: Path) -> bool:

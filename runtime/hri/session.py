@@ -23,6 +23,7 @@ from onboard.grounding.candidates import CandidateStore
 from onboard.grounding.embedder import MODEL_FILE
 from onboard.grounding.mapping import ActionMapper
 from onboard.hri.checks import PersonVisible
+from onboard.hri.critic import critic_model_path, open_skill_critic
 from onboard.hri.kind import PersonKind
 from onboard.hri.scenario import Scenario
 from onboard.hri.world import SimRobot, SimWorld
@@ -41,8 +42,10 @@ __all__ = [
     "HttpAsk",
     "Judgement",
     "JudgementKind",
+    "default_checks",
     "episode_exit_code",
     "judge",
+    "judge_speech",
     "load_robot_skill",
     "make_mapper",
     "run_episode",
@@ -121,7 +124,10 @@ def run_episode(
         scenario=scenario.model_dump(mode="json", by_alias=True),
         options={k: v for k, v in options.__dict__.items() if k != "latency"},
         latency=options.latency if isinstance(options.latency, float) else None,
-        models={"embedder": robot.embedder_dir / MODEL_FILE},
+        models={
+            "embedder": robot.embedder_dir / MODEL_FILE,
+            **({"critic": critic_model_path(skill.critic.model)} if skill.critic else {}),
+        },
     )
     begin_recording(recorder, clock, robot.llm.api_key(), header)
     store = CandidateStore(robot.recordings_dir / "candidates.jsonl")
@@ -130,6 +136,9 @@ def run_episode(
     def publish(observation: Any) -> None:
         if runner is not None:
             runner.observe(observation)
+
+    def running() -> tuple[str, float]:
+        return runner.running() if runner is not None else ("idle", 0.0)
 
     world = SimWorld(scenario, robot.drivers.robot, clock, publish)
     keep = (
@@ -148,7 +157,7 @@ def run_episode(
         second_stage=options.second_stage,
         constrained=options.constrained,
         latency=options.latency,
-        checks=[PersonVisible(skill.end)] if checks is None else checks,
+        checks=default_checks(robot, skill, lambda: running()) if checks is None else checks,
         verifiers=verifiers,
         max_rounds=skill.max_rounds,
         on_candidate=keep,
@@ -174,6 +183,18 @@ def run_episode(
     if recorder.fault is not None:  # the robot is stopped; what was written is kept
         raise recorder.fault
     return runner.outcome
+
+
+def default_checks(
+    robot: RobotConfig, skill: Skill, running: Callable[[], tuple[str, float]]
+) -> list[Check]:
+    """Every person episode's checks: the person is in sight for the end action, then the
+    skill's critic when its ``[critic]`` names one."""
+    checks: list[Check] = [PersonVisible(skill.end)]
+    critic = open_skill_critic(skill, robot.embedder_dir, robot.models.threads)
+    if critic is not None:
+        checks.append(critic.check(running))
+    return checks
 
 
 def _keep_candidate(
@@ -219,8 +240,12 @@ def judge(outcome: Outcome, scenario: Scenario) -> Judgement:
         if outcome.reason and outcome.reason != SCENARIO_ENDED:
             return Judgement(JudgementKind.STOPPED, f"stopped before speaking: {outcome.reason}")
         return Judgement(JudgementKind.NEVER_SPOKE, f"timeout: no speak by {scenario.end:g} s")
-    t = outcome.spoke_at
-    if outcome.spoke_visible is False:
+    return judge_speech(scenario, outcome.spoke_at, outcome.spoke_visible)
+
+
+def judge_speech(scenario: Scenario, t: float, visible: bool | None) -> Judgement:
+    """The verdict on speaking at ``t`` (``visible``: whether the person was in sight)."""
+    if visible is False:
         reason = f"spoke at {t:.1f} s with the person out of sight"
         return Judgement(JudgementKind.SPOKE_OUT_OF_SIGHT, reason)
     label = scenario.label_at(t)

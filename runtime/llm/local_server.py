@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import os
 import signal
 import socket
 import subprocess
@@ -181,9 +182,12 @@ def _die_with_parent() -> Callable[[], None] | None:
         return None
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     pr_set_pdeathsig = 1
+    parent = os.getpid()
 
     def arm() -> None:
         prctl(pr_set_pdeathsig, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died between fork and prctl: no signal comes
+            os.kill(os.getpid(), signal.SIGTERM)
 
     return arm
 

@@ -127,6 +127,9 @@ class Outcome:
     llm_failures: int = 0
     #: exchanges not asked because the circuit breaker was open
     llm_skipped: int = 0
+    #: proposals each check refused (by the check's name), and fallbacks run
+    refused: dict[str, int] = field(default_factory=dict)
+    fallbacks: int = 0
 
 
 class _Model:
@@ -245,6 +248,13 @@ class SkillRunner:
     @property
     def finished(self) -> bool:
         return self.current == "done"
+
+    def running(self) -> tuple[str, float]:
+        """The action under way (``idle`` before the first) and the episode time it began."""
+        if not self.outcome.actions:
+            return "idle", 0.0
+        began, name = self.outcome.actions[-1]
+        return name, began
 
     @property
     def observation(self) -> Observation:
@@ -501,6 +511,7 @@ class SkillRunner:
                             steps=[s.to_record() for s in steps], ok=verdict.ok,
                             feedback=verdict.feedback, score=verdict.score)  # fmt: skip
                 if not verdict.ok:
+                    self.outcome.refused[name] = self.outcome.refused.get(name, 0) + 1
                     then(verdict)
                     return
             then(Verdict(True))
@@ -525,6 +536,7 @@ class SkillRunner:
         self._queue = []
         self._rounds = self.max_rounds  # the fallback ends the decision: nothing re-asks it
         self._fallbacks_in_row += 1
+        self.outcome.fallbacks += 1
         self.record("fallback", action=self.skill.fallback, why=why)
         limit = self.skill.max_fallbacks
         if limit is not None and self._fallbacks_in_row > limit:

@@ -26,6 +26,7 @@ __all__ = [
     "LexiconSpec",
     "ReasonMode",
     "Skill",
+    "SkillCriticSpec",
     "Stimulus",
     "StimulusSpec",
     "action_name_problem",
@@ -186,10 +187,24 @@ class SceneSpec(_Strict):
     table: Finite = Field(default=0.0, description="the table top's height (m, base frame)")
 
 
+class SkillCriticSpec(_Strict):
+    """``[critic]``: a learned critic checks each proposal (ReAd; onboard.hri.critic)."""
+
+    model: Text = Field(
+        description="the ONNX critic, its card beside it; a relative path starts from the "
+        "folder that holds the shipped models/ (the checkout, or the installed package)"
+    )
+    wait: Text = Field(description="the skill's action the critic's WAIT stands for")
+    epsilon: Finite = Field(
+        default=0.0, description="a first action whose advantage is under this is refused"
+    )
+
+
 class SkillFile(_Strict):
     skill: SkillHeader
     prompt: PromptSpec
     mapping: MappingSpec = MappingSpec()
+    critic: SkillCriticSpec | None = None
     scene: SceneSpec | None = None
     actions: dict[str, ActionSpec] = Field(min_length=2)
 
@@ -230,6 +245,7 @@ class Skill:
     max_fallbacks: int | None = None
     kind: str = "person"
     scene: SceneSpec | None = None
+    critic: SkillCriticSpec | None = None
     #: the TOML text the skill was loaded from (a recording's header carries it)
     source: str = field(default="", repr=False, compare=False)
 
@@ -310,6 +326,7 @@ def _resolve(
         max_fallbacks=spec.skill.max_fallbacks,
         kind=spec.skill.kind,
         scene=spec.scene,
+        critic=spec.critic,
         source=source,
     )
 
@@ -334,6 +351,14 @@ def _check(
         if value not in names:
             yield problem(("skill", role), f"unknown action {value!r} (known: {known})")
     yield from _check_kind(spec, problem)
+    if spec.critic is not None:
+        if spec.skill.kind != "person":
+            yield problem(("critic",), "only person skills take a [critic] (for now)")
+        if spec.critic.wait not in names:
+            unknown = f"unknown action {spec.critic.wait!r} (known: {known})"
+            yield problem(("critic", "wait"), unknown)
+        elif spec.critic.wait == spec.skill.end:
+            yield problem(("critic", "wait"), "the end action cannot be the critic's WAIT")
     yield from _check_actions(spec, perception, commands, problem)
     yield from _check_templates(spec, perception, problem)
     if {spec.skill.start, spec.skill.end} <= names and not _reaches(spec):

@@ -1,0 +1,270 @@
+"""The Engage skill's learned critic (issue 15): its features, its verdicts with the shipped
+model, its data, its errors, and the episodes and recordings it takes part in.
+
+Verdicts are asserted only where the score is far from the threshold (``MARGIN``), and the
+margin is asserted first: the critic runs in fp32 and its scores move by far less than that
+between CPUs, so no verdict here rests on a floating-point tie.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from test_cli import Result, onboard, one_line_error, robot_copy, skills_copy
+from test_eval import person
+
+from onboard.base.errors import CriticError
+from onboard.config import RobotConfig
+from onboard.grounding.embedder import DIM, Embedder
+from onboard.grounding.mapping import ActionMapper
+from onboard.hri.collect import PersonCollectSettings, collect_person_data, reward_of
+from onboard.hri.critic import (
+    AGE_CAP,
+    PersonFeatures,
+    SkillCritic,
+    critic_model_path,
+    feature_names,
+    load_skill_critic,
+    open_skill_critic,
+)
+from onboard.hri.scenario import load_scenario
+from onboard.hri.session import EpisodeOptions, JudgementKind, judge, judge_speech, run_episode
+from onboard.loop.recorder import MemoryRecorder
+from onboard.loop.skill import Skill
+from onboard.testing.random_ask import RandomAsk
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAINING = ROOT / "bench" / "data" / "engage-train" / "scenarios"
+MARGIN = 0.05
+
+
+def seen(activity: str, toward: bool, t: float = 10.0, distance: float | None = 2.0) -> object:
+    """A person observation as the event manager hands it to a check."""
+    return SimpleNamespace(visible=True, activity=activity, toward=toward, distance=distance, t=t)
+
+
+@pytest.fixture(scope="module")
+def shipped(critic_skill: Skill, robot: RobotConfig) -> SkillCritic:
+    critic = open_skill_critic(critic_skill, robot.embedder_dir)
+    assert critic is not None
+    return critic
+
+
+# -- features -----------------------------------------------------------------------------------
+
+
+def test_the_state_vector_holds_the_activity_embedding_gaze_distance_and_running_action(
+    critic_skill: Skill, embedder: Embedder
+) -> None:
+    features = PersonFeatures(critic_skill, embedder.embed)
+    assert features.names == feature_names(critic_skill) and len(features) == DIM + 5 + 7 + 1
+    text = "The person is reading a newspaper."
+    v = features.vector(seen(text, True, t=100.0, distance=2.5), "wait", since=10.0)
+    assert np.allclose(v[:DIM], embedder.embed([text])[0])
+    named = dict(zip(features.names, v.tolist(), strict=True))
+    assert named["visible"] == 1 and named["looking_toward"] == 1 and named["looking_away"] == 0
+    assert named["distance_m"] == 2.5 and named["distance_known"] == 1
+    assert named["running=wait"] == 1 and sum(v[DIM + 5 : -1]) == 1
+    assert named["running_for_s"] == AGE_CAP  # 90 s running, counted up to the cap
+    gone = SimpleNamespace(visible=False, activity=None, toward=None, distance=None, t=3.0)
+    v = features.vector(gone, "not an action", since=1.0)
+    named = dict(zip(features.names, v.tolist(), strict=True))
+    assert not v[:DIM].any() and named["visible"] == 0 and named["distance_known"] == 0
+    assert named["running=idle"] == 1 and named["running_for_s"] == 2.0
+
+
+# -- the shipped model's verdicts ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("activity", "toward", "allowed"),
+    [
+        ("The person is talking on a phone.", False, False),
+        ("The person is talking with another person.", False, False),
+        ("A woman is busy filling in a long form at the counter.", False, False),
+        ("The person is sitting on a chair, waiting.", True, True),
+        ("A man stands by the desk looking around, waiting for someone to help.", True, True),
+    ],
+)
+def test_the_critic_refuses_speaking_to_a_busy_person_and_allows_it_to_a_ready_one(
+    shipped: SkillCritic, activity: str, toward: bool, allowed: bool
+) -> None:
+    check = shipped.check(lambda: ("wait", 7.0))
+    value, ood = check.score("speak", seen(activity, toward))
+    assert not ood
+    assert abs(value - shipped.epsilon) > MARGIN, f"{value:+.3f} is too near the threshold"
+    verdict = check.check([SimpleNamespace(action="speak")], seen(activity, toward))  # type: ignore[list-item]
+    assert verdict.ok is allowed and verdict.score == pytest.approx(value)
+    if not allowed:
+        assert f"scored 'speak' {value:+.2f}" in verdict.feedback
+        assert f"threshold {shipped.epsilon:+.2f}" in verdict.feedback
+
+
+def test_a_state_outside_the_training_range_is_scored_unknown_not_refused(
+    shipped: SkillCritic,
+) -> None:
+    check = shipped.check(lambda: ("wait", 7.0))
+    far = seen("The person is talking on a phone.", False, distance=60.0)
+    assert check.score("speak", far)[1]
+    verdict = check.check([SimpleNamespace(action="speak")], far)  # type: ignore[list-item]
+    assert verdict.ok and "score unknown" in verdict.feedback
+    # a new wording is not out of range: the embedding is not boxed per dimension
+    new_words = seen("Someone hums while painting her nails on the bench.", False)
+    assert not check.score("speak", new_words)[1]
+
+
+# -- episodes, recordings and the evaluation -----------------------------------------------------
+
+
+def test_in_an_episode_the_critic_vetoes_speaking_during_a_call_and_the_recording_replays(
+    robot_tmp: RobotConfig, critic_skill: Skill, mapper: ActionMapper, tmp_path: Path
+) -> None:
+    """The random proposer, speaking four times as often as anything else: without the critic
+    it speaks during the call; with it, every such proposal is refused."""
+    sc = person("The person is talking on a phone.", False, [(0.0, 20.0, "not-ready")])
+    options = EpisodeOptions(latency=1.0, constrained=True, keep_candidates=False)
+    bare = dataclasses.replace(critic_skill, critic=None)
+    with MemoryRecorder() as recorder:
+        out = run_episode(robot_tmp, bare, sc, RandomAsk(3, {"speak": 4.0}), mapper, recorder,
+                          options)  # fmt: skip
+    assert judge(out, sc).kind is JudgementKind.SPOKE_NOT_READY and not out.refused
+    with MemoryRecorder() as recorder:
+        out = run_episode(robot_tmp, critic_skill, sc, RandomAsk(3, {"speak": 4.0}), mapper,
+                          recorder, options)  # fmt: skip
+        records = list(recorder.records)
+    assert judge(out, sc).kind is JudgementKind.NEVER_SPOKE
+    assert out.refused.get("critic", 0) >= 1 and out.fallbacks >= 1
+    refusals = [r for r in records if r["kind"] == "check" and r["check"] == "critic"
+                and not r["ok"]]  # fmt: skip
+    assert refusals and all(r["score"] < critic_skill.critic.epsilon for r in refusals)  # type: ignore[union-attr]
+    assert any("scored 'speak'" in r["feedback"] for r in refusals)
+
+
+def test_eval_reports_the_critic_its_vetoes_and_fallbacks_and_none_turns_it_off(
+    tmp_path: Path,
+) -> None:
+    args = ["eval", "engage", "--llm", "random", "--trials", "2", "--json",
+            "--scenario", "person-object"]  # fmt: skip
+    on, off = onboard(*args, cwd=tmp_path), onboard(*args, "--critic", "none", cwd=tmp_path)
+    assert on.code == 0 and off.code == 0, on.err + off.err
+    with_critic, without = json.loads(on.out), json.loads(off.out)
+    assert with_critic["critic"]["model"] == "models/critics/engage/all.onnx"
+    assert without["critic"] is None
+    shipped = with_critic["groups"]["shipped"]
+    assert shipped["per_episode"]["vetoes"] > 0
+    assert set(shipped["per_episode"]) == {"vetoes", "fallbacks"}
+    assert without["groups"]["shipped"]["per_episode"]["vetoes"] == 0
+
+
+def test_a_recorded_episode_with_the_critic_replays(tmp_path: Path) -> None:
+    recorded = onboard("eval", "engage", "--llm", "random", "--trials", "1", "--record",
+                       tmp_path / "rec", "--scenario", "person-object", cwd=tmp_path)  # fmt: skip
+    assert recorded.code == 0, recorded.err
+    (recording,) = sorted((tmp_path / "rec").glob("*.jsonl"))
+    header = json.loads(recording.read_text(encoding="utf-8").splitlines()[0])
+    assert "critic" in json.dumps(header)
+    replayed = onboard("replay", recording, cwd=tmp_path)
+    assert replayed.code == 0, replayed.err
+    assert "reproduces" in replayed.out
+
+
+# -- its data -------------------------------------------------------------------------------------
+
+
+def test_collected_data_holds_each_checked_state_and_a_speak_probe_judged_by_the_label(
+    robot: RobotConfig, critic_skill: Skill, embedder: Embedder
+) -> None:
+    files = [TRAINING / "train-busy-cable-knot.toml", TRAINING / "train-ready-can-you-help.toml"]
+    scenarios = [load_scenario(f) for f in files if f.is_file()]
+    assert len(scenarios) == 2, "the training scenarios are named here"
+    features = PersonFeatures(critic_skill, embedder.embed)
+    settings = PersonCollectSettings(episodes=2, seed=5)
+    data = collect_person_data(robot, critic_skill, scenarios, features, "wait", settings)
+    again = collect_person_data(robot, critic_skill, scenarios, features, "wait", settings)
+    assert np.array_equal(data.states, again.states) and np.array_equal(data.rewards, again.rewards)
+    assert data.meta.vocabulary[1] == "WAIT" and data.meta.feature_names == features.names
+    speak = data.meta.vocabulary.index("speak")
+    policy = [e for e in data.episodes if e < 4]  # two episodes of each scenario, then probes
+    policy_rows = np.isin(data.episode, policy)
+    probes = ~policy_rows
+    assert len(policy) == 4 and probes.sum() == policy_rows.sum()  # a probe per checked state
+    assert len(np.unique(data.episode[probes])) == probes.sum()  # each its own episode
+    assert (data.actions[probes, 0] == speak).all()
+    assert set(data.rewards[probes].tolist()) <= {-1.0, 1.0}
+    # the busy person's probes are -1 first, and the ready person's are all +1
+    assert data.rewards[probes][0] == -1.0 and data.rewards[probes][-1] == 1.0
+    # a policy episode's reward is on its last transition only
+    for e in policy:
+        rows = np.flatnonzero(data.episode == e)
+        assert not data.rewards[rows[:-1]].any()
+    # the busy scenario's probes while its person is busy are all -1
+    assert reward_of(judge_speech(scenarios[0], 1.0, True).kind) == -1.0
+    assert reward_of(judge_speech(scenarios[0], 20.0, True).kind) == 1.0
+    assert reward_of(judge_speech(scenarios[0], 20.0, False).kind) == -1.0
+
+
+def test_the_random_proposer_fills_the_schema_seeded_and_weighted() -> None:
+    schema = {"properties": {"action": {"enum": ["a", "b", "speak"]}, "reason": {}}}
+    first = [RandomAsk(7)("plan", [], schema).text for _ in range(1)]
+    assert first == [RandomAsk(7)("plan", [], schema).text]
+    ask = RandomAsk(1, {"speak": 50.0})
+    picks = [json.loads(ask("plan", [], schema).text)["action"] for _ in range(200)]
+    assert picks.count("speak") > 150 and set(picks) <= {"a", "b", "speak"}
+    assert json.loads(ask("plan", [], schema).text)["reason"] == "random"
+    with pytest.raises(Exception, match="no JSON schema"):
+        RandomAsk(0)("plan", [], None)
+
+
+# -- its errors -----------------------------------------------------------------------------------
+
+
+def critic_section(skills: Path, text: str) -> None:
+    path = skills / "engage.toml"
+    body = path.read_text(encoding="utf-8")
+    start = body.index("\n[critic]")
+    path.write_text(body[:start] + "\n" + text, encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("section", "expected"),
+    [
+        ('[critic]\nmodel = "models/critics/engage/nothing.onnx"\nwait = "wait"\n',
+         "no such critic model"),
+        ('[critic]\nmodel = "models/critics/sort_cubes/level1.onnx"\nwait = "wait"\n',
+         "[critic.model]"),
+        ('[critic]\nmodel = "models/critics/engage/all.onnx"\nwait = "speak"\n', "end action"),
+        ('[critic]\nmodel = "models/critics/engage/all.onnx"\nwait = "nap"\n', "nap"),
+    ],
+)  # fmt: skip
+def test_a_bad_critic_section_is_one_line_naming_the_skill_file(
+    tmp_path: Path, section: str, expected: str
+) -> None:
+    skills = skills_copy(tmp_path)
+    critic_section(skills, section)
+    robot = robot_copy(tmp_path, skills=skills)
+    line = one_line_error(onboard("--robot", robot, "check"))
+    assert "engage.toml" in line and expected in line
+
+
+def test_a_critic_file_that_is_not_a_model_is_one_line(tmp_path: Path, critic_skill: Skill) -> None:
+    """A file with a card that names it (its sha256) but holds no ONNX model."""
+    model = tmp_path / "broken.onnx"
+    model.write_bytes(b"not an onnx model")
+    card = critic_model_path("models/critics/engage/all.toml").read_text(encoding="utf-8")
+    shipped_digest = card.split('sha256 = "', 1)[1].split('"', 1)[0]
+    digest = hashlib.sha256(model.read_bytes()).hexdigest()
+    (tmp_path / "broken.toml").write_text(card.replace(shipped_digest, digest), encoding="utf-8")
+    with pytest.raises(CriticError) as caught:
+        load_skill_critic(model, critic_skill, "wait")
+    assert str(caught.value).startswith(str(model)) and "\n" not in str(caught.value)
+    robot = robot_copy(tmp_path)
+    result: Result = onboard("--robot", robot, "eval", "engage", "--llm", "random", "--trials",
+                             "1", "--scenario", "person-object", "--critic", model)  # fmt: skip
+    line = one_line_error(result)
+    assert "broken.onnx" in line
