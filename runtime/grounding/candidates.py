@@ -141,16 +141,18 @@ def add_action(
     interruptible: bool = True,
     validate: Callable[[Path], object] | None = None,
 ) -> None:
-    """Write ``[actions.NAME]`` into the skill file, keeping its comments and layout.
+    """Write ``[actions.NAME]`` at the end of the skill file, keeping every byte before it.
 
-    The new file is validated (``validate`` loads it) before it atomically replaces the
-    old one, so a bad registration never leaves a broken skill behind.
+    Appended, not inserted among the other actions: a table after them (``[critic]``) keeps
+    its place and its comments. The new file is validated (``validate`` loads it) before it
+    atomically replaces the old one, so a bad registration never leaves a broken skill behind.
     """
     wrong = action_name_problem(name)
     if wrong is not None:
         raise CandidateError(f"{skill_path}: {wrong}; nothing was written")
     try:
-        document = tomlkit.parse(skill_path.read_text(encoding="utf-8"))
+        original = skill_path.read_text(encoding="utf-8")
+        document = tomlkit.parse(original)
     except (OSError, tomlkit.exceptions.ParseError) as exc:
         raise CandidateError(f"{skill_path}: cannot read the skill: {exc}") from exc
     actions = document.get("actions")
@@ -171,8 +173,15 @@ def add_action(
     refs = tomlkit.array()
     refs.append(reference)
     table.add("references", refs)
-    actions.add(name, table)
-    _replace_validated(skill_path, tomlkit.dumps(document), validate)
+    added = tomlkit.document()
+    added.add("actions", tomlkit.table(is_super_table=True))
+    added["actions"].add(name, table)  # dumps as [actions.NAME] alone
+    content = original.rstrip("\n") + "\n\n" + tomlkit.dumps(added)
+    try:
+        tomlkit.parse(content)  # an inline ``actions = {...}`` cannot take a table after it
+    except tomlkit.exceptions.ParseError as exc:
+        raise CandidateError(f"{skill_path}: cannot append [actions.{name}]: {exc}") from exc
+    _replace_validated(skill_path, content, validate)
 
 
 def _replace_validated(path: Path, content: str, validate: Callable[[Path], object] | None) -> None:
