@@ -185,8 +185,10 @@ def test_collected_data_holds_each_checked_state_and_a_speak_probe_judged_by_the
     assert len(scenarios) == 2, "the training scenarios are named here"
     features = PersonFeatures(critic_skill, embedder.embed)
     settings = PersonCollectSettings(episodes=2, seed=5)
-    data = collect_person_data(robot, critic_skill, scenarios, features, "wait", settings)
-    again = collect_person_data(robot, critic_skill, scenarios, features, "wait", settings)
+    data = collect_person_data(robot, critic_skill, scenarios, features, "wait", RandomAsk,
+                               settings)  # fmt: skip
+    again = collect_person_data(robot, critic_skill, scenarios, features, "wait", RandomAsk,
+                                settings)  # fmt: skip
     assert np.array_equal(data.states, again.states) and np.array_equal(data.rewards, again.rewards)
     assert data.meta.vocabulary[1] == "WAIT" and data.meta.feature_names == features.names
     speak = data.meta.vocabulary.index("speak")

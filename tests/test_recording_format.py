@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomlkit
 from test_cli import onboard, one_line_error
 
 from onboard.base.errors import (
@@ -76,12 +77,24 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return path, folder
 
 
+def engage_without_critic() -> str:
+    """engage.toml without its ``[critic]``: these tests are about the recording, and the
+    noiseless stand-in plans a step before speaking (eye contact, a wait) that the critic
+    refuses every time, so with it on the episode would never speak (README, "What that
+    threshold means")."""
+    document = tomlkit.parse((ROOT / "skills" / "engage.toml").read_text(encoding="utf-8"))
+    del document["critic"]
+    return tomlkit.dumps(document)
+
+
 def restore_robot_folder(folder: Path) -> RobotConfig:
-    """``folder`` as the episode saw it: the repository's robot.toml and skills."""
+    """``folder`` as the episode saw it: the repository's robot.toml and skills (engage
+    without its critic)."""
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "robot.toml", folder / "robot.toml")
     shutil.rmtree(folder / "skills", ignore_errors=True)
     shutil.copytree(ROOT / "skills", folder / "skills")
+    (folder / "skills" / "engage.toml").write_text(engage_without_critic(), encoding="utf-8")
     return load_robot(folder / "robot.toml")
 
 
@@ -104,7 +117,7 @@ def test_the_header_carries_the_skill_text_robot_scenario_and_model_hashes(
     assert header["kind"] == "header" and header["format"] == FORMAT == 2
     assert header["skill_kind"] == "person"
     assert header["skill"]["name"] == "engage"
-    assert header["skill"]["toml"] == (ROOT / "skills" / "engage.toml").read_text("utf-8")
+    assert header["skill"]["toml"] == engage_without_critic()
     assert header["scenario"]["scenario"]["name"] == "person-object"
     assert "task" not in header
     model = robot.embedder_dir / MODEL_FILE

@@ -249,6 +249,7 @@ def _collect_skill(robot: RobotConfig, args: argparse.Namespace) -> int:
     from onboard.hri.critic import PersonFeatures
     from onboard.hri.scenario import load_scenario
     from onboard.hri.session import load_robot_skill
+    from onboard.testing.random_ask import RandomAsk
 
     if args.episodes < 1:
         raise UsageError(f"--episodes {args.episodes}: must be 1 or more")
@@ -265,7 +266,7 @@ def _collect_skill(robot: RobotConfig, args: argparse.Namespace) -> int:
     with Progress(transient=True) as progress:
         bar = progress.add_task(f"{skill.name}: {len(scenarios)} scenarios", total=total)
         data = collect_person_data(
-            robot, skill, scenarios, features, skill.critic.wait, settings,
+            robot, skill, scenarios, features, skill.critic.wait, RandomAsk, settings,
             progress=lambda done: progress.update(bar, completed=done),
         )  # fmt: skip
     save_dataset(data, args.out)

@@ -1,8 +1,9 @@
 """A person skill's critic data: episodes of a random behaviour policy on training scenarios.
 
 Each episode runs through :func:`onboard.hri.session.run_episode` on the virtual clock, the
-same runner, event manager and mapper as every evaluation, with the LLM replaced by
-:class:`~onboard.testing.random_ask.RandomAsk` (random choices within the request's schema).
+same runner, event manager and mapper as every evaluation, with the LLM replaced by the
+behaviour policy the caller gives (``onboard critic collect`` gives
+:class:`~onboard.testing.random_ask.RandomAsk`: random choices within the request's schema).
 A pass-through check sees every proposal as the critic would (the same
 :class:`~onboard.hri.critic.PersonFeatures` at the same moment) and keeps its state and first
 action: one transition. The episode's judgement is the reward of its last transition:
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,15 +46,17 @@ from onboard.hri.session import (
     make_mapper,
     run_episode,
 )
-from onboard.loop.engine import Check, SkillRunner, Verdict
+from onboard.loop.engine import Ask, Check, SkillRunner, Verdict
 from onboard.loop.kind import Observation, Step
 from onboard.loop.recorder import MemoryRecorder
 from onboard.loop.skill import Skill
-from onboard.testing.random_ask import RandomAsk
 
-__all__ = ["AGENT", "PersonCollectSettings", "collect_person_data", "reward_of"]
+__all__ = ["AGENT", "Behaviour", "PersonCollectSettings", "collect_person_data", "reward_of"]
 
 AGENT = "robot"  # a skill's critic scores one agent
+#: the behaviour policy: an episode's LLM from its seed and how much it favours the end action
+#: (its weight against 1 for each other action)
+Behaviour = Callable[[int, Mapping[str, float]], Ask]
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class PersonCollectSettings:
     latency: float = 1.0  # virtual seconds per reply, as the stand-in's evaluation has
     level: str = "all"  # the card's level: a skill's critic covers all its scenarios
     speak_probes: bool = True  # a one-step speak episode from every checked state
+    behaviour: str = "random within the schema"  # the behaviour policy, as the card names it
 
 
 def reward_of(kind: JudgementKind) -> float:
@@ -100,10 +104,14 @@ def collect_person_data(
     scenarios: Sequence[Scenario],
     features: PersonFeatures,
     wait: str,
+    behaviour: Behaviour,
     settings: PersonCollectSettings = PersonCollectSettings(),
     progress: Callable[[int], None] | None = None,
 ) -> Dataset:
-    """``settings.episodes`` episodes of each scenario; one transition per checked proposal."""
+    """``settings.episodes`` episodes of each scenario; one transition per checked proposal.
+
+    ``behaviour(seed, weights)`` makes each episode's LLM (``weights`` tilts its choice of
+    the end action, so first speeches spread over the scenario)."""
     vocabulary = critic_vocabulary(skill, wait)
     index = {name: k for k, name in enumerate(vocabulary)}
     index[wait] = 1  # WAIT
@@ -127,7 +135,7 @@ def collect_person_data(
 
             with MemoryRecorder() as recorder:
                 outcome = run_episode(
-                    robot, skill, scenario, RandomAsk(seed, {skill.end: weight}), mapper,
+                    robot, skill, scenario, behaviour(seed, {skill.end: weight}), mapper,
                     recorder, options, checks=checks, on_runner=bind,
                 )  # fmt: skip
             reward = reward_of(judge(outcome, scenario).kind)
@@ -150,16 +158,16 @@ def collect_person_data(
         rewards.append(reward)
         episode_ids.append(done + k)
         steps.append(0)
-    behaviour = f"random within the schema, speak weighted {list(settings.speak_weights)}"
+    described = f"{settings.behaviour}, speak weighted {list(settings.speak_weights)}"
     if settings.speak_probes:
-        behaviour += f"; a speak probe from each checked state ({len(probes)})"
+        described += f"; a speak probe from each checked state ({len(probes)})"
     meta = DatasetMeta(
         task=skill.name,
         level=settings.level,
         agents=[AGENT],
         vocabulary=vocabulary,
         feature_names=features.names,
-        behaviour=behaviour,
+        behaviour=described,
         seeds=[settings.seed],
         augmentation=0.0,
         probe_rollouts=0,
