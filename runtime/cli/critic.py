@@ -116,12 +116,9 @@ def _robot_skill(robot: RobotConfig | None, name: str) -> Any:
 
 
 def _check_against_skill(path: Path, card: CriticCard, skill: Any) -> str:
-    from onboard.hri.critic import card_problems
+    from onboard.hri.critic import check_skill_card
 
-    problems = card_problems(card, skill, skill.critic.wait)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise CriticError(f"{path}: {problems[0]} (skill {skill.path}){more}")
+    check_skill_card(path, card, skill, skill.critic.wait)
     return f"skill {skill.path}: matches"
 
 

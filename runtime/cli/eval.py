@@ -157,20 +157,27 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
             if args.latency is not None
             else (robot.eval.standin_latency if standin else None)
         )
-        options = EpisodeOptions(
-            clock="virtual",
-            action_text=not args.no_action_text,
-            second_stage=not args.no_second_stage,
-            constrained=robot.llm.decoding == "constrained",
-            latency=latency,
-            keep_candidates=False,
-            handle_signals=True,
-        )
+        options = _eval_options(args, robot.llm.decoding == "constrained", latency)
         with ChatClient(robot.llm, base_url=url) as client:
             results = evaluate(robot, skill, scenarios, HttpAsk(client), mapper, args.trials,
                                options, args.record)  # fmt: skip
     llm = "standin" if standin else ("local" if choice == "local" else url)
     return _report(skill, llm, options, results, groups, scenarios, args, began)
+
+
+def _eval_options(
+    args: argparse.Namespace, constrained: bool, latency: float | None
+) -> EpisodeOptions:
+    """Every evaluation's episodes: the virtual clock, the ablation flags, nothing kept."""
+    return EpisodeOptions(
+        clock="virtual",
+        action_text=not args.no_action_text,
+        second_stage=not args.no_second_stage,
+        constrained=constrained,
+        latency=latency,
+        keep_candidates=False,
+        handle_signals=True,
+    )
 
 
 def with_critic(skill: Skill, choice: str | None) -> Skill:
@@ -200,15 +207,8 @@ def _evaluate_random(
     if robot.llm.decoding != "constrained":
         raise UsageError('--llm random chooses within the JSON schema: it needs [llm] decoding'
                          ' = "constrained"')  # fmt: skip
-    options = EpisodeOptions(
-        clock="virtual",
-        action_text=not args.no_action_text,
-        second_stage=not args.no_second_stage,
-        constrained=True,
-        latency=args.latency if args.latency is not None else robot.eval.standin_latency,
-        keep_candidates=False,
-        handle_signals=True,
-    )
+    latency = args.latency if args.latency is not None else robot.eval.standin_latency
+    options = _eval_options(args, True, latency)
     ask = RandomAsk(robot.eval.seed)
     results = evaluate(robot, skill, scenarios, ask, mapper, args.trials, options, args.record)
     return _report(skill, "random", options, results, groups, scenarios, args, began)

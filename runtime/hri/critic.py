@@ -42,6 +42,7 @@ __all__ = [
     "PersonFeatures",
     "SkillCritic",
     "card_problems",
+    "check_skill_card",
     "critic_model_path",
     "critic_vocabulary",
     "feature_names",
@@ -159,12 +160,17 @@ def load_skill_critic(path: Path, skill: Skill, wait: str) -> Critic:
     """Load the critic at ``path`` and check its card against the skill (its name, the
     vocabulary the skill's actions make, the feature names); one CriticError line if not."""
     critic = Critic.load(path)
-    problems = card_problems(critic.card, skill, wait)
+    check_skill_card(path, critic.card, skill, wait)
+    critic.guard_only([name for name in critic.card.features if not name.startswith(ACTIVITY)])
+    return critic
+
+
+def check_skill_card(path: Path, card: CriticCard, skill: Skill, wait: str) -> None:
+    """One CriticError line naming ``path``, the first problem and the skill, if any."""
+    problems = card_problems(card, skill, wait)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise CriticError(f"{path}: {problems[0]} (skill {skill.path}){more}")
-    critic.guard_only([name for name in critic.card.features if not name.startswith(ACTIVITY)])
-    return critic
 
 
 def card_problems(card: CriticCard, skill: Skill, wait: str) -> list[str]:
