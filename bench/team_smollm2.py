@@ -1,20 +1,25 @@
 """SmolLM2 on the team tasks (issue 14): Central Plan, ReAd-J and ReAd-S at each task's easiest
-and hardest level, 5 episodes a cell, one cell at a time, kept between sessions.
+and hardest level, 5 episodes a cell, an episode at a time, kept between sessions.
 
-    python bench/team_smollm2.py            # run the cells not yet measured, then the table
-    python bench/team_smollm2.py --max 2    # at most two cells, then the table
+    python bench/team_smollm2.py            # run the episodes not yet measured, then the table
+    python bench/team_smollm2.py --max 2    # at most two episodes, then the table
     python bench/team_smollm2.py --table    # the table only
     python bench/team_smollm2.py --recordings DIR   # and record each cell's episodes in DIR
 
 A ReAd cell can take hours on a 2-core machine (every re-ask is a local-model call), more than
-one session has. So each cell is one run of the documented command::
+one session has. So a cell is measured an episode at a time, each episode one run of the
+documented command::
 
-    onboard task eval TASK --levels LEVEL --methods METHOD --llm local --trials 5 --json F
+    onboard task eval TASK --levels LEVEL --methods METHOD --llm local --trials 1 \
+        --first-trial K --json F
 
-and its report is committed as ``bench/results/team-smollm2/TASK-LEVEL-METHOD.json`` (the
-folder is kept in git, unlike the other results). A cell whose file exists is not run again;
-stop the script at any time and only the cell under way is lost. The cells run cheapest first:
-Sweep Floor, then Make Sandwich, then Sort Cubes; Central Plan, then ReAd-J, then ReAd-S.
+(trial K of the cell, from the environment seed a whole ``--trials 5`` run gives it), and its
+report is committed as ``bench/results/team-smollm2/TASK-LEVEL-METHOD/tK.json`` (the folder
+is kept in git, unlike the other results). The cells measured before that are one file each,
+``TASK-LEVEL-METHOD.json``, from one ``--trials 5`` run. An episode whose file exists is not
+run again; stop the script at any time and only the episode under way is lost. The cells
+run cheapest first: Sweep Floor, then Make Sandwich, then Sort Cubes; Central Plan, then
+ReAd-J, then ReAd-S.
 
 The table merges every cell's report: SR / ES / NQ (successes of 5, mean steps, mean requests)
 per task, level and method, and per episode the critic's vetoes, failed proposals (unreadable
@@ -56,29 +61,44 @@ def cells() -> list[tuple[str, str, str]]:
 
 
 def cell_file(task: str, level: str, method: str) -> Path:
+    """A cell measured in one run (the cells measured before the episode files)."""
     return CELLS_DIR / f"{task}-{level}-{method}.json"
 
 
-def run_cell(task: str, level: str, method: str, console: Console, recordings: Path | None) -> bool:
-    """One cell through the CLI; its report lands in the folder only when the run completes."""
-    out = cell_file(task, level, method)
+def episode_file(task: str, level: str, method: str, trial: int) -> Path:
+    return CELLS_DIR / f"{task}-{level}-{method}" / f"t{trial}.json"
+
+
+def missing_trials(task: str, level: str, method: str) -> list[int]:
+    if cell_file(task, level, method).is_file():
+        return []
+    return [k for k in range(TRIALS) if not episode_file(task, level, method, k).is_file()]
+
+
+def run_episode(
+    task: str, level: str, method: str, trial: int, console: Console, recordings: Path | None
+) -> bool:
+    """Trial ``trial`` of a cell through the CLI; its report is kept only when the run
+    completes."""
+    out = episode_file(task, level, method, trial)
+    out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_suffix(".partial")
     command = [
         str(Path(sys.executable).with_name("onboard")),
-        "task", "eval", task, "--levels", level, "--methods", method,
-        "--llm", "local", "--trials", str(TRIALS), "--json", str(partial),
+        "task", "eval", task, "--levels", level, "--methods", method, "--llm", "local",
+        "--trials", "1", "--first-trial", str(trial), "--json", str(partial),
     ]  # fmt: skip
-    if recordings is not None:  # request records show a long cell's progress as it runs
+    if recordings is not None:  # request records show a long episode's progress as it runs
         command += ["--recordings", str(recordings / f"{task}-{level}-{method}")]
-    console.print(f"[bold]{task} {level} {method}[/]: {' '.join(command[1:])}")
-    began, measured_on = time.monotonic(), environment()  # the code the cell starts with
+    console.print(f"[bold]{task} {level} {method} trial {trial}[/]: {' '.join(command[1:])}")
+    began, measured_on = time.monotonic(), environment()  # the code the episode starts with
     done = subprocess.run(command, cwd=ROOT, check=False)
     if done.returncode != 0 or not partial.is_file():
-        console.print(f"[red]{task} {level} {method}: exit {done.returncode}; not kept[/]")
+        console.print(f"[red]{task} {level} {method} trial {trial}: exit {done.returncode}[/]")
         partial.unlink(missing_ok=True)
         return False
     report = json.loads(partial.read_text(encoding="utf-8"))
-    report["timing"]["cell_wall_s"] = round(time.monotonic() - began, 1)
+    report["timing"]["wall_s"] = round(time.monotonic() - began, 1)
     report["measured_on"] = measured_on
     out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     partial.unlink()
@@ -86,8 +106,9 @@ def run_cell(task: str, level: str, method: str, console: Console, recordings: P
 
 
 def load_episodes() -> list[Episode]:
+    paths = sorted(CELLS_DIR.glob("*.json")) + sorted(CELLS_DIR.glob("*/t*.json"))
     episodes: list[Episode] = []
-    for path in sorted(CELLS_DIR.glob("*.json")):
+    for path in paths:
         episodes += Report.from_json(path.read_text(encoding="utf-8"), str(path)).episodes
     return episodes
 
@@ -130,7 +151,8 @@ def table(episodes: list[Episode], console: Console) -> dict[str, object]:
 def _figures(s: Summary | None) -> str:
     if s is None:
         return "not yet"
-    return f"{round(s.sr.mean * s.episodes)}/{s.episodes} / {s.es.mean:.1f} / {s.nq.mean:.0f}"
+    shown = f"{round(s.sr.mean * s.episodes)}/{s.episodes} / {s.es.mean:.1f} / {s.nq.mean:.0f}"
+    return shown if s.episodes >= TRIALS else f"{shown} (so far)"
 
 
 def _costs(episodes: list[Episode]) -> str:
@@ -145,17 +167,18 @@ def _costs(episodes: list[Episode]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--max", type=int, default=None, help="run at most this many cells")
+    parser.add_argument("--max", type=int, default=None, help="run at most this many episodes")
     parser.add_argument("--table", action="store_true", help="print the table, run nothing")
     parser.add_argument("--recordings", type=Path, default=None, help="record episodes here")
     args = parser.parse_args()
     console = Console(width=140)
     CELLS_DIR.mkdir(parents=True, exist_ok=True)
     if not args.table:
-        missing = [c for c in cells() if not cell_file(*c).is_file()]
-        console.print(f"{len(missing)} of {len(cells())} cells not yet measured")
-        for cell in missing[: args.max]:
-            run_cell(*cell, console, args.recordings)
+        todo = [(*c, k) for c in cells() for k in missing_trials(*c)]
+        unmeasured = sum(bool(missing_trials(*c)) for c in cells())
+        console.print(f"{unmeasured} of {len(cells())} cells not complete: {len(todo)} episodes")
+        for task, level, method, trial in todo[: args.max]:
+            run_episode(task, level, method, trial, console, args.recordings)
     results = table(load_episodes(), console)
     (RESULTS / "team-smollm2.json").write_text(
         json.dumps({"environment": environment(), **results}, indent=1) + "\n", encoding="utf-8"

@@ -9,6 +9,7 @@ import argparse
 def eval_args(**changes: object) -> argparse.Namespace:
     fields: dict[str, object] = {
         "task": None, "all": False, "levels": None, "ends": False, "methods": None, "trials": 2,
+        "first_trial": 0,
         "llm": "standin", "competence": None, "seed": 0, "constrained": False,
         "critic": "trained", "critics": None, "disturb": False, "ablation": False,
         "controls": False, "json": None, "png": None, "markdown": None, "recordings": None,

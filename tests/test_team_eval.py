@@ -210,6 +210,29 @@ def test_ends_asks_for_each_tasks_easiest_and_hardest_level(
     assert err == "onboard: error: give --levels or --ends, not both"
 
 
+def test_first_trial_runs_a_later_trial_of_a_cell_from_its_environment_seed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """About 3 s: how a cell too long for one sitting is measured an episode at a time.
+    ``--trials 1 --first-trial 2`` runs trial 2 of the cell, from the environment seed trial 2
+    of a whole run starts from, recorded under its own index; a negative index is one line."""
+    cell = ["task", "eval", "sweep_floor", "--levels", "Y1_G1", "--methods", "central_plan"]
+    whole, alone = tmp_path / "whole.json", tmp_path / "alone.json"
+    assert main([*cell, "--trials", "3", "--json", str(whole)]) == 0
+    assert main([*cell, "--trials", "1", "--first-trial", "2", "--json", str(alone),
+                 "--recordings", str(tmp_path / "rec")]) == 0  # fmt: skip
+    (third,) = Report.from_json(alone.read_text(encoding="utf-8")).episodes
+    episodes = Report.from_json(whole.read_text(encoding="utf-8")).episodes
+    assert [e.trial for e in episodes] == [0, 1, 2] and third.trial == 2
+    assert third.seed == episodes[2].seed == env_seed(0, "sweep_floor", "Y1_G1", 2)
+    assert len({e.seed for e in episodes}) == 3
+    assert third.recording is not None and third.recording.endswith("-t2.jsonl")
+    assert (tmp_path / "rec" / third.recording).is_file()
+    capsys.readouterr()
+    assert main([*cell, "--first-trial", "-1"]) == 2
+    assert capsys.readouterr().err.strip() == "onboard: error: --first-trial -1: must be 0 or more"
+
+
 def test_a_missing_critic_is_one_line_before_any_episode(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -71,6 +71,13 @@ def add_parsers(task: Any) -> None:
         help="methods (default: every registered one but the ablation's and the disturbance's)",
     )
     q.add_argument("--trials", type=int, default=5, help="episodes per cell (default 5)")
+    q.add_argument(
+        "--first-trial",
+        type=int,
+        default=0,
+        help="the first trial's index (default 0): --trials 1 --first-trial K runs trial K of"
+        " a whole cell from the same environment seed, a long cell an episode at a time",
+    )
     _common(q)
     q.add_argument(
         "--disturb",
@@ -113,13 +120,16 @@ def _common(q: argparse.ArgumentParser) -> None:
     )
 
 
-def _settings(args: argparse.Namespace, trials: int, recordings: Path | None) -> EvalSettings:
+def _settings(
+    args: argparse.Namespace, trials: int, recordings: Path | None, first_trial: int = 0
+) -> EvalSettings:
     from onboard.collab.evaluate import EvalSettings
 
     if args.competence is not None and not 0.0 <= args.competence <= 1.0:  # nan too
         raise UsageError(f"--competence {args.competence}: must be within 0 and 1")
     return EvalSettings(
         trials=trials,
+        first_trial=first_trial,
         seed=args.seed,
         llm=args.llm,
         competence=args.competence,
@@ -241,7 +251,7 @@ def evaluate(robot: RobotConfig, args: argparse.Namespace, quiet: bool = False) 
     if args.levels and args.ends:
         raise UsageError("give --levels or --ends, not both")
     cells = eval_cells(args, tasks)
-    settings = _settings(args, args.trials, args.recordings)
+    settings = _settings(args, args.trials, args.recordings, args.first_trial)
     total = len(cells) * settings.trials
     began = time.perf_counter()
     with contextlib.ExitStack() as stack:

@@ -11,6 +11,12 @@ evaluation's seed by name, so a cell's figures do not depend on which other cell
   (:func:`llm_seed`): every method meets the same model. (The stand-in's draws also count how
   often it has seen a request, so the trials of a cell run in order in one process.)
 
+``first_trial`` starts a cell's trials at another index: ``trials=1, first_trial=3`` runs the
+episode trial 3 of a whole cell runs, from the same environment seed, so a cell too long for
+one sitting can be measured an episode at a time. What a cell carries from trial to trial
+starts afresh (the stand-in's draws, Reflexion's memory); the local model, which is sampled
+unseeded, does not depend on it.
+
 The figures (the seed's metrics): **SR** the share of episodes that succeed; **ES** the
 environment steps an episode took (an episode that fails counts the step limit); **NQ** the
 LLM requests an episode made, checked equal to the ``request`` records of its recording.
@@ -118,6 +124,8 @@ class Cell:
 @dataclass(frozen=True)
 class EvalSettings:
     trials: int = 5
+    #: the index of the first trial (see the module's docstring)
+    first_trial: int = 0
     seed: int = 0
     #: standin | control | local | URL (onboard.cli.team_endpoint) or random (the control)
     llm: str = "standin"
@@ -351,6 +359,8 @@ def check_cells(cells: Sequence[Cell], settings: EvalSettings) -> None:
     disturbance without the runner's support, a bad trial count."""
     if settings.trials < 1:
         raise UsageError(f"--trials {settings.trials}: must be 1 or more")
+    if settings.first_trial < 0:
+        raise UsageError(f"--first-trial {settings.first_trial}: must be 0 or more")
     for cell in cells:
         method(cell.method)
         find_team_task(cell.task).level(cell.level)
@@ -387,7 +397,8 @@ def run_cells(
             env = make_env(task, cell.level)
             memory = TrialMemory()  # one per cell: its trials run in order
             with llms.open(cell, task.name) as (llm, label, constrained):
-                for trial in range(settings.trials):
+                first = settings.first_trial
+                for trial in range(first, first + settings.trials):
                     path = None
                     if record is not None:
                         path = record(cell, trial)
