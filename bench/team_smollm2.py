@@ -126,6 +126,12 @@ def table(episodes: list[Episode], console: Console) -> dict[str, object]:
         "| task | level | " + " | ".join(f"{m} SR / ES / NQ" for m in METHODS) + " |",
         "|---|---|" + "---|" * len(METHODS),
     ]
+    costs = [
+        "| task | level | "
+        + " | ".join(f"{m} vetoes / failed / fallbacks" for m in METHODS)
+        + " |",
+        "|---|---|" + "---|" * len(METHODS),
+    ]
     rows = []
     for task in TASKS:
         for level in ends(task):
@@ -135,9 +141,12 @@ def table(episodes: list[Episode], console: Console) -> dict[str, object]:
                 for m in METHODS
             }
             figures = [_figures(s) for s in cells_here]
+            spent = [_costs(mine[m]) for m in METHODS]
             grid.add_row(task, level, *figures)
-            per_episode.add_row(task, level, *(_costs(mine[m]) for m in METHODS))
+            per_episode.add_row(task, level, *spent)
             markdown.append(f"| {task} | {level} | " + " | ".join(figures) + " |")
+            shown = [c or "not yet" for c in spent]
+            costs.append(f"| {task} | {level} | " + " | ".join(shown) + " |")
             rows += [
                 {"task": task, "level": level, "method": m, **s.to_json()}
                 for m, s in zip(METHODS, cells_here, strict=True)
@@ -145,7 +154,7 @@ def table(episodes: list[Episode], console: Console) -> dict[str, object]:
             ]
     console.print(grid)
     console.print(per_episode)
-    return {"rows": rows, "markdown": "\n".join(markdown) + "\n"}
+    return {"rows": rows, "markdown": "\n".join(markdown) + "\n\n" + "\n".join(costs) + "\n"}
 
 
 def _figures(s: Summary | None) -> str:
