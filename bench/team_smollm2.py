@@ -183,8 +183,9 @@ def main() -> None:
     console = Console(width=140)
     CELLS_DIR.mkdir(parents=True, exist_ok=True)
     if not args.table:
-        todo = [(*c, k) for c in cells() for k in missing_trials(*c)]
-        unmeasured = sum(bool(missing_trials(*c)) for c in cells())
+        missing = {c: missing_trials(*c) for c in cells()}
+        todo = [(*c, k) for c, trials in missing.items() for k in trials]
+        unmeasured = sum(bool(trials) for trials in missing.values())
         console.print(f"{unmeasured} of {len(cells())} cells not complete: {len(todo)} episodes")
         for task, level, method, trial in todo[: args.max]:
             run_episode(task, level, method, trial, console, args.recordings)

@@ -29,7 +29,8 @@ from onboard.base.errors import LLMError, ModelError
 __all__ = ["CONTEXT_TOKENS", "exit_reason", "gguf_path", "local_server", "server_pid", "serves"]
 
 MODEL_ALIAS = "smollm2-135m-instruct"
-#: the server's context: prompt and reply together
+#: the server's context, prompt and reply together. SmolLM2 was trained on 8k tokens; a team
+#: request late in a ReAd episode (the history, the proposals refused this step) passes 2,000
 CONTEXT_TOKENS = 4096
 _EXTRA = "pip install -e '.[local-llm]'"
 
@@ -89,8 +90,6 @@ def local_server(threads: int = 2, startup_timeout: float = 90.0) -> Iterator[st
     if importlib.util.find_spec("llama_cpp") is None:
         raise ModelError(f"local LLM: llama-cpp-python is missing (the local-llm extra: {_EXTRA})")
     model, port = gguf_path(), _free_port()
-    # SmolLM2 was trained on 8k tokens; a team request of a late step (Sort Cubes under
-    # ReAd-S: three agents' actions, the history, the refused proposals) reaches 2,000
     command = [
         sys.executable, "-m", "llama_cpp.server",
         "--model", str(model), "--model_alias", MODEL_ALIAS,
