@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import math
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from typing import Any
 
@@ -336,3 +337,30 @@ def test_firmware_refusing_the_request_fails_the_connect_naming_the_key(
         emulator.fail_next("setOptionalInfoConfig", "Cmd does not exist!", code="1")
         with pytest.raises(ArmError, match=r"Cmd does not exist.*request_status_fields = false"):
             jaka(config, request_status_fields=True).connect()
+
+
+# -- (f) closing ------------------------------------------------------------------------------
+
+
+def test_a_connection_accepted_as_the_emulator_closes_is_hung_up(backend: SimArm) -> None:
+    """A client that connects just before ``close()`` is hung up, not left open (it was: CI
+    failed on the leaked socket's ResourceWarning). The race is narrow, so the test closes
+    right after connecting, many times, with thread switches as frequent as they go."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for attempt in range(200):
+            server = JakaServer(backend, port=0, status_port=0).start()
+            with socket.create_connection(server.status_address, timeout=BOUND) as client:
+                server.close()
+                client.settimeout(BOUND)
+                try:
+                    with suppress(ConnectionResetError):
+                        while client.recv(65536):
+                            pass  # the pushes before the close; then the end of the stream
+                except TimeoutError:
+                    pytest.fail(
+                        f"the emulator left a connection open after close() (attempt {attempt})"
+                    )
+    finally:
+        sys.setswitchinterval(interval)

@@ -172,11 +172,11 @@ class JakaServer:
         return str(host), int(port)
 
     def start(self) -> JakaServer:
+        self._running.set()
         for port, serve in zip(self._ports, (self._serve_commands, self._add_status), strict=True):
             listener = socket.create_server((self.host, port), reuse_port=False)
             self._listeners.append(listener)
             self._spawn(self._accept_loop, listener, serve)
-        self._running.set()
         self._spawn(self._broadcast_loop)
         return self
 
@@ -251,6 +251,9 @@ class JakaServer:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._clients_lock:
                 self._clients.add(sock)
+            if not self._running.is_set():  # accepted as close() ran: it hung up the others
+                self._forget(sock)
+                return
             serve(sock)
 
     def _serve_commands(self, sock: socket.socket) -> None:
