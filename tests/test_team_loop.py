@@ -32,11 +32,12 @@ from test_cli import onboard
 from onboard.base.errors import ReplayDivergence, UsageError
 from onboard.collab.episode import TeamOutcome, TeamSettings, run_team_episode, team_header
 from onboard.collab.methods import method
-from onboard.collab.refine import CriticCheck, LegalCheck
+from onboard.collab.refine import CriticCheck, LegalCheck, TeamObservation
 from onboard.collab.replay import replay_team_episode
 from onboard.config import LLMConfig, RobotConfig
 from onboard.llm.client import ChatClient
 from onboard.loop.engine import Check
+from onboard.loop.kind import Step
 from onboard.loop.recorder import MemoryRecorder, Recorder, read_recording
 from onboard.testing.loopback import LoopbackServer, OwnedHTTPServer
 from onboard.testing.standin_server import completion_json
@@ -421,6 +422,40 @@ def test_the_checks_are_checks_of_the_loop() -> None:
     checks: list[Check] = [LegalCheck(CubeRelay()),
                            CriticCheck(HandCritic(), AGENTS, VOCABULARY, "joint", 0.5)]  # fmt: skip
     assert [c.name for c in checks] == ["legal", "critic"]
+
+
+@dataclass
+class FixedCritic:
+    """Every action scores ``value``."""
+
+    value: float
+
+    def local_advantage(
+        self, state: npt.NDArray[np.float32], prefix: Sequence[int], action: int
+    ) -> Score:
+        return Score(self.value, False)
+
+    def joint_advantage(self, state: npt.NDArray[np.float32], joint: Sequence[int]) -> Score:
+        return Score(self.value, False)
+
+
+@pytest.mark.parametrize(
+    ("value", "epsilon", "shown"),
+    [
+        (-0.31, 0.0, "-0.31"),
+        (-0.001, 0.0, "-0.001"),
+        (0.0996, 0.1, "0.0996"),
+        (-4e-9, 0.0, "-4.000e-09"),
+    ],
+)
+def test_a_refused_score_is_shown_under_its_threshold(
+    value: float, epsilon: float, shown: str
+) -> None:
+    check = CriticCheck(FixedCritic(value), AGENTS, VOCABULARY, "sequential", epsilon)
+    observation = TeamObservation(0, "", np.zeros(4, dtype=np.float32))
+    verdict = check.check([Step("WAIT", {"agent": "Alice"})], observation)
+    assert not verdict.ok
+    assert verdict.feedback == f"score {shown} (under the threshold {epsilon:.2f})"
 
 
 # -- recording and replay -------------------------------------------------------------------

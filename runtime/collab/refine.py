@@ -215,9 +215,22 @@ class CriticCheck:
             )  # fmt: skip
         if value < self.epsilon:
             return CriticVerdict(
-                False, f"score {value:.2f} (under the threshold {self.epsilon:.2f})", value
+                False,
+                f"score {_shown_under(value, self.epsilon)} (under the threshold "
+                f"{self.epsilon:.2f})",
+                value,
             )
         return CriticVerdict(True, f"score {value:.2f}", value)
+
+
+def _shown_under(value: float, threshold: float) -> str:
+    """``value`` with as few decimals (two or more) as show it under ``threshold``: the LLM
+    reads this, and "-0.00 (under the threshold 0.00)" reads as a contradiction."""
+    for digits in range(2, 7):
+        text = f"{value:.{digits}f}"
+        if float(text) < threshold:
+            return text
+    return f"{value:.3e}"
 
 
 @dataclass
