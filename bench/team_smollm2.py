@@ -145,8 +145,7 @@ def table(episodes: list[Episode], console: Console) -> dict[str, object]:
             grid.add_row(task, level, *figures)
             per_episode.add_row(task, level, *spent)
             markdown.append(f"| {task} | {level} | " + " | ".join(figures) + " |")
-            shown = [c or "not yet" for c in spent]
-            costs.append(f"| {task} | {level} | " + " | ".join(shown) + " |")
+            costs.append(f"| {task} | {level} | " + " | ".join(spent) + " |")
             rows += [
                 {"task": task, "level": level, "method": m, **s.to_json()}
                 for m, s in zip(METHODS, cells_here, strict=True)
@@ -166,7 +165,7 @@ def _figures(s: Summary | None) -> str:
 
 def _costs(episodes: list[Episode]) -> str:
     if not episodes:
-        return ""
+        return "not yet"
     n = len(episodes)
     vetoes, failed, fallbacks = (
         sum(getattr(e, k) for e in episodes) / n for k in ("vetoes", "failed", "fallbacks")
