@@ -12,6 +12,7 @@ import os
 import re
 import select
 import struct
+import sys
 import termios
 import time
 import tty
@@ -140,6 +141,31 @@ def test_opening_the_port_boots_the_board_and_a_reopen_boots_it_again(backend: S
         host.send(numbered(1, "M114"))
         assert host.answer()[0].startswith("X:")
         host.close()
+
+
+def test_a_port_closed_and_reopened_at_once_boots_the_board_every_time(backend: SimArm) -> None:
+    """A host that closes the port and opens it again at once gets a new banner every time.
+    It did not always (CI failed on the test above): the close makes the pty's master
+    readable (a hangup); when the reopen came between that wakeup and the emulator's read,
+    the read blocked, waiting for the host's first byte while the host waited for the banner.
+    The window is narrow, so the test reopens many times with thread switches as frequent as
+    they go."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with MarlinEmulator(backend, boot_time=0.001) as emulator:
+            host = Host(emulator.path, emulator)
+            try:
+                host.banner()
+                for attempt in range(1, 501):
+                    host.close()
+                    host = Host(emulator.path, emulator)
+                    assert host.banner()[0] == "start", f"reopen {attempt}"
+                    assert emulator.boots == attempt + 1
+            finally:
+                host.close()
+    finally:
+        sys.setswitchinterval(interval)
 
 
 def test_without_auto_reset_the_board_says_nothing_until_spoken_to(backend: SimArm) -> None:

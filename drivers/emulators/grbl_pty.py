@@ -98,7 +98,7 @@ from onboard.drivers.emulators.grbl_gcode import (
     parse_block,
     read_float,
 )
-from onboard.drivers.emulators.pty_controller import PtyController
+from onboard.drivers.emulators.pty_controller import PtyController, open_pty
 
 __all__ = [
     "BANNER",
@@ -346,7 +346,7 @@ class GrblEmulator(PtyController):
         return self.start()
 
     def start(self) -> GrblEmulator:
-        self._master, self._slave = os.openpty()
+        self._master, self._slave = open_pty()
         self._wake = os.pipe()
         tty.setraw(self._slave)
         self._path = os.ttyname(self._slave)
@@ -407,6 +407,8 @@ class GrblEmulator(PtyController):
                 if not ready:
                     continue
                 chunk = os.read(self._master, 4096)
+            except BlockingIOError:
+                continue  # a hangup, and the port reopened since: see open_pty
             except OSError as exc:
                 if exc.errno == errno.EIO and self.auto_reset:  # the host closed the port
                     self._connected.clear()
@@ -429,6 +431,8 @@ class GrblEmulator(PtyController):
                 if self._wake[0] in ready:
                     return False
                 packet = os.read(self._master, 4096) if ready else b""
+            except BlockingIOError:
+                continue  # a hangup, and the port reopened since: see open_pty
             except OSError as exc:
                 if exc.errno != errno.EIO or self._pause(_OPEN_POLL):
                     return False
@@ -454,6 +458,8 @@ class GrblEmulator(PtyController):
                     return True  # shutting down: the caller's loop ends
                 if ready and os.read(self._master, 4096)[0] & termios.TIOCPKT_FLUSHREAD:
                     return True
+            except BlockingIOError:
+                continue  # a hangup, and the port reopened since: see open_pty
             except OSError:
                 return False
             except (ValueError, IndexError):

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field, replace
 
 from onboard.drivers.arm.base import Arm, Pose
 from onboard.drivers.emulators import Job
-from onboard.drivers.emulators.pty_controller import PtyController
+from onboard.drivers.emulators.pty_controller import PtyController, open_pty
 
 __all__ = ["MarlinEmulator", "print_float", "strtof_value"]
 
@@ -575,7 +575,7 @@ class MarlinEmulator(PtyController):
     # -- life -----------------------------------------------------------------------------------
 
     def start(self) -> MarlinEmulator:
-        self._master, self._slave = os.openpty()
+        self._master, self._slave = open_pty()
         self._wake = os.pipe()
         tty.setraw(self._slave)
         self._path = os.ttyname(self._slave)
@@ -652,6 +652,8 @@ class MarlinEmulator(PtyController):
                 if self._master not in ready:
                     continue
                 chunk = os.read(self._master, 4096)
+            except BlockingIOError:
+                continue  # a hangup, and the port reopened since: see open_pty
             except OSError as exc:
                 if exc.errno == errno.EIO:  # nobody holds the slave: wait for an open
                     readable = False
@@ -681,6 +683,8 @@ class MarlinEmulator(PtyController):
                 if not ready:
                     continue
                 chunk = os.read(self._master, 4096)
+            except BlockingIOError:
+                continue  # a hangup, and the port reopened since: see open_pty
             except OSError as exc:
                 if exc.errno == errno.EIO:
                     port_open = self.port_open = False  # the driver closed the port
@@ -702,6 +706,8 @@ class MarlinEmulator(PtyController):
         try:
             ready, _, _ = select.select([self._master], [], [], 0)
             return os.read(self._master, 4096) if ready else b""
+        except BlockingIOError:
+            return b""  # someone holds the slave open; nothing is waiting
         except (OSError, ValueError):
             return None
 

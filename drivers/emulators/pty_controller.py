@@ -1,6 +1,6 @@
 """A serial controller on a pseudo-terminal: the plumbing every firmware emulator shares.
 
-``PtyController(arm).start()`` opens a pty with ``os.openpty`` and answers on its master side;
+``PtyController(arm).start()`` opens a pty (:func:`open_pty`) and answers on its master side;
 :attr:`path` (``/dev/pts/N``) is what a driver opens with ``serial.serial_for_url``. A subclass
 is one firmware's behaviour; it fills in four hooks:
 
@@ -43,6 +43,16 @@ _POLL = 0.05
 MAX_LINE = 256  # bytes: a longer line is answered with an error and skipped to its end
 TOO_LONG = "\x00too long"  # what LineReader hands on for a line past its limit
 _MAX_QUEUED = 64  # lines received and not yet executed; past this the reader waits
+
+
+def open_pty() -> tuple[int, int]:
+    """A new pty (master, slave). The master does not block: when a host closes the slave,
+    ``select`` reports the master readable (a hangup), and if the host reopens the port before
+    the read, a blocking read would wait for the host's next byte while the host waits for the
+    board's banner. A non-blocking read raises ``BlockingIOError`` instead."""
+    master, slave = os.openpty()
+    os.set_blocking(master, False)
+    return master, slave
 
 
 class PtyController:
@@ -112,7 +122,7 @@ class PtyController:
         return self._path
 
     def start(self) -> PtyController:
-        self._master, self._slave = os.openpty()
+        self._master, self._slave = open_pty()
         self._wake = os.pipe()
         tty.setraw(self._slave)  # no echo, no line editing, until a driver configures it
         self._path = os.ttyname(self._slave)
@@ -159,10 +169,19 @@ class PtyController:
     # -- for subclasses -------------------------------------------------------------------
 
     def write(self, data: bytes) -> None:
+        """Send bytes to the host; while its input is full, wait (until shutdown)."""
         with self._write_lock:
-            if self._master >= 0:
-                with contextlib.suppress(OSError):
-                    os.write(self._master, data)
+            view = memoryview(data)
+            while view and self._master >= 0:
+                try:
+                    view = view[os.write(self._master, view) :]
+                except BlockingIOError:
+                    if not self._running.is_set():
+                        return
+                    with contextlib.suppress(OSError, ValueError):
+                        select.select([], [self._master], [], _POLL)
+                except OSError:
+                    return
 
     def write_lines(self, lines: list[str]) -> None:
         if lines:
@@ -226,6 +245,8 @@ class PtyController:
                 if self._wake[0] in ready:
                     return
                 chunk = os.read(self._master, 4096) if ready else b""
+            except BlockingIOError:
+                continue  # readable a moment ago (a hangup), not now: a host reopened the port
             except (OSError, ValueError):
                 return
             start = 0
