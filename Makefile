@@ -8,21 +8,38 @@ STAMP       := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 EXTRAS      := dev,local-llm,sim,realsense,overcooked
 
-.PHONY: run test lint eval bench critics system constraints clean
+.PHONY: run test hint lint eval bench critics system constraints clean
 
 system:
 	@tools/system-packages.sh $(PYTHON)
 
+STEP        := tools/step.sh $(VENV)/setup.log
+# llama-cpp-python builds from source, for any x86-64 with AVX2, not tuned to the building CPU
+# (a GGML_NATIVE build segfaulted at its first token on a 2-core Xeon with AVX-512 and AMX),
+# without the multimodal library (mtmd/llava: onboard sends text only; llama_cpp imports it
+# only for image chat formats), which cuts the build by about a third. The wheel is kept in
+# ~/.cache/onboard keyed by version and flags, so a rebuilt venv on this machine reuses it;
+# pip's own cache is not used: a wheel cached there may have been built with other flags.
+LLAMA_FLAGS := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
+LLAMA_PIN   := $(shell grep -i '^llama[-_]cpp[-_]python==' $(CONSTRAINTS))
+LLAMA_KEY   := $(shell echo '$(LLAMA_PIN) $(LLAMA_FLAGS)' $$(uname -m) | sha256sum | cut -c1-12)
+LLAMA_WHEEL := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/onboard/llama-cpp-python/$(LLAMA_KEY)
+
 $(STAMP): pyproject.toml $(CONSTRAINTS) | system
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	# llama-cpp-python builds from source (about 4 minutes on 2 cores) for any x86-64 with
-	# AVX2, not tuned to the building CPU: a GGML_NATIVE build segfaulted at its first token
-	# on a 2-core Xeon with AVX-512 and AMX. No pip cache: a cached wheel may have other flags.
-	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install --quiet --no-cache-dir -c $(CONSTRAINTS) \
-	  llama-cpp-python
-	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
-	touch $(STAMP)
+	@$(STEP) "creating the virtualenv $(VENV)" "a few seconds" $(PYTHON) -m venv $(VENV)
+	@$(STEP) "upgrading pip" "about 10 s" $(BIN)/pip install --upgrade pip
+	@if ls $(LLAMA_WHEEL)/*.whl >/dev/null 2>&1; then \
+	  echo "onboard setup: llama-cpp-python already built here ($(LLAMA_WHEEL))"; \
+	else \
+	  $(STEP) "building llama.cpp for llama-cpp-python, once per machine" \
+	    "about 5 min on 2 quiet cores, 10 under load" \
+	    env CMAKE_ARGS="$(LLAMA_FLAGS)" $(BIN)/pip wheel --no-deps --no-cache-dir \
+	    -w $(LLAMA_WHEEL) '$(LLAMA_PIN)'; \
+	fi
+	@$(STEP) "installing onboard and its pinned packages" "about 1-2 min" \
+	  $(BIN)/pip install -c $(CONSTRAINTS) --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python \
+	  -e '.[$(EXTRAS)]'
+	@touch $(STAMP)
 
 ## The main job on the embedded defaults: the simulated robot, SmolLM2 on loopback.
 ## A demo: it prints the verdict, and fails only for a crash or a configuration error
@@ -31,11 +48,19 @@ run: system $(STAMP)
 	$(BIN)/onboard check
 	@code=0; $(BIN)/onboard run engage --scenario skills/scenarios/person-object.toml || code=$$?; \
 	  if [ $$code -gt 1 ]; then exit $$code; fi
+	@$(MAKE) --no-print-directory hint
 
 ## Lint, type-check and every test (the slow end-to-end test on the real model included).
 ## python -P: the repository root is not on sys.path; tests import the installed onboard only.
 test: system $(STAMP) lint
 	ONBOARD_REQUIRE_LOCAL_LLM=1 ONBOARD_REQUIRE_REALSENSE=1 $(BIN)/python -P -m pytest
+	@$(MAKE) --no-print-directory hint
+
+## How to call onboard from now on: it lives in the virtualenv, not on the PATH.
+hint:
+	@echo
+	@echo "onboard is installed in $(VENV). Call it as $(BIN)/onboard, or once per shell:"
+	@echo "    source $(BIN)/activate    # then: onboard --help"
 
 lint: $(STAMP)
 	$(BIN)/ruff check runtime drivers tests bench models tools

@@ -24,7 +24,7 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "onboard: run once as root: apt-get update && apt-get install -y ${missing[*]}" >&2
   exit 1
 fi
-echo "onboard: installing Debian packages: ${missing[*]}"
+echo "onboard setup: installing Debian packages: ${missing[*]} (about 1-2 min)"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
