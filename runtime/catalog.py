@@ -51,4 +51,5 @@ def make_mapper(robot: RobotConfig, skill: Skill, embedder: Embedder | None = No
         shortlist=settings.shortlist,
         lexicon_threshold=settings.lexicon_threshold,
         top_k=settings.top_k,
+        embed_references=embedder.embed_references,
     )

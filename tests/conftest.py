@@ -7,6 +7,7 @@ only the HTTP request, as a real model would.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,19 @@ from onboard.loop.skill import Skill
 from onboard.testing.standin_server import StandInServer
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The tests, and the processes they start, keep onboard's caches (reference
+    embeddings) in a folder of this run, never in the user's ~/.cache."""
+    saved = os.environ.get("ONBOARD_CACHE_DIR")
+    os.environ["ONBOARD_CACHE_DIR"] = str(tmp_path_factory.mktemp("onboard-cache"))
+    yield
+    if saved is None:
+        del os.environ["ONBOARD_CACHE_DIR"]
+    else:
+        os.environ["ONBOARD_CACHE_DIR"] = saved
 
 
 @pytest.fixture(scope="session")

@@ -86,10 +86,12 @@ def test_missing_dir_raises_model_error(tmp_path: Path) -> None:
     assert "\n" not in message
 
 
-def test_unreadable_model_raises_model_error(tmp_path: Path) -> None:
+def test_unreadable_model_raises_model_error_at_the_first_text(tmp_path: Path) -> None:
     (tmp_path / "model.onnx").write_bytes(b"not an onnx file")
+    (tmp_path / "tokenizer.json").write_bytes((DEFAULT_MODEL_DIR / "tokenizer.json").read_bytes())
+    embedder = Embedder(tmp_path, cache=tmp_path / "cache")  # the session starts when needed
     with pytest.raises(ModelError, match=r"model\.onnx"):
-        Embedder(tmp_path)
+        embedder.embed_references(["hello"])
 
 
 # kernels whose results depend on the CPU's int8 instructions

@@ -157,9 +157,11 @@ def _task_files(robot: RobotConfig) -> list[Path]:
 
 def _warn_ambiguous(robot: RobotConfig, skills: Sequence[Skill]) -> None:
     from onboard.catalog import make_mapper
+    from onboard.grounding.embedder import Embedder
 
+    embedder = Embedder(robot.embedder_dir, threads=robot.models.threads)
     for skill in skills:
-        for a, b, ra, rb, cos in make_mapper(robot, skill).ambiguities():
+        for a, b, ra, rb, cos in make_mapper(robot, skill, embedder).ambiguities():
             line = skill.line_of("actions", a, "references")
             print(f"  warning: {skill.path}:{line}: [{skill.name}] references of {a!r} and "
                   f"{b!r} are close (cos {cos:.2f}): {ra!r} ~ {rb!r}")  # fmt: skip

@@ -19,9 +19,12 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from onboard.base.errors import UsageError
-from onboard.config import RobotConfig
+
+if TYPE_CHECKING:
+    from onboard.config import RobotConfig
 
 __all__ = ["do_command", "eval_command", "vlm_endpoint"]
 

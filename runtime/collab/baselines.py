@@ -67,7 +67,7 @@ from onboard.collab.prompts import (
     read_reply,
 )
 from onboard.collab.refine import Decision, LegalCheck, TeamAsk, refine, steps_of
-from onboard.llm.client import Message
+from onboard.llm.types import Message
 from onboard.loop.kind import Attempt
 
 __all__ = ["BASELINES", "observation_lines", "one_line"]

@@ -31,7 +31,7 @@ from onboard.collab.methods import (
 from onboard.collab.prompts import WAIT, HistoryEntry
 from onboard.collab.refine import CriticView
 from onboard.config import RobotConfig
-from onboard.llm.client import Completes, Message
+from onboard.llm.types import Completes, Message
 from onboard.loop.recorder import Recorder
 from onboard.loop.recording import SkillText, build_header
 

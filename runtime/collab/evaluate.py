@@ -41,7 +41,7 @@ from onboard.collab.episode import TeamFigures, TeamOutcome, run_team_episode, t
 from onboard.collab.methods import TeamSettings, TrialMemory, method, registered
 from onboard.collab.taskfile import TeamTask, find_team_task
 from onboard.config import RobotConfig
-from onboard.llm.client import Completes
+from onboard.llm.types import Completes
 from onboard.loop.recorder import Recorder, read_recording
 
 __all__ = [

@@ -51,7 +51,7 @@ from onboard.collab.refine import (
     TeamObservation,
     refine,
 )
-from onboard.llm.client import Message
+from onboard.llm.types import Message
 from onboard.loop.kind import Attempt
 
 __all__ = [

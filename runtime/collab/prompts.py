@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from onboard.base.errors import LLMReplyError
-from onboard.llm.client import Message
+from onboard.llm.types import Message
 from onboard.loop.kind import Attempt
 
 __all__ = [

@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from onboard.base.errors import LLMError, LLMReplyError
 from onboard.collab.prompts import WAIT, proposal_text, read_reply
-from onboard.llm.client import Message
+from onboard.llm.types import Message
 from onboard.loop.engine import Verdict
 from onboard.loop.kind import Attempt, Step
 

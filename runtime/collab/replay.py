@@ -19,7 +19,7 @@ from onboard.base.errors import LLMError, RecordingError, ReplayDivergence
 from onboard.collab.episode import TeamOutcome, run_team_episode
 from onboard.collab.methods import EnvView, TaskView, TeamSettings, TrialMemory, method
 from onboard.collab.refine import CriticView
-from onboard.llm.client import ChatResult, Message
+from onboard.llm.types import ChatResult, Message
 from onboard.loop.recorder import MemoryRecorder, read_recording
 from onboard.loop.recording import Header, check_models, read_header
 

@@ -38,9 +38,10 @@ on every CPU.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
+from functools import cached_property
 from typing import Literal, NamedTuple, Protocol
 
 import numpy as np
@@ -474,21 +475,33 @@ class Lexicon:
     """
 
     def __init__(self, cues: Mapping[str, Cues]) -> None:
-        def compiled(*fields: Kind) -> list[tuple[Reading, re.Pattern[str]]]:
-            # one pattern per action and kind, its longest phrases first
-            found = []
-            for kind in fields:
-                for name, c in cues.items():
-                    phrases = sorted(getattr(c, kind), key=lambda p: (-len(p), p))
-                    if phrases:
-                        either = "|".join(phrase_pattern(p) for p in phrases)
-                        found.append((Reading(name, kind), re.compile(either)))
-            return found
-
-        self._verbs = compiled("verbs", "holds")
-        self._until = compiled("until")
-        self._negated = compiled("negated")
+        self._cues = dict(cues)
         self.waiting = frozenset(name for name, c in cues.items() if c.until)
+
+    # compiled at the first reading, not when the skill loads: ``onboard check`` and a
+    # mapper that answers from exact names never pay for them
+    @cached_property
+    def _verbs(self) -> list[tuple[Reading, re.Pattern[str]]]:
+        return self._compiled("verbs", "holds")
+
+    @cached_property
+    def _until(self) -> list[tuple[Reading, re.Pattern[str]]]:
+        return self._compiled("until")
+
+    @cached_property
+    def _negated(self) -> list[tuple[Reading, re.Pattern[str]]]:
+        return self._compiled("negated")
+
+    def _compiled(self, *fields: Kind) -> list[tuple[Reading, re.Pattern[str]]]:
+        # one pattern per action and kind, its longest phrases first
+        found = []
+        for kind in fields:
+            for name, c in self._cues.items():
+                phrases = sorted(getattr(c, kind), key=lambda p: (-len(p), p))
+                if phrases:
+                    either = "|".join(phrase_pattern(p) for p in phrases)
+                    found.append((Reading(name, kind), re.compile(either)))
+        return found
 
     def reading(self, clause: str) -> Reading | None:
         condition = _CONDITION.search(clause)
@@ -598,7 +611,10 @@ class ActionMapper:
         shortlist: float = 0.0,
         lexicon_threshold: float | None = None,
         top_k: int = 1,
+        embed_references: Callable[[Sequence[str]], npt.NDArray[np.float32]] | None = None,
     ) -> None:
+        """``embed_references``: how the reference texts are embedded (default: ``embedder``;
+        :meth:`Embedder.embed_references` keeps them on disk between runs)."""
         self.embedder = embedder
         self.threshold = threshold
         self.margin = margin
@@ -617,7 +633,7 @@ class ActionMapper:
             for ref in references[name]:
                 texts.append(normalise(ref))
                 self._owner.append(index)
-        self._refs = embedder.embed(texts)
+        self._refs = (embed_references or embedder.embed)(texts)
         self._ref_texts = texts
 
     def map(self, reply: str) -> MappingResult:

@@ -10,8 +10,8 @@ from typing import Any
 from onboard.grounding.mapping import ActionMapper
 from onboard.hri.events import person_changes
 from onboard.llm import prompts
-from onboard.llm.client import Message
 from onboard.llm.replies import parse_reply, reply_action, reply_phrase
+from onboard.llm.types import Message
 from onboard.loop.kind import Attempt, Observation, Plan, Step
 from onboard.loop.skill import Action, Skill
 

@@ -26,7 +26,7 @@ from onboard.hri.critic import critic_model_path
 from onboard.hri.scenario import Scenario
 from onboard.hri.session import EpisodeOptions, make_mapper, run_episode
 from onboard.hri.world import SimRobot
-from onboard.llm.client import ChatResult, Message
+from onboard.llm.types import ChatResult, Message
 from onboard.loop.engine import SkillRunner
 from onboard.loop.recorder import MemoryRecorder, read_recording, with_images
 from onboard.loop.recording import Header, check_models, read_header

@@ -27,8 +27,8 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Any
 
 import httpcore
 import httpx
@@ -38,6 +38,7 @@ from onboard.base.secrets import scrub
 from onboard.config import LLMConfig
 from onboard.llm.local_server import exit_reason, serves
 from onboard.llm.structured import Form, reply_problem, resolve, response_format
+from onboard.llm.types import ChatResult, Completes, Message
 
 __all__ = [
     "ChatClient",
@@ -49,39 +50,7 @@ __all__ = [
     "timing_hooks",
 ]
 
-#: {"role": ..., "content": text or OpenAI content parts} (onboard.llm.content)
-Message = Mapping[str, Any]
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
-
-
-@dataclass(frozen=True)
-class ChatResult:
-    """One answered exchange: the reply text and what it cost."""
-
-    text: str
-    latency: float
-    attempts: int
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    model: str = ""
-    timings: dict[str, float] = field(default_factory=dict)
-    #: perf_counter() when the request left and the response headers came back (0 = unknown)
-    sent_at: float = 0.0
-    received_at: float = 0.0
-    #: why the server stopped: "stop", "length" (cut at max_tokens), ... ("" = not said)
-    finish_reason: str = ""
-
-
-class Completes(Protocol):
-    """What answers one exchange: :class:`ChatClient`, or a recording's replies (a replay,
-    a test's scripted model)."""
-
-    def complete(
-        self,
-        messages: Sequence[Message],
-        schema: Mapping[str, Any] | None = None,
-        deadline: float | None = None,
-    ) -> ChatResult: ...
 
 
 class ChatClient:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from string import Template
 from typing import Any
 
-from onboard.llm.client import Message
+from onboard.llm.types import Message
 from onboard.loop.skill import Skill
 
 __all__ = [

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from onboard.llm.client import Message
+from onboard.llm.types import Message
 from onboard.loop.skill import Action, Skill
 
 __all__ = ["Attempt", "Observation", "Plan", "SkillKind", "Step"]

@@ -16,9 +16,9 @@ from typing import Any
 
 from onboard.grounding.mapping import ActionMapper
 from onboard.llm import prompts
-from onboard.llm.client import Message
 from onboard.llm.content import user_message
 from onboard.llm.replies import parse_reply, reply_action
+from onboard.llm.types import Message
 from onboard.loop.kind import Attempt, Observation, Plan, Step
 from onboard.loop.skill import Action, SceneSpec, Skill
 from onboard.manip.observation import SceneObservation

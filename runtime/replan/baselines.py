@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from onboard.base.errors import CodeRefused, LLMError, OnboardError, RecordingError
-from onboard.llm.client import ChatResult, Completes, Message
+from onboard.llm.types import ChatResult, Completes, Message
 from onboard.loop.recorder import Recorder
 from onboard.replan.api import RobotAPI, call, call_text
 from onboard.replan.bots import HttpBot, recorded_exchanges

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from onboard.llm.client import Message
 from onboard.llm.content import user_message
+from onboard.llm.types import Message
 from onboard.replan.api import api_doc
 
 __all__ = [

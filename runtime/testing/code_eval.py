@@ -36,8 +36,8 @@ from onboard.base.errors import RecordingError
 from onboard.config import RobotConfig
 from onboard.drivers.twin.world import Twin
 from onboard.grounding.embedder import Embedder
-from onboard.llm.client import Completes
 from onboard.llm.content import encode_image
+from onboard.llm.types import Completes
 from onboard.loop.recorder import Recorder
 from onboard.loop.recording import images_dir
 from onboard.perception.detector import Detector

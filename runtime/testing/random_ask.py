@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from onboard.base.errors import LLMReplyError
-from onboard.llm.client import ChatResult, Message
+from onboard.llm.types import ChatResult, Message
 
 __all__ = ["RandomAsk"]
 

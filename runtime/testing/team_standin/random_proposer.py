@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from onboard.base.errors import LLMReplyError
-from onboard.llm.client import ChatResult, Message
 from onboard.llm.content import message_text
+from onboard.llm.types import ChatResult, Message
 from onboard.testing.team_standin.reading import BadRequest, read_prompt
 from onboard.testing.team_standin.server import Pick, reply_text
 
