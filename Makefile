@@ -7,8 +7,10 @@ BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 EXTRAS      := dev,local-llm,sim,realsense,overcooked
+SHELL       := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 
-.PHONY: run test hint lint eval bench critics system constraints clean
+.PHONY: run test stress hint lint eval bench critics system constraints clean
 
 system:
 	@tools/system-packages.sh $(PYTHON)
@@ -52,8 +54,11 @@ run: system $(STAMP)
 
 ## Lint, type-check and every test (the slow end-to-end test on the real model included).
 ## python -P: the repository root is not on sys.path; tests import the installed onboard only.
+# Every test's duration goes to test-durations.log (kept by the run, git-ignored).
 test: system $(STAMP) lint
-	ONBOARD_REQUIRE_LOCAL_LLM=1 ONBOARD_REQUIRE_REALSENSE=1 $(BIN)/python -P -m pytest
+	ONBOARD_REQUIRE_LOCAL_LLM=1 ONBOARD_REQUIRE_REALSENSE=1 $(BIN)/python -P -m pytest \
+	  -p no:randomly --durations=0 --durations-min=0 --junitxml=test-durations.xml \
+	  | tee test-durations.log
 	@$(MAKE) --no-print-directory hint
 
 ## How to call onboard from now on: it lives in the virtualenv, not on the PATH.
@@ -61,6 +66,13 @@ hint:
 	@echo
 	@echo "onboard is installed in $(VENV). Call it as $(BIN)/onboard, or once per shell:"
 	@echo "    source $(BIN)/activate    # then: onboard --help"
+
+## The whole suite in random order (pytest-randomly) under a one-core busy loop, RUNS times:
+## flakes found here before CI finds them. Each run prints its seed ("Using --randomly-seed=N");
+## make stress STRESS_ARGS=--randomly-seed=N repeats an order.
+RUNS ?= 1
+stress: system $(STAMP)
+	tools/stress.sh $(RUNS) $(BIN)/python -P -m pytest -q $(STRESS_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check runtime drivers tests bench models tools
