@@ -33,18 +33,16 @@ from types import TracebackType
 
 import numpy as np
 import numpy.typing as npt
-import pybullet
-import pybullet_data
-from pybullet_utils.bullet_client import BulletClient
 
 from onboard.drivers.arm.base import Pose
 from onboard.drivers.camera.base import Intrinsics
 from onboard.drivers.twin import camera
 from onboard.drivers.twin.bodies import HANDLE_LINK, Built, build_object, build_table
+from onboard.drivers.twin.engine import BulletClient, pybullet, pybullet_data
 from onboard.drivers.twin.frames import Quat, Vec3
 from onboard.drivers.twin.marker import HandMarker
 from onboard.drivers.twin.panda import IKSolution, Panda
-from onboard.drivers.twin.quiet import stdout_to_stderr
+from onboard.drivers.twin.quiet import engine_quiet
 from onboard.drivers.twin.scene import ArmSpec, Scene, default_scene, find_scene, load_scene
 
 __all__ = ["DT", "Snapshot", "StepGate", "StepHook", "Twin"]
@@ -125,7 +123,7 @@ class Twin:
         self._stepped = threading.Condition()
         self._hooks: tuple[StepHook, ...] = ()
         self._hooks_lock = threading.Lock()
-        with stdout_to_stderr():  # the engine prints "argv[0]=" on connect: not on stdout
+        with engine_quiet():  # the engine prints "argv[0]=" on connect
             self._p = BulletClient(connection_mode=pybullet.DIRECT)
         self._p.setAdditionalSearchPath(pybullet_data.getDataPath())
         self._p.setGravity(0, 0, -9.81)
