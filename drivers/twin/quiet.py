@@ -14,6 +14,7 @@ import ctypes
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
@@ -23,11 +24,19 @@ __all__ = ["CHATTER", "engine_quiet"]
 CHATTER = (b"pybullet build time:", b"argv[0]=")
 
 _libc = ctypes.CDLL(None)
+# two threads swapping the process's descriptors at once would restore each other's sinks
+_swapping = threading.RLock()
 
 
 @contextmanager
 def engine_quiet() -> Iterator[None]:
     """Run the block with the engine's known chatter on fds 1 and 2 filtered out."""
+    with _swapping, _filtered():
+        yield
+
+
+@contextmanager
+def _filtered() -> Iterator[None]:
     sys.stdout.flush()
     sys.stderr.flush()
     _libc.fflush(None)
