@@ -1,8 +1,11 @@
-"""The ``onboard`` command, run as a real process: exit codes, output, files it writes."""
+"""The ``onboard`` command: exit codes, output, files it writes (in this process; as a real
+process where signals or start-up are the subject)."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
 import shutil
 import signal
@@ -10,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,17 +38,40 @@ class Result:
     seconds: float
 
 
-def onboard(*args: str | Path, cwd: Path = ROOT, timeout: float = 60.0) -> Result:
+def onboard(
+    *args: str | Path, cwd: Path = ROOT, timeout: float = 60.0, process: bool = False
+) -> Result:
+    """``onboard ARGS`` run from ``cwd``: in this process by default, as the console script
+    runs it (``main``'s return value, or argparse's exit, is the exit code; stdout, stderr
+    and stdin are the command's own), or as a real process (``process=True``) where the
+    process is the subject: signals, start-up, the installed script, the raw exit."""
     began = time.monotonic()
-    done = subprocess.run(
-        [str(ONBOARD), *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    return Result(done.returncode, done.stdout, done.stderr, time.monotonic() - began)
+    if process:
+        done = subprocess.run(
+            [str(ONBOARD), *map(str, args)],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        return Result(done.returncode, done.stdout, done.stderr, time.monotonic() - began)
+    from onboard.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_cwd, saved_stdin = os.getcwd(), sys.stdin
+    try:
+        os.chdir(cwd)
+        sys.stdin = io.StringIO("")
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as exc:  # argparse: --help, a bad command line
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    finally:
+        sys.stdin = saved_stdin
+        os.chdir(saved_cwd)
+    return Result(code, out.getvalue(), err.getvalue(), time.monotonic() - began)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Faults and hostile input, each class from a real ``onboard`` process: one error line, the
+"""Faults and hostile input, each class through the ``onboard`` command: one error line, the
 README's exit code, no traceback; names from files never leave their folder."""
 
 from __future__ import annotations

@@ -753,9 +753,9 @@ def test_sets_map_as_with_the_full_fp32_model(
 def unoptimized(robot: RobotConfig, tmp_path_factory: pytest.TempPathFactory) -> Embedder:
     """The shipped model's graph run as written, without fused kernels, its int8 weights
     dequantized once: onnxruntime's basic level folds each constant DequantizeLinear into an
-    fp32 weight (its one fusion for this graph, Gelu, is turned off: checked below), and the folded graph then
-    runs with every optimization off. Run unfolded, it dequantizes every weight for every
-    text (about 6x slower) with the same kernels."""
+    fp32 weight (its one fusion for this graph, Gelu, is turned off: checked below), and the
+    folded graph then runs with every optimization off. Run unfolded, it dequantizes every
+    weight for every text (about 6x slower) with the same kernels."""
     folder = tmp_path_factory.mktemp("minilm-folded")
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
@@ -776,7 +776,6 @@ def unoptimized(robot: RobotConfig, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 # compute-bound, no race: about 15 s alone on 2 cores
-@pytest.mark.timeout(600)
 def test_kernels_agree_within_noise_and_map_the_sets_alike(
     robot: RobotConfig,
     skill: Skill,
