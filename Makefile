@@ -54,10 +54,13 @@ run: system $(STAMP)
 
 ## Lint, type-check and every test (the slow end-to-end test on the real model included).
 ## python -P: the repository root is not on sys.path; tests import the installed onboard only.
-# Every test's duration goes to test-durations.log (kept by the run, git-ignored).
+## One pytest worker per core (pytest-xdist), a test file's tests together on one worker (its
+## module fixtures are built once). Every test's duration goes to test-durations.log (kept by
+## the run, git-ignored).
+PYTEST      := env ONBOARD_REQUIRE_LOCAL_LLM=1 ONBOARD_REQUIRE_REALSENSE=1 $(BIN)/python -P -m pytest \
+               -n auto --dist loadfile
 test: system $(STAMP) lint
-	ONBOARD_REQUIRE_LOCAL_LLM=1 ONBOARD_REQUIRE_REALSENSE=1 $(BIN)/python -P -m pytest \
-	  -p no:randomly --durations=0 --durations-min=0 --junitxml=test-durations.xml \
+	$(PYTEST) -p no:randomly --durations=0 --durations-min=0 --junitxml=test-durations.xml \
 	  | tee test-durations.log
 	@$(MAKE) --no-print-directory hint
 
@@ -72,7 +75,7 @@ hint:
 ## make stress STRESS_ARGS=--randomly-seed=N repeats an order.
 RUNS ?= 1
 stress: system $(STAMP)
-	tools/stress.sh $(RUNS) $(BIN)/python -P -m pytest -q $(STRESS_ARGS)
+	tools/stress.sh $(RUNS) $(PYTEST) -q $(STRESS_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check runtime drivers tests bench models tools
