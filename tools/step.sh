@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One set-up step of `make run` / `make test`, announced with what it does and roughly how long
-# it takes; a step still running after 30 s says so every 30 s, so a long build is never silent.
+# it takes; a step still running after 30 s says so every 30 s (ONBOARD_STEP_HEARTBEAT seconds),
+# so a long build is never silent.
 # Its output goes to a log (.venv/setup.log) and is shown only when the step fails.
 #   tools/step.sh LOG "what it does" "about how long" command args...
 set -uo pipefail
@@ -14,7 +15,7 @@ echo "==> $what: $*" >>"$log"
 pid=$!
 trap 'kill "$pid" 2>/dev/null; exit 130' INT TERM
 while kill -0 "$pid" 2>/dev/null; do
-  for _ in $(seq 30); do
+  for _ in $(seq "${ONBOARD_STEP_HEARTBEAT:-30}"); do
     kill -0 "$pid" 2>/dev/null || break
     sleep 1
   done
