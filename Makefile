@@ -19,7 +19,7 @@ STEP        := tools/step.sh $(VENV)/setup.log
 # llama-cpp-python builds from source, for any x86-64 with AVX2, not tuned to the building CPU
 # (a GGML_NATIVE build segfaulted at its first token on a 2-core Xeon with AVX-512 and AMX),
 # without the multimodal library (mtmd/llava: onboard sends text only; llama_cpp imports it
-# only for image chat formats), which cuts the build by about a third. The wheel is kept in
+# only for image chat formats): 202 s instead of 228 s on 2 quiet cores (345 s of CPU, not 407). The wheel is kept in
 # ~/.cache/onboard keyed by version and flags, so a rebuilt venv on this machine reuses it;
 # pip's own cache is not used: a wheel cached there may have been built with other flags.
 LLAMA_FLAGS := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) | system
 	  echo "onboard setup: llama-cpp-python already built here ($(LLAMA_WHEEL))"; \
 	else \
 	  $(STEP) "building llama.cpp for llama-cpp-python, once per machine" \
-	    "about 5 min on 2 quiet cores, 10 under load" \
+	    "about 3.5 min on 2 quiet cores, 5 under load" \
 	    env CMAKE_ARGS="$(LLAMA_FLAGS)" $(BIN)/pip wheel --no-deps --no-cache-dir \
 	    -w $(LLAMA_WHEEL) '$(LLAMA_PIN)'; \
 	fi
