@@ -19,9 +19,10 @@ STEP        := tools/step.sh $(VENV)/setup.log
 # llama-cpp-python builds from source, for any x86-64 with AVX2, not tuned to the building CPU
 # (a GGML_NATIVE build segfaulted at its first token on a 2-core Xeon with AVX-512 and AMX),
 # without the multimodal library (mtmd/llava: onboard sends text only; llama_cpp imports it
-# only for image chat formats): 202 s instead of 228 s on 2 quiet cores (345 s of CPU, not 407). The wheel is kept in
-# ~/.cache/onboard keyed by version and flags, so a rebuilt venv on this machine reuses it;
-# pip's own cache is not used: a wheel cached there may have been built with other flags.
+# only for image chat formats): 202 s instead of 228 s on 2 quiet cores (345 s of CPU, not
+# 407). The wheel is kept in ~/.cache/onboard keyed by version and flags, so a rebuilt venv on
+# this machine reuses it; pip's own cache is not used: a wheel cached there may have been
+# built with other flags.
 LLAMA_FLAGS := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
 LLAMA_PIN   := $(shell grep -i '^llama[-_]cpp[-_]python==' $(CONSTRAINTS))
 LLAMA_KEY   := $(shell echo '$(LLAMA_PIN) $(LLAMA_FLAGS)' $$(uname -m) | sha256sum | cut -c1-12)
