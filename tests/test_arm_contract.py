@@ -81,7 +81,7 @@ def emulated(kind: str, twin: Twin) -> Iterator[Rig]:
     if kind == "sim":
         yield Rig(kind, backend, Behind(twin, backend))
     elif kind in ("marlin", "grbl"):
-        # the Marlin build the README asks for: EMERGENCY_PARSER on, so M410 stops at once
+        # the Marlin build docs/drivers.md asks for: EMERGENCY_PARSER on, so M410 stops at once
         # GRBL: homing enabled, so it boots in alarm; its machine zero is the twin's base
         # frame (as a machine whose work offsets were set to the robot's base)
         emulator = (

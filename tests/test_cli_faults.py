@@ -1,5 +1,5 @@
 """Faults and hostile input, each class through the ``onboard`` command: one error line, the
-README's exit code, no traceback; names from files never leave their folder."""
+docs/exit-codes.md's exit code, no traceback; names from files never leave their folder."""
 
 from __future__ import annotations
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
-from test_cli import ROOT, SCENARIOS, Result, onboard, one_line_error, robot_copy
+from test_cli import ONBOARD, ROOT, SCENARIOS, Result, one_line_error, robot_copy
+from test_cli import onboard as onboard_command
 
 from onboard.loop.exitcodes import TABLE, ExitCode
 
@@ -43,6 +46,27 @@ def test_the_readme_table_is_the_code_table() -> None:
         (int(code), name) for code, (name, _) in TABLE.items()
     ]
     assert len(set(TABLE)) == len(ExitCode)
+
+
+def onboard(*args: str | Path, cwd: Path = ROOT) -> Result:
+    """A real ``onboard`` process: its exit status is what a supervisor sees."""
+    return onboard_command(*args, cwd=cwd, process=True)
+
+
+def test_a_closed_output_ends_quietly_with_its_code() -> None:
+    """``onboard check | head -1``: the reader has gone before onboard writes (deterministic:
+    the pipe's read end is closed first); no traceback, the output-closed code."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [ONBOARD, "check"], stdout=write, stderr=subprocess.PIPE, cwd=ROOT, timeout=60,
+            text=True, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == ExitCode.OUTPUT_CLOSED
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
 
 
 def closed_port() -> int:

@@ -14,7 +14,7 @@ SIGTERM or SIGINT (or until ``stop`` is set). ``onboard sim serve`` runs it. Con
 
 and a judge: ``TruthClient("127.0.0.1", 10003)``. Every TCP port listens on ``jaka_host``.
 
-The Marlin emulator is a build with ``EMERGENCY_PARSER`` (what the README asks of the firmware)
+The Marlin emulator is a build with ``EMERGENCY_PARSER`` (what docs/drivers.md asks of the firmware)
 and a fan output for the gripper; the GRBL one is set up as :data:`GRBL_ARM` says.
 """
 

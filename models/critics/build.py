@@ -8,7 +8,7 @@ and its card. The Engage skill's critic (issue 15) comes from ``onboard critic c
 --scenarios bench/data/engage-train/scenarios`` (a random behaviour policy on the training
 scenarios) into ``models/critics/engage/all.onnx``. Every step is seeded: the same command
 gives byte-identical datasets anywhere, and byte-identical models and cards on the same
-machine (torch's CPU kernels round differently on another CPU; README.md).
+machine (torch's CPU kernels round differently on another CPU; docs/papers/read.md).
 Needs the ``train`` extra (torch). ``--jobs`` levels run at once (each its own stand-in).
 
 At the end it writes ``models/critics/METRICS.md`` (the cards' figures, one row a level)

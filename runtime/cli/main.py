@@ -6,12 +6,13 @@ re-runs a recording offline. Skills (HRI and manipulation alike) take the verbs 
 (``onboard run engage``); other kinds of work are nouns that take the same verbs
 (``onboard code check FILE`` for generated code, ``onboard task run TASK`` for multi-robot
 tasks, as those parts land). :data:`GROUPS` is the grouped listing ``onboard --help`` prints
-and the README repeats.
+and docs/commands.md repeats.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -74,12 +75,14 @@ def _grouped_help() -> str:
     for title, commands in GROUPS:
         lines.append(f"  {title}:")
         lines += [f"    {name:<{width}}  {summary}" for name, summary in commands]
-    lines.append("\n`onboard COMMAND --help` for a command's options; exit codes: see the README.")
+    lines.append(
+        "\n`onboard COMMAND --help` for a command's options; exit codes: docs/exit-codes.md."
+    )
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; the return value is an :class:`ExitCode` (see the README's table)."""
+    """Run one command; the return value is an :class:`ExitCode` (docs/exit-codes.md)."""
     parser = _parser()
     args = parser.parse_args(argv)  # a bad command line exits 2 (ExitCode.INPUT_ERROR)
     try:
@@ -95,11 +98,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("onboard: interrupted", file=sys.stderr)
         return ExitCode.SIGINT
+    except BrokenPipeError:
+        _drop_stdout()
+        return ExitCode.OUTPUT_CLOSED
     except Exception:
         traceback.print_exc()
         print("onboard: internal error (a bug in onboard; the traceback above is for its "
               "report)", file=sys.stderr)  # fmt: skip
         return ExitCode.INTERNAL_ERROR
+
+
+def _drop_stdout() -> None:
+    """The reader of stdout went away (``onboard check | head``): what is left to print, and
+    Python's flush at exit, go nowhere instead of raising again. (A unix tool would die of
+    SIGPIPE; Python ignores that signal and raises BrokenPipeError instead.)"""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file: nothing will flush at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def _parser() -> argparse.ArgumentParser:

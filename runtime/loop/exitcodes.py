@@ -1,6 +1,6 @@
 """Exit codes a supervisor (systemd, a fleet manager, CI) can act on.
 
-One table, shared by every command; the README's "Exit codes" table is checked against
+One table, shared by every command; the table of docs/exit-codes.md is checked against
 :data:`TABLE` by a test, so the two cannot drift apart.
 """
 
@@ -36,10 +36,11 @@ class ExitCode(IntEnum):
     INCOMPLETE = 4
     INTERNAL_ERROR = 70
     SIGINT = 128 + signal.SIGINT
+    OUTPUT_CLOSED = 128 + signal.SIGPIPE
     SIGTERM = 128 + signal.SIGTERM
 
 
-#: code -> (name, meaning), in the order the README lists them.
+#: code -> (name, meaning), in the order docs/exit-codes.md lists them.
 TABLE: dict[ExitCode, tuple[str, str]] = {
     ExitCode.SUCCESS: (
         "success",
@@ -74,6 +75,11 @@ TABLE: dict[ExitCode, tuple[str, str]] = {
         "a bug in onboard: the traceback is printed; please report it",
     ),
     ExitCode.SIGINT: ("stopped by signal", "SIGINT: the robot was stopped, the recording closed"),
+    ExitCode.OUTPUT_CLOSED: (
+        "output closed",
+        "whatever read the output went away (`onboard check` piped into `head -2`): the rest"
+        " of the output is dropped, without a traceback",
+    ),
     ExitCode.SIGTERM: ("stopped by signal", "SIGTERM: the robot was stopped, the recording closed"),
 }
 

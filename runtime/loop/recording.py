@@ -1,7 +1,7 @@
 """Recording format 2: a header that makes a recording replayable on its own, and images
 kept once by hash beside it.
 
-The first record of a format 2 recording is its header (README, "Recordings")::
+The first record of a format 2 recording is its header (docs/recordings.md)::
 
     {"kind": "header", "format": 2, "skill_kind": "person", "onboard": "0.1.0",
      "robot": {...robot.toml, validated...}, "robot_root": "/home/robot",

@@ -19,7 +19,7 @@ Every failed check is a :class:`Correction` (phase, message, cycle, replan, robo
 its message goes to the Decision Bot's next prompt: advice, not a veto. After ``cycles``
 proposals without agreement the task fails (the seed's rule). A program is a single long
 action, so the loop is written out here rather than driven by the skill state machine's
-stimuli; its rounds, records and replay follow the same rules (README, "Generated code").
+stimuli; its rounds, records and replay follow the same rules (docs/generated-code.md).
 """
 
 from __future__ import annotations
