@@ -49,6 +49,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) | system
 ## (exit codes 1 "task failed" and 0 pass; see the README's exit code table).
 run: system $(STAMP)
 	$(BIN)/onboard check
+	@echo "onboard: one Engage episode with the local SmolLM2, on the wall clock (up to 40 s)"
 	@code=0; $(BIN)/onboard run engage --scenario skills/scenarios/person-object.toml || code=$$?; \
 	  if [ $$code -gt 1 ]; then exit $$code; fi
 	@$(MAKE) --no-print-directory hint
@@ -61,6 +62,7 @@ run: system $(STAMP)
 PYTEST      := env ONBOARD_REQUIRE_LOCAL_LLM=1 ONBOARD_REQUIRE_REALSENSE=1 $(BIN)/python -P -m pytest \
                -n auto --dist loadfile
 test: system $(STAMP) lint
+	@echo "onboard: every test, on $$(nproc) workers (about 8 min on 2 quiet cores)"
 	$(PYTEST) -p no:randomly --durations=0 --durations-min=0 --junitxml=test-durations.xml \
 	  | tee test-durations.log
 	@$(MAKE) --no-print-directory hint
@@ -79,6 +81,7 @@ stress: system $(STAMP)
 	tools/stress.sh $(RUNS) $(PYTEST) -q $(STRESS_ARGS)
 
 lint: $(STAMP)
+	@echo "onboard: lint (ruff) and type-check (mypy: about 15 s, a minute on a first run)"
 	$(BIN)/ruff check runtime drivers tests bench models tools
 	$(BIN)/ruff format --check runtime drivers tests bench models tools
 	$(BIN)/python tools/typecheck.py
