@@ -26,5 +26,11 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 echo "onboard setup: installing Debian packages: ${missing[*]} (about 1-2 min)"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+log=$(mktemp -t onboard-apt.XXXXXX.log)
+if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } \
+  >"$log" 2>&1; then
+  echo "onboard setup: apt-get failed; the last lines of $log:" >&2
+  tail -n 25 "$log" >&2
+  exit 1
+fi
+rm -f "$log"
