@@ -64,6 +64,7 @@ PYTEST      := env ONBOARD_REQUIRE_LOCAL_LLM=1 ONBOARD_REQUIRE_REALSENSE=1 $(BIN
 test: system $(STAMP) lint
 	@echo "onboard: every test, on $$(nproc) workers (about 8 min on 2 quiet cores)"
 	$(PYTEST) -p no:randomly --durations=0 --durations-min=0 --junitxml=test-durations.xml \
+	  $(PYTEST_ARGS) \
 	  | tee test-durations.log
 	@$(MAKE) --no-print-directory hint
 
@@ -74,11 +75,11 @@ hint:
 	@echo "    source $(BIN)/activate    # then: onboard --help"
 
 ## The whole suite in random order (pytest-randomly) under a one-core busy loop, RUNS times:
-## flakes found here before CI finds them. Each run prints its seed ("Using --randomly-seed=N");
-## make stress STRESS_ARGS=--randomly-seed=N repeats an order.
+## flakes found here before CI finds them. Each run prints its seed (--randomly-seed=N): the
+## same order again is `make test PYTEST_ARGS="-p randomly --randomly-seed=N"`.
 RUNS ?= 1
 stress: system $(STAMP)
-	tools/stress.sh $(RUNS) $(PYTEST) -q $(STRESS_ARGS)
+	tools/stress.sh $(RUNS) $(PYTEST) -q
 
 lint: $(STAMP)
 	@echo "onboard: lint (ruff) and type-check (mypy: about 15 s, a minute on a first run)"
