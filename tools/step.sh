@@ -15,9 +15,9 @@ echo "==> $what: $*" >>"$log"
 pid=$!
 trap 'kill "$pid" 2>/dev/null; exit 130' INT TERM
 while kill -0 "$pid" 2>/dev/null; do
-  for _ in $(seq "${ONBOARD_STEP_HEARTBEAT:-30}"); do
+  for _ in $(seq $((5 * ${ONBOARD_STEP_HEARTBEAT:-30}))); do
     kill -0 "$pid" 2>/dev/null || break
-    sleep 1
+    sleep 0.2
   done
   kill -0 "$pid" 2>/dev/null && echo "  ... still $what: $((SECONDS - start)) s so far"
 done
