@@ -1,4 +1,4 @@
-"""PyBullet, loaded without its build-time banner: the twin imports the engine from here."""
+"""PyBullet, loaded and connected without its chatter: the twin takes the engine from here."""
 
 from __future__ import annotations
 
@@ -9,4 +9,10 @@ with engine_quiet():  # the engine prints its build time when it loads
     import pybullet_data
     from pybullet_utils.bullet_client import BulletClient
 
-__all__ = ["BulletClient", "pybullet", "pybullet_data"]
+__all__ = ["BulletClient", "connect", "pybullet", "pybullet_data"]
+
+
+def connect() -> BulletClient:
+    """A new engine in this process (DIRECT, no window), without its "argv[0]=" line."""
+    with engine_quiet():
+        return BulletClient(connection_mode=pybullet.DIRECT)

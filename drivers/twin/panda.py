@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from onboard.drivers.arm.base import Pose
-from onboard.drivers.twin.engine import BulletClient, pybullet
+from onboard.drivers.twin.engine import connect
 from onboard.drivers.twin.frames import Transform, quat_angle, quat_from_euler
 from onboard.drivers.twin.marker import HandMarker
-from onboard.drivers.twin.quiet import engine_quiet
 from onboard.drivers.twin.scene import ArmSpec
 
 __all__ = ["IKSolution", "Panda"]
@@ -70,8 +69,7 @@ class Panda:
         self.upper = tuple(float(i[9]) for i in info)
         self.max_force = tuple(float(i[10]) for i in info)
         self.max_velocity = tuple(float(i[11]) for i in info)
-        with engine_quiet():  # the engine prints "argv[0]=" on connect
-            self._shadow = BulletClient(connection_mode=pybullet.DIRECT)
+        self._shadow = connect()
         self._shadow.setAdditionalSearchPath(data_path)
         self._shadow_body = int(self._shadow.loadURDF(simple_urdf(data_path), useFixedBase=True))
         self.closed = False

@@ -38,11 +38,10 @@ from onboard.drivers.arm.base import Pose
 from onboard.drivers.camera.base import Intrinsics
 from onboard.drivers.twin import camera
 from onboard.drivers.twin.bodies import HANDLE_LINK, Built, build_object, build_table
-from onboard.drivers.twin.engine import BulletClient, pybullet, pybullet_data
+from onboard.drivers.twin.engine import connect, pybullet_data
 from onboard.drivers.twin.frames import Quat, Vec3
 from onboard.drivers.twin.marker import HandMarker
 from onboard.drivers.twin.panda import IKSolution, Panda
-from onboard.drivers.twin.quiet import engine_quiet
 from onboard.drivers.twin.scene import ArmSpec, Scene, default_scene, find_scene, load_scene
 
 __all__ = ["DT", "Snapshot", "StepGate", "StepHook", "Twin"]
@@ -123,8 +122,7 @@ class Twin:
         self._stepped = threading.Condition()
         self._hooks: tuple[StepHook, ...] = ()
         self._hooks_lock = threading.Lock()
-        with engine_quiet():  # the engine prints "argv[0]=" on connect
-            self._p = BulletClient(connection_mode=pybullet.DIRECT)
+        self._p = connect()
         self._p.setAdditionalSearchPath(pybullet_data.getDataPath())
         self._p.setGravity(0, 0, -9.81)
         self._p.setTimeStep(DT)
