@@ -7,7 +7,6 @@ only the HTTP request, as a real model would.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,13 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def _own_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The tests, and the processes they start, keep onboard's caches (reference
     embeddings) in a folder of this run, never in the user's ~/.cache."""
-    saved = os.environ.get("ONBOARD_CACHE_DIR")
-    os.environ["ONBOARD_CACHE_DIR"] = str(tmp_path_factory.mktemp("onboard-cache"))
-    yield
-    if saved is None:
-        del os.environ["ONBOARD_CACHE_DIR"]
-    else:
-        os.environ["ONBOARD_CACHE_DIR"] = saved
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ONBOARD_CACHE_DIR", str(tmp_path_factory.mktemp("onboard-cache")))
+        yield
 
 
 @pytest.fixture(scope="session")
