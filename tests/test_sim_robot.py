@@ -11,7 +11,8 @@ from onboard.base.errors import DriverError
 from onboard.config import RobotConfig
 from onboard.grounding.mapping import ActionMapper
 from onboard.hri.session import EpisodeOptions, HttpAsk, run_episode
-from onboard.hri.world import SimRobot, SimWorld
+from onboard.hri.scenario import Scenario
+from onboard.hri.world import NEAREST, SimRobot, SimWorld
 from onboard.llm.client import ChatClient
 from onboard.loop.clock import VirtualClock
 from onboard.loop.recorder import MemoryRecorder
@@ -57,3 +58,15 @@ def test_after_a_command_times_out_the_runner_resumes_for_the_fallback(
     assert {"kind": "done", "action": "pause"}.items() <= next(
         r for r in ep.records if r["kind"] == "done"
     ).items()
+
+
+def test_a_person_walking_toward_the_robot_stops_at_arms_length(robot: RobotConfig) -> None:
+    data = scenario("person-robot").model_dump(by_alias=True)
+    data["motion"] = [{"at": 1.0, "speed": -1.0}]
+    clock = VirtualClock()
+    world = SimWorld(Scenario.model_validate(data), robot.drivers.robot, clock, lambda _: None)
+    world.start()
+    clock.run(until=2.0)
+    assert world.distance == pytest.approx(3.0, abs=0.11)  # 4 m, walking 1 m/s from 1 s
+    clock.run(until=10.0)
+    assert world.distance == pytest.approx(NEAREST)

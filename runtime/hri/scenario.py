@@ -49,7 +49,10 @@ class Label(_Strict):
 
 class Motion(_Strict):
     at: Seconds
-    speed: Annotated[float, Field(ge=0, description="m/s away from the robot")]
+    speed: Annotated[
+        float,
+        Field(description="m/s away from the robot; negative walks toward it, to arm's length"),
+    ]
 
 
 class Scenario(_Strict):

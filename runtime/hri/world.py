@@ -22,6 +22,7 @@ from onboard.loop.clock import Clock, Timer
 __all__ = ["SimRobot", "SimWorld"]
 
 TICK = 0.1  # seconds: odometry and range checks at 10 Hz
+NEAREST = 0.8  # metres: a person walking toward the robot stops this far from it
 
 
 class SimWorld:
@@ -107,7 +108,7 @@ class SimWorld:
     def _advance(self) -> None:
         now = self.clock.now()
         dt, self._last = now - self._last, now
-        self.person += self.person_speed * dt
+        self.person = max(self.person + self.person_speed * dt, self.robot + NEAREST)
         if self._base_goal is not None:
             self.robot = min(self.robot + self.config.speed * dt, self.person - self._base_goal)
 
