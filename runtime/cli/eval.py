@@ -138,6 +138,8 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
         from onboard.cli.eval_tidy import evaluate_tidy_command
 
         return evaluate_tidy_command(robot, skill, args)
+    if args.goals is not None:
+        raise UsageError(f"{skill.name} is a person skill: it has scenarios, not goals")
     folder = robot.skills_dir / "scenarios"
     files = [find_scenario(f, folder) for f in args.scenarios or []] or default_scenarios(folder)
     scenarios = [load_scenario(Path(f)) for f in files]

@@ -1,13 +1,17 @@
 """``onboard eval tidy``: the scene skill's goals, N trials each, judged from the twin's truth
-(runtime/testing/tidy_eval.py); one table, and JSON with ``--json``."""
+(runtime/testing/tidy_eval.py). The robot's verdict (the episode finished with its end action
+verified, or failed with a cause) stands beside the judge's: a table per goal, a confusion
+table with false successes and false failures counted apart, and JSON with ``--json``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import statistics
+import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import Progress
@@ -25,7 +29,7 @@ from onboard.loop.exitcodes import ExitCode
 from onboard.loop.skill import Skill
 from onboard.manip.session import SceneOptions
 from onboard.testing.tidy_eval import TidyTrial, detector, run_tidy_trial
-from onboard.testing.tidy_judge import load_tasks
+from onboard.testing.tidy_judge import TidyTask, load_tasks
 
 __all__ = ["evaluate_tidy_command"]
 
@@ -33,7 +37,8 @@ __all__ = ["evaluate_tidy_command"]
 def evaluate_tidy_command(robot: RobotConfig, skill: Skill, args: argparse.Namespace) -> int:
     if args.scenarios or args.no_action_text or args.no_second_stage:
         raise UsageError(f"{skill.name} is a scene skill: it has goals, not scenarios")
-    tasks, jitter = load_tasks(bundled.skills_dir() / "tasks" / f"{skill.name}.toml")
+    goals = args.goals or bundled.skills_dir() / "tasks" / f"{skill.name}.toml"
+    tasks, jitter = load_tasks(goals)
     seed = robot.eval.seed if args.seed is None else args.seed
     choice = args.llm or "standin"
     found_detector = detector()
@@ -72,52 +77,92 @@ def evaluate_tidy_command(robot: RobotConfig, skill: Skill, args: argparse.Names
                     bar.advance(job)
     wall = time.monotonic() - began
     llm = "standin" if standin else ("local" if choice == "local" else url)
-    successes = sum(t.success for runs in results.values() for t in runs)
     total = sum(len(runs) for runs in results.values())
-    code = ExitCode.SUCCESS if successes == total else ExitCode.TASK_FAILED
+    wrong = sum(t.finished != t.success for runs in results.values() for t in runs)
+    code = ExitCode.SUCCESS if wrong == 0 else ExitCode.TASK_FAILED
     if args.json:
-        print(json.dumps(_json(skill, llm, constrained, results, wall)))
+        print(json.dumps(_json(skill, llm, constrained, results, wall, goals)))
         return code
     named = {"standin": f"stand-in ({STANDIN_NOTE})", "local": f"local {MODEL_ALIAS}"}
     decoding = "constrained" if constrained else "free"
-    table = Table(title=f"{skill.name}: LLM {named.get(llm, llm)}, {decoding} decoding")
-    for column in ("goal", "request", "success", "median steps", "replans", "fallbacks",
-                   "median episode s", "a failure"):  # fmt: skip
-        table.add_column(column)
-    requests = {t.name: t.goal for t in tasks}
-    for name, runs in results.items():
-        failure = next((t for t in runs if not t.success), None)
-        table.add_row(
-            name,
-            requests[name],
-            f"{sum(t.success for t in runs)}/{len(runs)}",
-            f"{statistics.median([len(t.actions) for t in runs]):g}",
-            str(sum(t.replans for t in runs)),
-            str(sum(t.fallbacks for t in runs)),
-            f"{statistics.median([t.seconds for t in runs]):.1f}",
-            "" if failure is None else f"{failure.reason}; {failure.end_reason}",
-        )
-    table.add_row("all", "", f"{successes}/{total} ({successes / total:.0%})", *[""] * 5)
-    console = Console()
-    console.print(table)
-    console.print(f"{args.trials} trials per goal; {wall:.1f} s wall time", soft_wrap=True)
+    title = f"{skill.name}: LLM {named.get(llm, llm)}, {decoding} decoding, goals {goals.name}"
+    console = Console(width=None if sys.stdout.isatty() else 200)  # piped: the whole table
+    console.print(_goal_table(tasks, results, title))
+    console.print(_confusion_table(tasks, results))
+    console.print(f"{args.trials} trials per goal, {total} episodes; {wall:.1f} s wall time",
+                  soft_wrap=True)  # fmt: skip
     return code
 
 
+def _goal_table(tasks: list[TidyTask], results: dict[str, list[TidyTrial]], title: str) -> Table:
+    table = Table(title=title)
+    for column in ("goal", "request", "robot: success", "judge: success", "false success",
+                   "false failure", "median steps", "median episode s",
+                   "the robot's cause of a failure"):  # fmt: skip
+        table.add_column(column)
+    for task in tasks:
+        runs = results[task.name]
+        failure = next((t for t in runs if not t.finished), None)
+        table.add_row(
+            task.name,
+            task.goal,
+            f"{sum(t.finished for t in runs)}/{len(runs)}",
+            f"{sum(t.success for t in runs)}/{len(runs)}",
+            str(sum(t.finished and not t.success for t in runs)),
+            str(sum(t.success and not t.finished for t in runs)),
+            f"{statistics.median([len(t.actions) for t in runs]):g}",
+            f"{statistics.median([t.seconds for t in runs]):.1f}",
+            "" if failure is None else failure.end_reason,
+        )
+    return table
+
+
+def _confusion_table(tasks: list[TidyTask], results: dict[str, list[TidyTrial]]) -> Table:
+    """The robot's verdict against the judge's, per group of goals and in all."""
+    table = Table(title="the robot's verdict against the judge's (the twin's truth)")
+    for column in ("goals", "episodes", "both success", "both failure", "false success",
+                   "false failure"):  # fmt: skip
+        table.add_column(column, justify="left" if column == "goals" else "right")
+    groups: dict[str, list[TidyTrial]] = defaultdict(list)
+    for task in tasks:
+        groups[task.kind] += results[task.name]
+    groups["all"] = [t for runs in results.values() for t in runs]
+    for group, runs in groups.items():
+        table.add_row(
+            group,
+            str(len(runs)),
+            str(sum(t.finished and t.success for t in runs)),
+            str(sum(not t.finished and not t.success for t in runs)),
+            str(sum(t.finished and not t.success for t in runs)),
+            str(sum(t.success and not t.finished for t in runs)),
+        )
+    return table
+
+
 def _json(
-    skill: Skill, llm: str, constrained: bool, results: dict[str, list[TidyTrial]], wall: float
+    skill: Skill,
+    llm: str,
+    constrained: bool,
+    results: dict[str, list[TidyTrial]],
+    wall: float,
+    goals: Path,
 ) -> dict[str, object]:
+    runs = [t for trials in results.values() for t in trials]
     return {
         "skill": skill.name,
+        "goals_file": str(goals),
+        "false_successes": sum(t.finished and not t.success for t in runs),
+        "false_failures": sum(t.success and not t.finished for t in runs),
         "llm": llm,
         "decoding": "constrained" if constrained else "free",
         "wall_seconds": round(wall, 1),
         "goals": {
             name: {
-                "successes": sum(t.success for t in runs),
-                "trials": len(runs),
-                "episodes": [t.__dict__ for t in runs],
+                "robot_successes": sum(t.finished for t in trials),
+                "judge_successes": sum(t.success for t in trials),
+                "trials": len(trials),
+                "episodes": [t.__dict__ for t in trials],
             }
-            for name, runs in results.items()
+            for name, trials in results.items()
         },
     }

@@ -177,6 +177,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("skill")
     p.add_argument("--trials", type=int, default=10)
     p.add_argument("--scenario", type=Path, action="append", dest="scenarios")
+    p.add_argument("--goals", type=Path, help="scene skills: a goal file (default: the "
+                   "shipped skills/tasks/SKILL.toml)")  # fmt: skip
     p.add_argument("--no-action-text", action="store_true")
     p.add_argument("--no-second-stage", action="store_true")
     p.add_argument("--llm", help="URL, 'local', or 'random' (a control: random choices within"
