@@ -181,6 +181,10 @@ def test_a_reply_within_the_schema_passes() -> None:
     assert "under minimum 1" in (reply_problem('{"n": 0}', bounded) or "")
     assert "is a number, not integer" in (reply_problem('{"n": 1.5}', bounded) or "")
     assert "over maxLength 2" in (reply_problem('{"s": "abc"}', bounded) or "")
+    listed = {"type": "array", "items": {"type": "string", "enum": ["on", "in"]}, "maxItems": 2}
+    assert reply_problem('["on", "in"]', listed) is None
+    assert "over maxItems 2" in (reply_problem('["on", "in", "on"]', listed) or "")
+    assert "'[1]' is \"off\"" in (reply_problem('["on", "off"]', listed) or "")
 
 
 def test_the_skill_bounds_or_drops_the_reason_and_lists_the_waits(skill: Skill) -> None:

@@ -27,6 +27,7 @@ from onboard.drivers.factory import Hardware
 from onboard.grounding.embedder import Embedder
 from onboard.hri.session import HttpAsk
 from onboard.llm.client import ChatClient
+from onboard.llm.types import ChatResult
 from onboard.loop.clock import VirtualClock
 from onboard.loop.engine import SkillRunner
 from onboard.loop.kind import Step
@@ -34,6 +35,7 @@ from onboard.loop.recorder import MemoryRecorder
 from onboard.loop.skill import Skill, load_skill
 from onboard.manip.arm_driver import ArmDriver
 from onboard.manip.commands import ARM_COMMANDS
+from onboard.manip.goal import SceneGoal
 from onboard.manip.kind import SceneKind
 from onboard.manip.observation import SceneObservation
 from onboard.manip.perception import ScenePerception
@@ -428,3 +430,103 @@ def test_without_hand_eye_a_scene_run_is_one_line_before_anything_moves(
     assert (
         "tidy is a scene skill: to run it, robot.toml needs [hand_eye]" in capsys.readouterr().out
     )
+
+
+# -- the goal: verified, or a quick failure with its cause ------------------------------------
+
+
+def _episode(robot: RobotConfig, tidy: Skill, server: StandInServer, hardware: Hardware,
+             goal: str, ask: Any = None) -> tuple[Any, MemoryRecorder]:  # fmt: skip
+    recorder = MemoryRecorder()
+    options = SceneOptions("virtual", constrained=True, latency=1.0, limit=120.0)
+    with ChatClient(robot.llm, base_url=server.base_url) as client:
+        outcome = run_scene_episode(robot, goal_skill(tidy, goal), ask or HttpAsk(client),
+                                    recorder, hardware, detector(), options)  # fmt: skip
+    return outcome, recorder
+
+
+def test_a_goal_naming_what_is_not_there_fails_at_once_naming_it_and_what_is_in_view(
+    robot: RobotConfig, tidy: Skill, server: StandInServer, hardware: Hardware
+) -> None:
+    outcome, recorder = _episode(robot, tidy, server, hardware, "hand me the apple")
+    assert not outcome.finished and outcome.reason.startswith("the apple is not in view")
+    assert "red block" in outcome.reason and "right side" in outcome.reason
+    assert [a for _, a in outcome.actions] == ["look"]  # nothing moved
+    assert not [r for r in recorder.records if r["kind"] == "command"]
+
+
+def test_a_goal_that_already_holds_ends_in_success_with_no_motion(
+    robot: RobotConfig, tidy: Skill, server: StandInServer, hardware: Hardware
+) -> None:
+    outcome, _ = _episode(robot, tidy, server, hardware, "take the red block off the blue block")
+    assert outcome.finished and [a for _, a in outcome.actions] == ["look", "done"]
+    assert outcome.actions[-1][0] <= 1.0  # when the goal's reply came
+
+
+def test_a_done_the_camera_does_not_confirm_is_asked_again_then_fails_with_what_is_missing(
+    robot: RobotConfig, tidy: Skill, server: StandInServer, hardware: Hardware
+) -> None:
+    """A model that says "done" at once: the goal (understood from the stand-in's real HTTP
+    reply) is checked against a fresh look; the rounds are spent, the episode fails."""
+    with ChatClient(robot.llm, base_url=server.base_url) as client:
+        http = HttpAsk(client)
+
+        def says_done(purpose: str, messages: Any, schema: Any) -> ChatResult:
+            if purpose == "goal":
+                return http(purpose, messages, schema)
+            done = '{"action": "done", "object": "none", "target": "none"}'
+            return ChatResult(text=done, latency=0.0, attempts=1)
+
+        outcome, recorder = _episode(robot, tidy, server, hardware,
+                                     "put the red block on the blue block", says_done)  # fmt: skip
+    why = "goal not verified: the red block on the blue block"
+    assert not outcome.finished and outcome.reason == why
+    refused = [r for r in recorder.records if r["kind"] == "check" and r["check"] == "goal"]
+    assert len(refused) == tidy.max_rounds + 1 and not any(r["ok"] for r in refused)
+    assert [a for _, a in outcome.actions] == ["look", "recover"]  # made safe, then ended
+
+
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        (
+            {
+                "mentions": ["the red block"],
+                "relations": [{"relation": "on", "object": "red block", "target": "blue block"}],
+            },
+            "the request does not name the blue block",
+        ),
+        (
+            {
+                "mentions": ["red block", "blue block", "green block"],
+                "relations": [{"relation": "on", "object": "red block", "target": "blue block"}],
+            },
+            "'green block' is not words of the request",
+        ),
+        (
+            {
+                "mentions": ["red block", "blue block"],
+                "relations": [{"relation": "given", "object": "red block", "target": "none"}],
+            },
+            "no word of the request asks for given",
+        ),
+        ({"mentions": ["red block", "blue block"], "relations": []}, "it asks for no arrangement"),
+    ],
+)
+def test_a_translation_the_request_does_not_support_is_not_understood(
+    robot: RobotConfig, tidy: Skill, hardware: Hardware, reply: dict[str, Any], why: str
+) -> None:
+    seen = look(robot, hardware)
+    resolver = ObjectResolver(make_mapper(robot, tidy).embedder)
+    goal = SceneGoal(tidy, "put the red block on the blue block", resolver)
+    verdict = goal.read(json.dumps(reply), seen)
+    assert not verdict.ok and why in verdict.feedback
+    good = {"mentions": ["red block", "the blue block"], "relations": [
+        {"relation": "on", "object": "red block", "target": "blue block"}]}  # fmt: skip
+    assert goal.read(json.dumps(good), seen).ok
+    assert goal.met(seen).feedback == "not yet: the red block on the blue block"
+    both = SceneGoal(tidy, "put the red block on the blue block and the green block in the middle",
+                     resolver)  # fmt: skip
+    partly = {"mentions": ["red block", "blue block", "green block", "middle"], "relations": [
+        {"relation": "on", "object": "red block", "target": "blue block"}]}  # fmt: skip
+    assert "nothing is asked of green block, middle" in both.read(json.dumps(partly), seen).feedback

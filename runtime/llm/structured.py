@@ -90,7 +90,8 @@ def _no_constant(name: str) -> object:
 
 _KEYWORDS = frozenset(
     {"type", "properties", "required", "additionalProperties", "enum", "minLength",
-     "maxLength", "minimum", "maximum", "title", "description"}
+     "maxLength", "minimum", "maximum", "title", "description", "items", "minItems",
+     "maxItems"}
 )  # fmt: skip
 
 
@@ -120,6 +121,15 @@ def _problem(value: object, schema: Mapping[str, Any], where: str) -> str | None
             return f"{name} is {_show(value)}, under minimum {schema['minimum']}"
         if number > schema.get("maximum", math.inf):
             return f"{name} is {_show(value)}, over maximum {schema['maximum']}"
+    if isinstance(value, list):
+        if len(value) > schema.get("maxItems", math.inf):
+            return f"{name} has {len(value)} items, over maxItems {schema['maxItems']}"
+        if len(value) < schema.get("minItems", 0):
+            return f"{name} has {len(value)} items, under minItems {schema['minItems']}"
+        for i, item in enumerate(value):
+            problem = _problem(item, schema.get("items", {}), f"{where}[{i}]")
+            if problem:
+                return problem
     if isinstance(value, dict):
         properties: Mapping[str, Any] = schema.get("properties", {})
         missing = [key for key in schema.get("required", ()) if key not in value]

@@ -66,6 +66,7 @@ from onboard.loop.skill import Skill
 __all__ = [
     "Ask",
     "Check",
+    "GoalGate",
     "Outcome",
     "SkillRunner",
     "Verdict",
@@ -90,6 +91,29 @@ class Verdict:
     ok: bool
     feedback: str = ""
     score: float | None = None
+    #: a failed check that no other proposal can mend once the decision's rounds are spent
+    #: (the goal is not verified): the fallback makes the robot safe, then the episode fails
+    #: with this feedback, instead of asking again
+    final: bool = False
+
+
+class GoalGate(Protocol):
+    """The episode's goal, compiled once before the first step (scene skills:
+    runtime/manip/goal.py): the question, and whether the goal holds in what is seen."""
+
+    def messages(self, skill: Skill, observation: Observation) -> list[Message]: ...
+
+    def schema(self, skill: Skill, observation: Observation) -> dict[str, Any] | None: ...
+
+    def read(self, text: str, observation: Observation) -> Verdict:
+        """ok: the goal is understood; else the feedback is why the episode cannot go on."""
+        ...
+
+    def met(self, observation: Observation) -> Verdict: ...
+
+    def to_record(self) -> dict[str, Any]:
+        """What was understood, for the recording."""
+        ...
 
 
 class Check(Protocol):
@@ -187,9 +211,12 @@ class SkillRunner:
         on_finish: Callable[[Outcome], None] | None = None,
         breaker_failures: int = 0,
         breaker_cooldown: float = 0.0,
+        goal: GoalGate | None = None,
     ) -> None:
         """``look`` takes a fresh observation for the verifiers (a new camera frame); it runs
-        off the loop. Without it, verifiers compare with the latest observation."""
+        off the loop. Without it, verifiers compare with the latest observation. ``goal``:
+        asked once before the start action; a goal not understood ends the episode at once,
+        a goal that already holds ends it in success with no motion."""
         self.skill = skill
         self.clock = clock
         self.driver = driver
@@ -205,6 +232,7 @@ class SkillRunner:
         self.max_rounds = max_rounds
         self.on_candidate = on_candidate
         self.on_finish = on_finish
+        self.goal = goal
         self.outcome = Outcome()
         #: per decision: (stimulus -> request sent, reply received -> action started), seconds
         self.decision_overhead: list[tuple[float, float]] = []
@@ -232,8 +260,14 @@ class SkillRunner:
         #: moves on whenever the runner does (an action begins, a plan is asked, a stop):
         #: an off-loop check or verification from an older epoch is stale
         self._epoch = 0
-        #: fallbacks since the last planned action began (the skill's max_fallbacks bounds it)
-        self._fallbacks_in_row = 0
+        #: fallbacks this episode (the skill's max_fallbacks bounds them: per goal, not reset
+        #: by a planned action in between)
+        self._fallbacks = 0
+        #: why the episode ends once the fallback has made the robot safe (a final verdict)
+        self._ending: str | None = None
+        #: the goal question is in flight; a plan that passed its checks waits for it
+        self._goal_pending = False
+        self._held_for_goal: tuple[list[Step], str | None, int] | None = None
         self.breaker_failures = breaker_failures
         self.breaker_cooldown = breaker_cooldown
         self._failed_in_row = 0
@@ -269,7 +303,38 @@ class SkillRunner:
         if not self.finished:  # a stop before start is never undone
             self.driver.resume()
         self._rounds = 0
+        if self.goal is not None:
+            self._ask_goal(self.goal)
         self._begin(Step(self.skill.start), "start action")
+
+    def _ask_goal(self, goal: GoalGate) -> None:
+        """Ask for the goal beside the start action (the first plan is asked as before); no
+        plan acts until the goal is understood (``_act`` holds it), and the goal is read
+        against what was seen when it was asked, so a replay reads it alike."""
+        now = self.observation
+        schema = goal.schema(self.skill, now) if self.constrained else None
+        self._goal_pending = True
+
+        def handle(text: str | None, _: ChatResult | None) -> None:
+            self._goal_pending = False
+            verdict = (
+                Verdict(False, "goal not understood: no usable LLM reply")
+                if text is None
+                else goal.read(text, now)
+            )
+            met = goal.met(now) if verdict.ok else Verdict(False)
+            self.record("goal", ok=verdict.ok, feedback=verdict.feedback, met=met.ok,
+                        **goal.to_record())  # fmt: skip
+            held, self._held_for_goal = self._held_for_goal, None
+            if not verdict.ok:
+                self.stop(verdict.feedback)
+            elif met.ok:
+                self._plan_seq += 1  # a plan still asked for is stale: nothing is left to do
+                self._begin(Step(self.skill.end), "the goal holds at the first look")
+            elif held is not None:
+                self._act(*held)
+
+        self._submit("goal", goal.messages(self.skill, now), schema, "episode goal", handle)
 
     def stop(self, reason: str = "stopped", signal: str | None = None) -> None:
         """Stop from any state: halt the robot, end the episode. Safe to call twice."""
@@ -407,6 +472,9 @@ class SkillRunner:
                 self._history.append(_attempt(plan.steps, verdict))
                 if rounds < self.max_rounds:
                     self._request_plan("check failed", rounds + 1)
+                elif verdict.final:
+                    self._ending = verdict.feedback
+                    self._fall_back(verdict.feedback)
                 else:
                     self._fall_back(f"check failed: {verdict.feedback}")
                 return
@@ -521,7 +589,11 @@ class SkillRunner:
     # -- act -------------------------------------------------------------------------------
 
     def _act(self, steps: list[Step], phrase: str | None, rounds: int) -> None:
-        self._fallbacks_in_row = 0
+        if self._goal_pending:
+            self._held_for_goal = (steps, phrase, rounds)
+            self.record("deferred", action=self.current, plan=[s.action for s in steps],
+                        why="the goal is not understood yet")  # fmt: skip
+            return
         current = self.skill.actions[self.current]
         if self._running is not None and not current.spec.interruptible:
             self._deferred = (steps, phrase, rounds)
@@ -535,13 +607,13 @@ class SkillRunner:
     def _fall_back(self, why: str) -> None:
         self._queue = []
         self._rounds = self.max_rounds  # the fallback ends the decision: nothing re-asks it
-        self._fallbacks_in_row += 1
+        self._fallbacks += 1
         self.outcome.fallbacks += 1
         self.record("fallback", action=self.skill.fallback, why=why)
         limit = self.skill.max_fallbacks
-        if limit is not None and self._fallbacks_in_row > limit:
+        if limit is not None and self._fallbacks > limit:
             # the last fallback made the robot safe; asking again would only repeat it
-            self.stop(f"gave up after {limit} fallbacks in a row: {why}")
+            self.stop(f"gave up after {limit} fallbacks: {why}")
             return
         self._begin(Step(self.skill.fallback), f"fallback: {why}")
 
@@ -641,6 +713,9 @@ class SkillRunner:
 
     def _completed(self) -> None:
         """The current action finished and passed its verification."""
+        if self._ending is not None and self.current == self.skill.fallback:
+            self.stop(self._ending)  # the robot is safe: the episode ends with its cause
+            return
         if self._deferred is not None:
             steps, phrase, rounds = self._deferred
             self._deferred = None

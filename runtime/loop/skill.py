@@ -147,8 +147,8 @@ class SkillHeader(_Strict):
     params: dict[str, str] = {}
     max_fallbacks: Annotated[int, Field(ge=1)] | None = Field(
         default=None,
-        description="stop the episode after this many fallbacks in a row with no planned "
-        "action between (the fallback has made the robot safe); unset: never",
+        description="stop the episode after this many fallbacks, counted per goal (a planned "
+        "action between does not reset it; the fallback has made the robot safe); unset: never",
     )
     max_rounds: Annotated[int, Field(ge=0, le=10)] = Field(
         default=1, description="re-asks per decision after its first proposal (engine.py)"
@@ -246,6 +246,8 @@ class Skill:
     kind: str = "person"
     scene: SceneSpec | None = None
     critic: SkillCriticSpec | None = None
+    #: a scene skill's request from the user, as its goal was filled with it (goal_skill)
+    request: str = ""
     #: the TOML text the skill was loaded from (a recording's header carries it)
     source: str = field(default="", repr=False, compare=False)
 

@@ -30,6 +30,7 @@ from onboard.loop.recorder import Recorder
 from onboard.loop.recording import build_header
 from onboard.loop.skill import Skill
 from onboard.manip.arm_driver import ArmDriver
+from onboard.manip.goal import GoalCheck, SceneGoal
 from onboard.manip.kind import SceneKind
 from onboard.manip.observation import SceneObservation
 from onboard.manip.perception import ScenePerception
@@ -65,7 +66,8 @@ def goal_skill(skill: Skill, goal: str) -> Skill:
     """The skill with the user's request in its goal (``$goal``)."""
     if not goal.strip():
         raise UsageError(f'{skill.name}: the goal is empty; pass --goal "..."')
-    return replace(skill, goal=Template(skill.goal).safe_substitute(goal=goal.strip()))
+    filled = Template(skill.goal).safe_substitute(goal=goal.strip())
+    return replace(skill, goal=filled, request=goal.strip())
 
 
 @contextmanager
@@ -110,7 +112,8 @@ def run_scene_episode(
     """Run ``skill`` (its goal already set: :func:`goal_skill`) until it ends, it is stopped,
     or ``options.limit`` seconds pass. ``on_runner`` sees the runner before it starts (tests
     and benchmarks); ``task`` is what the recording's header says the episode was asked
-    (the request, the scene; by default the skill's goal)."""
+    (the request, the scene; by default the skill's goal). The goal check compiles the
+    skill's request (runtime/manip/goal.py)."""
     if found.arm is None or found.camera is None:
         raise UsageError("a scene skill needs an arm and a camera")
     hand_eye = hand_eye_of(robot)  # before anything moves
@@ -141,9 +144,9 @@ def run_scene_episode(
         images=skill.prompt.images,
     )
     mapper = make_mapper(robot, skill)
-    kind = SceneKind(
-        skill, mapper, ObjectResolver(mapper.embedder, near_tie=robot.mapping.near_tie)
-    )
+    resolver = ObjectResolver(mapper.embedder, near_tie=robot.mapping.near_tie)
+    kind = SceneKind(skill, mapper, resolver)
+    goal = SceneGoal(skill, skill.request or skill.goal, resolver)
     effects = Effects()
     runner = SkillRunner(
         skill,
@@ -155,13 +158,14 @@ def run_scene_episode(
         second_stage=False,
         constrained=options.constrained,
         latency=options.latency,
-        checks=[SceneCheck(skill, effects)],
+        checks=[SceneCheck(skill, effects), GoalCheck(skill, goal)],
         verifiers=[EffectVerify(skill, effects)],
         look=perception.look,
         max_rounds=skill.max_rounds,
         on_finish=lambda _: clock.stop(),
         breaker_failures=robot.llm.breaker_failures,
         breaker_cooldown=robot.llm.breaker_cooldown,
+        goal=goal,
     )
     if on_runner is not None:
         on_runner(runner)

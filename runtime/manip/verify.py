@@ -20,7 +20,7 @@ from onboard.loop.kind import Observation, Step
 from onboard.loop.skill import Skill
 from onboard.manip.observation import SceneObservation
 
-__all__ = ["Effect", "EffectVerify", "Effects", "SceneCheck"]
+__all__ = ["HANDED", "Effect", "EffectVerify", "Effects", "Geometry", "SceneCheck"]
 
 #: metres a picked object must rise above where it lay
 LIFTED = 0.04
@@ -59,7 +59,7 @@ class Effects:
         self.standing = [e for e in self.standing if e.subject != subject]
 
 
-class _Geometry:
+class Geometry:
     def __init__(self, skill: Skill) -> None:
         if skill.scene is None:
             raise ValueError(f"skill {skill.name!r} has no [scene]")
@@ -97,7 +97,7 @@ class EffectVerify:
     def __init__(self, skill: Skill, effects: Effects) -> None:
         self.skill = skill
         self.effects = effects
-        self._geometry = _Geometry(skill)
+        self._geometry = Geometry(skill)
 
     def verify(self, step: Step, before: Observation, after: Observation) -> Verdict:
         if not isinstance(before, SceneObservation) or not isinstance(after, SceneObservation):
@@ -161,7 +161,7 @@ class SceneCheck:
     def __init__(self, skill: Skill, effects: Effects) -> None:
         self.skill = skill
         self.effects = effects
-        self._geometry = _Geometry(skill)
+        self._geometry = Geometry(skill)
 
     def check(self, steps: Sequence[Step], observation: Observation) -> Verdict:
         if not isinstance(observation, SceneObservation):

@@ -151,7 +151,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from onboard.testing.tidy_policy import TidyPolicy, is_tidy_request
+from onboard.testing.tidy_policy import TidyPolicy, is_goal_request, is_tidy_request
 
 Intent = tuple[str, ...]
 
@@ -572,6 +572,8 @@ class StandInPolicy:
             return format_json(fit_schema(obj, response_format), self._rng, noise)
         if text.endswith("understood?"):
             return self._rng.choice(_ACKS)
+        if is_goal_request(text):  # a scene skill's goal (runtime/testing/tidy_policy.py)
+            return self._tidy.goal_reply(text)
         if is_tidy_request(text):  # the tidy skill (runtime/testing/tidy_policy.py)
             return self._tidy.reply(text, exact=is_json_mode(response_format))
         enum = constrained_enum(response_format)

@@ -23,6 +23,11 @@ A gripper holding something the request does not need first puts it down in an e
 region. The reply is ``{"action", "object", "target"}``, the action and the object in
 everyday words ("pick up", "the red block") so the runtime's mapping and reference
 resolution are exercised; under constrained decoding, the exact names the schema lists.
+
+The episode's goal question (``Write the end state the request asks for``, asked once before
+the first step: runtime/manip/goal.py) gets the same patterns' relation, and as mentions every
+phrase after "the" (up to two words, cut at a preposition or "please") in the request's words;
+a request none of the patterns fits gets no relation.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import random
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["TidyPolicy", "TidyView", "is_tidy_request"]
+__all__ = ["TidyPolicy", "TidyView", "is_goal_request", "is_tidy_request"]
 
 _GOAL = re.compile(r'the user asked: "([^"]*)"')
 _OBJECT = re.compile(
@@ -47,7 +52,8 @@ _GIVING = "holding out what it holds"
 RAISED = 0.035
 
 _NAME = r"(?:the )?([a-z]+ [a-z]+)"
-_REGION = r"(?:the )?(left side|right side|middle)"
+_REGIONS_NAMED = ("left side", "right side", "middle")
+_REGION = rf"(?:the )?({'|'.join(_REGIONS_NAMED)})"
 _STACK = re.compile(rf"(?:put|place|stack|set) {_NAME} on (?:top of )?{_NAME}")
 _UNSTACK = re.compile(rf"(?:take|remove|lift) {_NAME} off {_NAME}")
 _TO_REGION = re.compile(rf"(?:put|place|move) {_NAME} (?:in|into|to|on|onto) {_REGION}")
@@ -63,8 +69,18 @@ _SAY = {
 }
 
 
+_GOAL_QUESTION = "write the end state the request asks for"
+_ASKED = re.compile(r'the user asked a robot arm above a table: "([^"]*)"')
+_MENTION = re.compile(r"\bthe ([a-z]+(?: [a-z]+)?)")
+_CUT = {"on", "in", "to", "off", "into", "onto", "of", "please", "and", "from", "at", "toward"}
+
+
 def is_tidy_request(text: str) -> bool:
     return _GOAL.search(text) is not None
+
+
+def is_goal_request(text: str) -> bool:
+    return _GOAL_QUESTION in text
 
 
 @dataclass
@@ -164,6 +180,36 @@ class TidyPolicy:
             return _step("give")
         return self._pick(view, name)
 
+    def goal_reply(self, text: str) -> str:
+        """The episode's goal as mentions and relations (runtime/manip/goal.py's question)."""
+        asked = _ASKED.search(text)
+        request = asked.group(1) if asked else ""
+        mentions = []
+        for found in _MENTION.finditer(request):
+            words = found.group(1).split()
+            if words[-1] in _CUT:
+                words = words[:-1]
+            if words and words[0] not in _CUT:
+                mentions.append(" ".join(words))
+        seen = TidyView.read(text).seen
+
+        def name(phrase: str) -> str:  # "the blue one" is the blue block in view
+            return next((n for n in seen if n.split()[0] == phrase.split()[0]), phrase)
+
+        relations = []
+        request = request.lower()
+        if (match := _GIVE.search(request)) is not None:
+            relations = [_relation("given", name(match.group(1)))]
+        elif (match := _UNSTACK.search(request)) is not None:
+            relations = [_relation("off", *map(name, match.groups()))]
+        elif (match := _STACK.search(request)) is not None:
+            relations = [_relation("on", *map(name, match.groups()))]
+        elif (match := _TO_REGION.search(request) or _PUSH.search(request)) is not None:
+            relations = [_relation("in", name(match.group(1)), match.group(2))]
+        known = {*seen, *_REGIONS_NAMED, "none"}  # the schema's names: nothing else is sayable
+        relations = [r for r in relations if {r["object"], r["target"]} <= known]
+        return json.dumps({"mentions": mentions, "relations": relations})
+
     def reply(self, text: str, exact: bool) -> str:
         """The reply content: exact names (constrained), or everyday words."""
         step = self.step(TidyView.read(text))
@@ -173,6 +219,10 @@ class TidyPolicy:
                 if step[key] != "none":
                     step[key] = f"the {step[key]}"
         return json.dumps(step)
+
+
+def _relation(kind: str, obj: str, target: str = "none") -> dict[str, str]:
+    return {"relation": kind, "object": obj, "target": target}
 
 
 def _step(action: str, obj: str = "none", target: str = "none") -> dict[str, str]:

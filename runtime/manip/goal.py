@@ -1,0 +1,300 @@
+"""The user's request as relations the camera can check: a scene skill's success is verified,
+never taken from the model's "done".
+
+Once per episode, before the first step, the LLM translates the request under a JSON schema
+(purpose ``goal``; recorded like every exchange, so a replay answers it from the recording)::
+
+    {"mentions": ["the red one", "the blue block"],
+     "relations": [{"relation": "on", "object": "red block", "target": "blue block"}]}
+
+The runtime accepts a translation only where the request's own words support it, so a model
+that answers with something the user did not ask for cannot make the robot claim success:
+
+- every mention must be words of the request, and must resolve (``resolve.py``) to an object
+  in view or a region; one that does not ends the episode at once, naming it and listing what
+  is in view ("the apple is not in view (in view: ...)");
+- every relation's object and target must be a resolved mention, and every mention must be
+  used by a relation, as many times as it is named (a part of the request left out is not
+  understood);
+- each relation's kind must be cued by the request's words (``on`` by "on", "onto", "stack";
+  ``given`` by "hand", "give", "me"; ...).
+
+A translation that fails these, or that has no relation, ends the episode at once with
+``goal not understood: ...``. A goal that holds at the first look ends in success with no
+motion; the skill's end step passes its check only when every relation holds in a fresh look
+(:class:`GoalCheck`), else it is re-asked within the decision's rounds and then the episode
+fails with ``goal not verified: <what is missing>``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from onboard.base.errors import LLMError
+from onboard.llm.replies import parse_reply
+from onboard.llm.types import Message
+from onboard.loop.engine import Verdict
+from onboard.loop.kind import Observation, Step
+from onboard.loop.skill import Skill
+from onboard.manip.observation import SceneObservation
+from onboard.manip.resolve import ObjectResolver
+from onboard.manip.verify import HANDED, Effect, Geometry
+
+__all__ = ["GOAL_PROMPT", "RELATIONS", "Goal", "GoalCheck", "Relation", "SceneGoal"]
+
+#: what a goal may ask of an object: on an object, in a region, off an object, held by the
+#: gripper, given (held out at the hand-over point)
+RELATIONS = ("on", "in", "off", "held", "given")
+
+#: words of the request that cue each relation ("put X to the right side" cues ``in``)
+_CUES = {
+    "on": r"on|onto|atop|top|stack|stacked|upon",
+    "in": r"in|into|inside|to|toward|towards|on|onto|at|over",
+    "off": r"off|unstack|remove|from",
+    "held": r"pick|lift|hold|grab|grasp|take|raise",
+    "given": r"hand|give|pass|me|bring|fetch",
+}
+_WORDS = re.compile(r"[a-z0-9]+")
+_ARTICLE = re.compile(r"^(?:the|a|an|that|this|my|your|some)\s+")
+
+GOAL_PROMPT = (
+    'Write the end state the request asks for, as a dictionary with the keys "mentions" and '
+    '"relations". "mentions": every object or place the request names, in the request\'s own '
+    'words. "relations": what must hold when the request is fulfilled, each a dictionary with '
+    '"relation" (one of: on, in, off, held, given), "object" (an object the camera sees) and '
+    '"target" (for on and off: an object; for in: a region; else "none"). Use the names the '
+    "camera gives. Give no relation for what the request does not ask."
+)
+
+
+@dataclass(frozen=True)
+class Relation:
+    kind: str
+    subject: str
+    other: str | None = None
+
+    def text(self) -> str:
+        if self.kind == "on":
+            return f"the {self.subject} on the {self.other}"
+        if self.kind == "in":
+            return f"the {self.subject} in the {self.other}"
+        if self.kind == "off":
+            return f"the {self.subject} off the {self.other}, on the table"
+        if self.kind == "held":
+            return f"the {self.subject} held"
+        return f"the {self.subject} held out to the user"
+
+
+@dataclass(frozen=True)
+class Goal:
+    """A request, compiled: every relation must hold at the end."""
+
+    request: str
+    relations: tuple[Relation, ...]
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "request": self.request,
+            "relations": [
+                {"relation": r.kind, "object": r.subject, "target": r.other or "none"}
+                for r in self.relations
+            ],
+        }
+
+
+class SceneGoal:
+    """Implements :class:`~onboard.loop.engine.GoalGate` for scene skills."""
+
+    def __init__(self, skill: Skill, request: str, resolver: ObjectResolver) -> None:
+        self.skill = skill
+        self.request = request
+        self.resolver = resolver
+        self.geometry = Geometry(skill)
+        self.goal: Goal | None = None
+
+    # -- the question ----------------------------------------------------------------------
+
+    def messages(self, skill: Skill, observation: Observation) -> list[Message]:
+        regions = ", ".join(self.geometry.scene.regions)
+        seen = observation.situation()
+        text = (
+            f'The user asked a robot arm above a table: "{self.request}".\n{seen}\n'
+            f"Regions: {regions}.\n{GOAL_PROMPT}"
+        )
+        return [{"role": "user", "content": text}]
+
+    def schema(self, skill: Skill, observation: Observation) -> dict[str, Any]:
+        names = _names(observation)
+        targets = [*names, *self.geometry.scene.regions, "none"]
+        relation = {
+            "type": "object",
+            "properties": {
+                "relation": {"type": "string", "enum": list(RELATIONS)},
+                "object": {"type": "string", "enum": names or ["none"]},
+                "target": {"type": "string", "enum": targets},
+            },
+            "required": ["relation", "object", "target"],
+            "additionalProperties": False,
+        }
+        return {
+            "type": "object",
+            "properties": {
+                "mentions": {
+                    "type": "array",
+                    "items": {"type": "string", "maxLength": 40},
+                    "maxItems": 6,
+                },
+                "relations": {"type": "array", "items": relation, "maxItems": 4},
+            },
+            "required": ["mentions", "relations"],
+            "additionalProperties": False,
+        }
+
+    # -- the answer ------------------------------------------------------------------------
+
+    def read(self, text: str, observation: Observation) -> Verdict:
+        """The translation, accepted (ok) or the cause it cannot be (feedback)."""
+        try:
+            parsed = parse_reply(text)
+        except LLMError as exc:
+            return Verdict(False, f"goal not understood: the reply is not a dictionary ({exc})")
+        mentions, relations = parsed.get("mentions"), parsed.get("relations")
+        if not isinstance(mentions, list) or not isinstance(relations, list):
+            return Verdict(False, "goal not understood: the reply has no mentions and relations")
+        names = _names(observation)
+        regions = list(self.geometry.scene.regions)
+        words = " ".join(_WORDS.findall(self.request.lower()))
+        found: dict[str, str] = {}  # mention -> name
+        for mention in (m for m in mentions if isinstance(m, str) and m.strip()):
+            phrase = _ARTICLE.sub("", " ".join(_WORDS.findall(mention.lower())))
+            if not phrase or f" {phrase} " not in f" {words} ":
+                why = f"{mention!r} is not words of the request"
+                return Verdict(False, f"goal not understood: {why}")
+            resolved = self.resolver.resolve(phrase, names + regions)
+            if resolved.name is None:
+                return Verdict(False, _not_there(phrase, names, regions))
+            found[phrase] = resolved.name
+        used: set[str] = set()
+        accepted = []
+        for raw in relations:
+            relation = _relation(raw)
+            if relation is None:
+                return Verdict(False, f"goal not understood: {json.dumps(raw)} is not a relation")
+            problem = self._unsupported(relation, set(found.values()), names, regions, words)
+            if problem:
+                return Verdict(False, f"goal not understood: {problem}")
+            used.update(n for n in (relation.subject, relation.other) if n is not None)
+            accepted.append(relation)
+        if not accepted:
+            return Verdict(
+                False, "goal not understood: it asks for no arrangement of what is in view"
+            )
+        unused = sorted(p for p, name in found.items() if name not in used)
+        if unused:
+            return Verdict(False, f"goal not understood: nothing is asked of {', '.join(unused)}")
+        named = sum(1 for m in mentions if isinstance(m, str) and m.strip())
+        slots = sum(1 + (r.other is not None) for r in accepted)
+        if named > slots:  # "red on blue and blue on red" read as one relation
+            why = f"it names things {named} times, its relations use {slots}"
+            return Verdict(False, f"goal not understood: only part of it: {why}")
+        self.goal = Goal(self.request, tuple(accepted))
+        return Verdict(True, score=1.0)
+
+    def _unsupported(
+        self, r: Relation, mentioned: set[str], names: list[str], regions: list[str], words: str
+    ) -> str:
+        if r.subject not in mentioned:
+            return f"the request does not name the {r.subject}"
+        if r.kind in ("on", "off") and (r.other not in names or r.other == r.subject):
+            return f"{r.kind} needs another object in view, not {r.other!r}"
+        if r.kind == "in" and r.other not in regions:
+            return f"in needs a region, not {r.other!r}"
+        if r.other is not None and r.other not in mentioned:
+            return f"the request does not name the {r.other}"
+        if not re.search(rf"\b(?:{_CUES[r.kind]})\b", words):
+            return f"no word of the request asks for {r.kind}"
+        return ""
+
+    def to_record(self) -> dict[str, Any]:
+        return {} if self.goal is None else self.goal.to_record()
+
+    # -- the check -------------------------------------------------------------------------
+
+    def met(self, observation: Observation) -> Verdict:
+        """Every relation holds in ``observation``; else what is missing."""
+        if self.goal is None:
+            return Verdict(False, "the goal was never understood")
+        if not isinstance(observation, SceneObservation):
+            return Verdict(False, "nothing is seen to verify the goal with")
+        missing = [r.text() for r in self.goal.relations if not self._holds(r, observation)]
+        if missing:
+            return Verdict(False, "not yet: " + "; ".join(missing), 0.0)
+        return Verdict(True, score=1.0)
+
+    def _holds(self, r: Relation, seen: SceneObservation) -> bool:
+        held = seen.holding == r.subject
+        if r.kind == "held":
+            return held
+        subject = seen.find(r.subject)
+        if subject is None:
+            return False
+        if r.kind == "given":
+            point = self.geometry.scene.handover
+            where = [float(v) for v in subject.position]
+            return held and point is not None and math.dist(where, point) <= HANDED
+        if held:
+            return False  # on, in, off: the object rests where it is, let go
+        assert r.other is not None
+        if r.kind in ("on", "in"):
+            return self.geometry.holds(Effect(r.kind, r.subject, r.other), seen)
+        on_it = self.geometry.holds(Effect("on", r.subject, r.other), seen)
+        resting = float(subject.position[2]) < self.geometry.scene.table + 1.5 * float(subject.size)
+        return not on_it and resting
+
+
+class GoalCheck:
+    """Implements :class:`~onboard.loop.engine.Check`: the skill's end step passes only when
+    the goal holds in what is seen now; its failure is final once the decision's rounds are
+    spent (the episode fails with what is missing, the robot made safe first)."""
+
+    name = "goal"
+
+    def __init__(self, skill: Skill, goal: SceneGoal) -> None:
+        self.skill = skill
+        self.goal = goal
+
+    def check(self, steps: Sequence[Step], observation: Observation) -> Verdict:
+        if not any(step.action == self.skill.end for step in steps):
+            return Verdict(True)
+        met = self.goal.met(observation)
+        if met.ok:
+            return met
+        missing = met.feedback.removeprefix("not yet: ")
+        return Verdict(False, f"goal not verified: {missing}", 0.0, final=True)
+
+
+def _relation(raw: object) -> Relation | None:
+    if not isinstance(raw, dict):
+        return None
+    kind, subject, other = raw.get("relation"), raw.get("object"), raw.get("target")
+    if kind not in RELATIONS or not isinstance(subject, str):
+        return None
+    if kind in ("held", "given"):
+        return Relation(kind, subject)
+    return Relation(kind, subject, other) if isinstance(other, str) else None
+
+
+def _not_there(phrase: str, names: list[str], regions: list[str]) -> str:
+    seen = ", ".join(names) or "nothing"
+    return (
+        f"the {phrase} is not in view or a region (in view: {seen}; regions: {', '.join(regions)})"
+    )
+
+
+def _names(observation: Observation) -> list[str]:
+    return observation.names() if isinstance(observation, SceneObservation) else []
