@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -450,7 +451,7 @@ def test_a_goal_naming_what_is_not_there_fails_at_once_naming_it_and_what_is_in_
 ) -> None:
     outcome, recorder = _episode(robot, tidy, server, hardware, "hand me the apple")
     assert not outcome.finished and outcome.reason.startswith("the apple is not in view")
-    assert "red block" in outcome.reason and "right side" in outcome.reason
+    assert "red block" in outcome.reason  # what is in view
     assert [a for _, a in outcome.actions] == ["look"]  # nothing moved
     assert not [r for r in recorder.records if r["kind"] == "command"]
 
@@ -530,3 +531,32 @@ def test_a_translation_the_request_does_not_support_is_not_understood(
     partly = {"mentions": ["red block", "blue block", "green block", "middle"], "relations": [
         {"relation": "on", "object": "red block", "target": "blue block"}]}  # fmt: skip
     assert "nothing is asked of green block, middle" in both.read(json.dumps(partly), seen).feedback
+
+
+def test_a_block_hidden_under_another_may_be_named_and_a_raised_block_is_not_off(
+    robot: RobotConfig, tidy: Skill, hardware: Hardware
+) -> None:
+    """The blue block under the red one, as the camera may miss it: a kind the detector knows
+    stands for a mention while something in view rests raised; "off" needs the red block
+    resting on the table, so it does not hold at the first look."""
+    assert hardware.twin is not None
+    hardware.twin.set_object_pose("red block", (0.45, -0.1, 0.06))
+    hardware.twin.settle(0.5)
+    seen = look(robot, hardware)
+    objects = tuple(o for o in seen.scene.objects if o.name != "blue block")
+    hidden = replace(seen, scene=replace(seen.scene, objects=objects))
+    resolver = ObjectResolver(make_mapper(robot, tidy).embedder)
+    request = "take the red block off the blue block"
+    goal = SceneGoal(tidy, request, resolver, known=detector().classes)
+    off = {"mentions": ["red block", "blue block"], "relations": [
+        {"relation": "off", "object": "red block", "target": "blue block"}]}  # fmt: skip
+    assert goal.read(json.dumps(off), hidden).ok
+    assert not goal.met(hidden).ok
+    flat = SceneGoal(tidy, request, resolver, known=detector().classes)
+    table = replace(seen, scene=replace(seen.scene, objects=tuple(
+        o for o in seen.scene.objects if o.name not in ("blue block", "red block"))))  # fmt: skip
+    verdict = flat.read(json.dumps(off), table)
+    assert not verdict.ok and verdict.feedback.startswith("the red block is not in view")
+    binned = SceneGoal(tidy, "put the red block in the bin", resolver, known=detector().classes)
+    bin_reply = binned.read(json.dumps({"mentions": ["the bin"], "relations": []}), seen)
+    assert "the bin is no object the robot knows and no region" in bin_reply.feedback

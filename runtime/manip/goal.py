@@ -110,10 +110,15 @@ class Goal:
 class SceneGoal:
     """Implements :class:`~onboard.loop.engine.GoalGate` for scene skills."""
 
-    def __init__(self, skill: Skill, request: str, resolver: ObjectResolver) -> None:
+    def __init__(
+        self, skill: Skill, request: str, resolver: ObjectResolver, known: Sequence[str] = ()
+    ) -> None:
+        """``known``: the kinds of object the detector can name ("red block", "apple"): a
+        mention of one that is not in view is "not in view", of anything else "unknown"."""
         self.skill = skill
         self.request = request
         self.resolver = resolver
+        self.known = [k.replace("_", " ") for k in known]
         self.geometry = Geometry(skill)
         self.goal: Goal | None = None
 
@@ -129,7 +134,7 @@ class SceneGoal:
         return [{"role": "user", "content": text}]
 
     def schema(self, skill: Skill, observation: Observation) -> dict[str, Any]:
-        names = _names(observation)
+        names = _names(observation) + self._hideable(observation)
         targets = [*names, *self.geometry.scene.regions, "none"]
         relation = {
             "type": "object",
@@ -168,6 +173,7 @@ class SceneGoal:
             return Verdict(False, "goal not understood: the reply has no mentions and relations")
         names = _names(observation)
         regions = list(self.geometry.scene.regions)
+        mentionable = names + self._hideable(observation)
         words = " ".join(_WORDS.findall(self.request.lower()))
         found: dict[str, str] = {}  # mention -> name
         for mention in (m for m in mentions if isinstance(m, str) and m.strip()):
@@ -177,7 +183,11 @@ class SceneGoal:
                 return Verdict(False, f"goal not understood: {why}")
             resolved = self.resolver.resolve(phrase, names + regions)
             if resolved.name is None:
-                return Verdict(False, _not_there(phrase, names, regions))
+                hidden = self._hidden(phrase, names, observation)
+                if hidden is None:
+                    return Verdict(False, self._not_there(phrase, names, regions))
+                found[phrase] = hidden
+                continue
             found[phrase] = resolved.name
         used: set[str] = set()
         accepted = []
@@ -185,7 +195,7 @@ class SceneGoal:
             relation = _relation(raw)
             if relation is None:
                 return Verdict(False, f"goal not understood: {json.dumps(raw)} is not a relation")
-            problem = self._unsupported(relation, set(found.values()), names, regions, words)
+            problem = self._unsupported(relation, set(found.values()), mentionable, regions, words)
             if problem:
                 return Verdict(False, f"goal not understood: {problem}")
             used.update(n for n in (relation.subject, relation.other) if n is not None)
@@ -204,6 +214,33 @@ class SceneGoal:
             return Verdict(False, f"goal not understood: only part of it: {why}")
         self.goal = Goal(self.request, tuple(accepted))
         return Verdict(True, score=1.0)
+
+    def _hidden(self, phrase: str, names: list[str], seen: Observation) -> str | None:
+        """A kind the detector knows, not in view, while something in view rests raised (on
+        what the camera cannot see): the mention may be hidden under it, so it stands."""
+        hideable = self._hideable(seen)
+        return self.resolver.resolve(phrase, hideable).name if hideable else None
+
+    def _hideable(self, seen: Observation) -> list[str]:
+        """The kinds not in view that could be hidden under an object resting raised."""
+        if not isinstance(seen, SceneObservation):
+            return []
+        table = self.geometry.scene.table
+        raised = any(
+            float(o.position[2]) > table + float(o.size) and seen.holding != o.name
+            for o in seen.scene.objects
+        )
+        return [k for k in self.known if k not in seen.names()] if raised else []
+
+    def _not_there(self, phrase: str, names: list[str], regions: list[str]) -> str:
+        seen, places = ", ".join(names) or "nothing", ", ".join(regions)
+        unseen = [k for k in self.known if k not in names]
+        if unseen and self.resolver.resolve(phrase, unseen).name is not None:
+            return f"the {phrase} is not in view (in view: {seen})"
+        return (
+            f"the {phrase} is no object the robot knows and no region "
+            f"(in view: {seen}; regions: {places})"
+        )
 
     def _unsupported(
         self, r: Relation, mentioned: set[str], names: list[str], regions: list[str], words: str
@@ -253,7 +290,7 @@ class SceneGoal:
         if r.kind in ("on", "in"):
             return self.geometry.holds(Effect(r.kind, r.subject, r.other), seen)
         on_it = self.geometry.holds(Effect("on", r.subject, r.other), seen)
-        resting = float(subject.position[2]) < self.geometry.scene.table + 1.5 * float(subject.size)
+        resting = float(subject.position[2]) <= self.geometry.scene.table + float(subject.size)
         return not on_it and resting
 
 
@@ -287,13 +324,6 @@ def _relation(raw: object) -> Relation | None:
     if kind in ("held", "given"):
         return Relation(kind, subject)
     return Relation(kind, subject, other) if isinstance(other, str) else None
-
-
-def _not_there(phrase: str, names: list[str], regions: list[str]) -> str:
-    seen = ", ".join(names) or "nothing"
-    return (
-        f"the {phrase} is not in view or a region (in view: {seen}; regions: {', '.join(regions)})"
-    )
 
 
 def _names(observation: Observation) -> list[str]:

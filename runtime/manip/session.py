@@ -146,7 +146,7 @@ def run_scene_episode(
     mapper = make_mapper(robot, skill)
     resolver = ObjectResolver(mapper.embedder, near_tie=robot.mapping.near_tie)
     kind = SceneKind(skill, mapper, resolver)
-    goal = SceneGoal(skill, skill.request or skill.goal, resolver)
+    goal = SceneGoal(skill, skill.request or skill.goal, resolver, known=detector.classes)
     effects = Effects()
     runner = SkillRunner(
         skill,

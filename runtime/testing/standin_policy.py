@@ -475,6 +475,16 @@ def constrained_enum(response_format: object) -> list[str] | None:
     return [str(item) for item in enum]
 
 
+def _relation_names(response_format: object) -> set[str] | None:
+    """The names a goal schema lets a relation use (its targets' enum), if constrained."""
+    schema = _schema_of(response_format)
+    try:
+        target = schema["properties"]["relations"]["items"]["properties"]["target"]  # type: ignore[index]
+        return {str(name) for name in target["enum"]}
+    except (KeyError, TypeError):
+        return None
+
+
 def fit_schema(obj: dict[str, object], response_format: object) -> dict[str, object]:
     """``obj`` as a constrained decoder would let it out: keys the schema lacks dropped, a
     string cut at its ``maxLength``, a number moved to the nearest of its ``enum``."""
@@ -573,7 +583,7 @@ class StandInPolicy:
         if text.endswith("understood?"):
             return self._rng.choice(_ACKS)
         if is_goal_request(text):  # a scene skill's goal (runtime/testing/tidy_policy.py)
-            return self._tidy.goal_reply(text)
+            return self._tidy.goal_reply(text, _relation_names(response_format))
         if is_tidy_request(text):  # the tidy skill (runtime/testing/tidy_policy.py)
             return self._tidy.reply(text, exact=is_json_mode(response_format))
         enum = constrained_enum(response_format)

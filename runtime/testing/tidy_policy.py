@@ -180,8 +180,9 @@ class TidyPolicy:
             return _step("give")
         return self._pick(view, name)
 
-    def goal_reply(self, text: str) -> str:
-        """The episode's goal as mentions and relations (runtime/manip/goal.py's question)."""
+    def goal_reply(self, text: str, allowed: set[str] | None = None) -> str:
+        """The episode's goal as mentions and relations (runtime/manip/goal.py's question);
+        ``allowed``: the names the schema lets a relation use (constrained decoding)."""
         asked = _ASKED.search(text)
         request = asked.group(1) if asked else ""
         mentions = []
@@ -191,7 +192,7 @@ class TidyPolicy:
                 words = words[:-1]
             if words and words[0] not in _CUT:
                 mentions.append(" ".join(words))
-        seen = TidyView.read(text).seen
+        seen = sorted(allowed - {"none", *_REGIONS_NAMED}) if allowed else TidyView.read(text).seen
 
         def name(phrase: str) -> str:  # "the blue one" is the blue block in view
             return next((n for n in seen if n.split()[0] == phrase.split()[0]), phrase)
@@ -206,7 +207,7 @@ class TidyPolicy:
             relations = [_relation("on", *map(name, match.groups()))]
         elif (match := _TO_REGION.search(request) or _PUSH.search(request)) is not None:
             relations = [_relation("in", name(match.group(1)), match.group(2))]
-        known = {*seen, *_REGIONS_NAMED, "none"}  # the schema's names: nothing else is sayable
+        known = allowed or {*seen, *_REGIONS_NAMED, "none"}  # nothing else is sayable
         relations = [r for r in relations if {r["object"], r["target"]} <= known]
         return json.dumps({"mentions": mentions, "relations": relations})
 
