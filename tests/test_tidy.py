@@ -560,3 +560,32 @@ def test_a_block_hidden_under_another_may_be_named_and_a_raised_block_is_not_off
     binned = SceneGoal(tidy, "put the red block in the bin", resolver, known=detector().classes)
     bin_reply = binned.read(json.dumps({"mentions": ["the bin"], "relations": []}), seen)
     assert "the bin is no object the robot knows and no region" in bin_reply.feedback
+
+
+def test_fallbacks_are_counted_per_goal_so_a_pick_between_them_does_not_reset_the_bound(
+    robot: RobotConfig, tidy: Skill, server: StandInServer, hardware: Hardware
+) -> None:
+    """A model that picks the red block, then asks to pick again while holding it (refused
+    every round): each fallback puts the block down, the next pick succeeds; the episode
+    still ends after max_fallbacks, not at the time limit."""
+    picks = 0
+
+    with ChatClient(robot.llm, base_url=server.base_url) as client:
+        http = HttpAsk(client)
+
+        def grinds(purpose: str, messages: Any, schema: Any) -> ChatResult:
+            nonlocal picks
+            if purpose == "goal":
+                return http(purpose, messages, schema)
+            holding = "The robot holds the red block" in str(messages[-1]["content"])
+            picks += not holding
+            target = "blue block" if holding else "red block"
+            step = {"action": "pick", "object": target, "target": "none"}
+            return ChatResult(text=json.dumps(step), latency=0.0, attempts=1)
+
+        outcome, _ = _episode(robot, tidy, server, hardware,
+                              "put the red block on the blue block", grinds)  # fmt: skip
+    actions = [a for _, a in outcome.actions]
+    assert outcome.reason.startswith(f"gave up after {tidy.max_fallbacks} fallbacks")
+    assert actions.count("pick") == tidy.max_fallbacks + 1 and picks > 1
+    assert actions.count("recover") == tidy.max_fallbacks + 1

@@ -612,9 +612,11 @@ class SkillRunner:
         self.record("fallback", action=self.skill.fallback, why=why)
         limit = self.skill.max_fallbacks
         if limit is not None and self._fallbacks > limit:
-            # the last fallback made the robot safe; asking again would only repeat it
-            self.stop(f"gave up after {limit} fallbacks: {why}")
-            return
+            ending = f"gave up after {limit} fallbacks: {why}"
+            if self.current == self.skill.fallback:  # it has just made the robot safe
+                self.stop(ending)
+                return
+            self._ending = ending  # once more, to make safe what moved since, then end
         self._begin(Step(self.skill.fallback), f"fallback: {why}")
 
     def _begin(self, step: Step, reason: str) -> None:
