@@ -151,10 +151,10 @@ class SceneGoal:
             "properties": {
                 "mentions": {
                     "type": "array",
-                    "items": {"type": "string", "maxLength": 40},
-                    "maxItems": 6,
+                    "items": {"type": "string", "maxLength": 24},
+                    "maxItems": 4,
                 },
-                "relations": {"type": "array", "items": relation, "maxItems": 4},
+                "relations": {"type": "array", "items": relation, "maxItems": 3},
             },
             "required": ["mentions", "relations"],
             "additionalProperties": False,
