@@ -115,6 +115,19 @@ class GoalGate(Protocol):
         """What was understood, for the recording."""
         ...
 
+    def judge(
+        self, actions: Sequence[str], before: Observation, after: Observation
+    ) -> list[Message] | None:
+        """The verifier model's question before the end step runs, or None when the goal's
+        own check (a ``Check``) decides."""
+        ...
+
+    def judge_schema(self) -> dict[str, Any]: ...
+
+    def judgement(self, text: str) -> Verdict:
+        """The verifier model's reply read: ok lets the end step run."""
+        ...
+
 
 class Check(Protocol):
     """Scores a proposed plan before it runs (ReAd: a critic's advantage). Runs off the
@@ -242,6 +255,7 @@ class SkillRunner:
             clock, self if second_stage else None, self._stimulus, record, changes=kind.changes
         )
         self._observation: Observation | None = None
+        self._first_observation: Observation | None = None
         self._action_start_observation: Observation | None = None
         self._running: Running | None = None
         self._timeout: Timer | None = None
@@ -265,9 +279,6 @@ class SkillRunner:
         self._fallbacks = 0
         #: why the episode ends once the fallback has made the robot safe (a final verdict)
         self._ending: str | None = None
-        #: the goal question is in flight; a plan that passed its checks waits for it
-        self._goal_pending = False
-        self._held_for_goal: tuple[list[Step], str | None, int] | None = None
         self.breaker_failures = breaker_failures
         self.breaker_cooldown = breaker_cooldown
         self._failed_in_row = 0
@@ -278,6 +289,11 @@ class SkillRunner:
     @property
     def current(self) -> str:
         return self.model.state
+
+    @property
+    def plans_asked(self) -> int:
+        """Plans asked for so far this episode (a scene skill's goal question is not one)."""
+        return self._plan_seq
 
     @property
     def finished(self) -> bool:
@@ -298,6 +314,7 @@ class SkillRunner:
 
     def start(self, observation: Observation) -> None:
         self._observation = self._action_start_observation = observation
+        self._first_observation = observation
         self.record("observation", **observation.to_record())
         self.record("start", skill=self.skill.name, goal=self.skill.goal, skill_kind=self.kind.name)
         if not self.finished:  # a stop before start is never undone
@@ -305,18 +322,17 @@ class SkillRunner:
         self._rounds = 0
         if self.goal is not None:
             self._ask_goal(self.goal)
+            return
         self._begin(Step(self.skill.start), "start action")
 
     def _ask_goal(self, goal: GoalGate) -> None:
-        """Ask for the goal beside the start action (the first plan is asked as before); no
-        plan acts until the goal is understood (``_act`` holds it), and the goal is read
-        against what was seen when it was asked, so a replay reads it alike."""
+        """Ask for the goal before the start action: nothing moves, and no plan is asked,
+        until it is understood. It is read against what was seen when it was asked, so a
+        replay reads it alike."""
         now = self.observation
         schema = goal.schema(self.skill, now) if self.constrained else None
-        self._goal_pending = True
 
         def handle(text: str | None, _: ChatResult | None) -> None:
-            self._goal_pending = False
             verdict = (
                 Verdict(False, "goal not understood: no usable LLM reply")
                 if text is None
@@ -325,14 +341,12 @@ class SkillRunner:
             met = goal.met(now) if verdict.ok else Verdict(False)
             self.record("goal", ok=verdict.ok, feedback=verdict.feedback, met=met.ok,
                         **goal.to_record())  # fmt: skip
-            held, self._held_for_goal = self._held_for_goal, None
             if not verdict.ok:
                 self.stop(verdict.feedback)
-            elif met.ok:
-                self._plan_seq += 1  # a plan still asked for is stale: nothing is left to do
+                return
+            self._begin(Step(self.skill.start), "start action")
+            if met.ok:
                 self._begin(Step(self.skill.end), "the goal holds at the first look")
-            elif held is not None:
-                self._act(*held)
 
         self._submit("goal", goal.messages(self.skill, now), schema, "episode goal", handle)
 
@@ -467,20 +481,67 @@ class SkillRunner:
             self._no_match(plan)
             return
 
+        def refused(verdict: Verdict) -> None:
+            self._history.append(_attempt(plan.steps, verdict))
+            if rounds < self.max_rounds:
+                self._request_plan("check failed", rounds + 1)
+            elif verdict.final:
+                self._ending = verdict.feedback
+                self._fall_back(verdict.feedback)
+            else:
+                self._fall_back(f"check failed: {verdict.feedback}")
+
         def checked(verdict: Verdict) -> None:
             if not verdict.ok:
-                self._history.append(_attempt(plan.steps, verdict))
-                if rounds < self.max_rounds:
-                    self._request_plan("check failed", rounds + 1)
-                elif verdict.final:
-                    self._ending = verdict.feedback
-                    self._fall_back(verdict.feedback)
-                else:
-                    self._fall_back(f"check failed: {verdict.feedback}")
+                refused(verdict)
                 return
-            self._act(plan.steps, plan.phrase, rounds)
+            ends = any(s.action == self.skill.end for s in plan.steps)
+            question = (
+                self.goal.judge(
+                    [a for _, a in self.outcome.actions], self._first_observation, self.observation
+                )
+                if ends and self.goal is not None and self._first_observation is not None
+                else None
+            )
+            if question is None:
+                self._act(plan.steps, plan.phrase, rounds)
+                return
+            self._judge(question, plan, rounds, refused)
 
         self._check(plan.steps, checked)
+
+    def _judge(
+        self,
+        question: list[Message],
+        plan: Plan,
+        rounds: int,
+        refused: Callable[[Verdict], None],
+    ) -> None:
+        """The verifier model on the end step (the goal's ``judge``): a yes lets it run, a no
+        is a refusal like a failed check's."""
+        assert self.goal is not None
+        goal, seq = self.goal, self._plan_seq
+        schema = goal.judge_schema() if self.constrained else None
+
+        def handle(text: str | None, _: ChatResult | None) -> None:
+            if seq != self._plan_seq:
+                self.record("stale", purpose="verify", plan=seq)
+                return
+            verdict = (
+                goal.judgement(text)
+                if text is not None
+                else Verdict(False, "goal not verified: the verifier gave no reply", 0.0)
+            )
+            self.record("check", check="judge", actions=[s.action for s in plan.steps],
+                        steps=[s.to_record() for s in plan.steps], ok=verdict.ok,
+                        feedback=verdict.feedback, score=verdict.score)  # fmt: skip
+            if verdict.ok:
+                self._act(plan.steps, plan.phrase, rounds)
+            else:
+                self.outcome.refused["judge"] = self.outcome.refused.get("judge", 0) + 1
+                refused(verdict)
+
+        self._submit("verify", question, schema, "the goal, judged", handle)
 
     def _reply_text(
         self, purpose: str, seq: int, result: ChatResult | BaseException, took: float
@@ -589,11 +650,6 @@ class SkillRunner:
     # -- act -------------------------------------------------------------------------------
 
     def _act(self, steps: list[Step], phrase: str | None, rounds: int) -> None:
-        if self._goal_pending:
-            self._held_for_goal = (steps, phrase, rounds)
-            self.record("deferred", action=self.current, plan=[s.action for s in steps],
-                        why="the goal is not understood yet")  # fmt: skip
-            return
         current = self.skill.actions[self.current]
         if self._running is not None and not current.spec.interruptible:
             self._deferred = (steps, phrase, rounds)

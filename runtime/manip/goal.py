@@ -19,8 +19,12 @@ that answers with something the user did not ask for cannot make the robot claim
 - each relation's kind must be cued by the request's words (``on`` by "on", "onto", "stack";
   ``given`` by "hand", "give", "me"; ...).
 
-A translation that fails these, or that has no relation, ends the episode at once with
-``goal not understood: ...``. A goal that holds at the first look ends in success with no
+A translation that fails these ends the episode at once with ``goal not understood: ...``.
+One that names things in view but compiles into no relation ("line the blocks up nicely") is
+*judged*: at the end step the verifier model (onboard.llm.judge, ReplanVLM's Extra Bot's
+question) compares the first look with a fresh one and must answer ``done: true``; nothing
+having changed is never done. A request that names nothing in view and asks for no relation
+ends at once. A goal that holds at the first look ends in success with no
 motion; the skill's end step passes its check only when every relation holds in a fresh look
 (:class:`GoalCheck`), else it is re-asked within the decision's rounds and then the episode
 fails with ``goal not verified: <what is missing>``.
@@ -36,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onboard.base.errors import LLMError
+from onboard.llm.judge import judge_messages, judge_schema, read_judgement
 from onboard.llm.replies import parse_reply
 from onboard.llm.types import Message
 from onboard.loop.engine import Verdict
@@ -46,6 +51,10 @@ from onboard.manip.resolve import ObjectResolver
 from onboard.manip.verify import HANDED, Effect, Geometry
 
 __all__ = ["GOAL_PROMPT", "RELATIONS", "Goal", "GoalCheck", "Relation", "SceneGoal"]
+
+#: metres an object must move to count as a change (a judged goal's before and after)
+MOVED = 0.02
+JUDGE_ROLE = "You are the verifier of a robot arm: you judge whether a request was done."
 
 #: what a goal may ask of an object: on an object, in a region, off an object, held by the
 #: gripper, given (held out at the hand-over point)
@@ -119,8 +128,12 @@ class SceneGoal:
         self.request = request
         self.resolver = resolver
         self.known = [k.replace("_", " ") for k in known]
+        #: no relation compiled: the verifier model judges the end step (see the module doc)
+        self.judged = False
         self.geometry = Geometry(skill)
         self.goal: Goal | None = None
+        #: the look the goal was read against (a judged goal's "before")
+        self.first: SceneObservation | None = None
 
     # -- the question ----------------------------------------------------------------------
 
@@ -171,6 +184,8 @@ class SceneGoal:
         mentions, relations = parsed.get("mentions"), parsed.get("relations")
         if not isinstance(mentions, list) or not isinstance(relations, list):
             return Verdict(False, "goal not understood: the reply has no mentions and relations")
+        if isinstance(observation, SceneObservation):
+            self.first = observation
         names = _names(observation)
         regions = list(self.geometry.scene.regions)
         mentionable = names + self._hideable(observation)
@@ -200,19 +215,19 @@ class SceneGoal:
                 return Verdict(False, f"goal not understood: {problem}")
             used.update(n for n in (relation.subject, relation.other) if n is not None)
             accepted.append(relation)
-        if not accepted:
-            return Verdict(
-                False, "goal not understood: it asks for no arrangement of what is in view"
-            )
+        if not accepted and not set(found.values()) & set(names):
+            why = "it asks for no arrangement of what is in view"
+            return Verdict(False, f"goal not understood: {why}")
         unused = sorted(p for p, name in found.items() if name not in used)
-        if unused:
+        if unused and accepted:
             return Verdict(False, f"goal not understood: nothing is asked of {', '.join(unused)}")
         named = sum(1 for m in mentions if isinstance(m, str) and m.strip())
         slots = sum(1 + (r.other is not None) for r in accepted)
-        if named > slots:  # "red on blue and blue on red" read as one relation
+        if named > slots and accepted:  # "red on blue and blue on red" read as one relation
             why = f"it names things {named} times, its relations use {slots}"
             return Verdict(False, f"goal not understood: only part of it: {why}")
         self.goal = Goal(self.request, tuple(accepted))
+        self.judged = not accepted
         return Verdict(True, score=1.0)
 
     def _hidden(self, phrase: str, names: list[str], seen: Observation) -> str | None:
@@ -258,7 +273,47 @@ class SceneGoal:
         return ""
 
     def to_record(self) -> dict[str, Any]:
-        return {} if self.goal is None else self.goal.to_record()
+        found = {} if self.goal is None else self.goal.to_record()
+        return {**found, "judged": True} if self.judged else found
+
+    # -- the verifier model, for a goal with no relation -----------------------------------
+
+    def judge(
+        self, actions: Sequence[str], before: Observation, after: Observation
+    ) -> list[Message] | None:
+        """The verifier model's question at the end step; None when the relations decide."""
+        if not self.judged:
+            return None
+        if not isinstance(before, SceneObservation) or not isinstance(after, SceneObservation):
+            return None
+        images = [o.png for o in (before, after) if o.png is not None]
+        notes = ["the table before the robot acted", "the table now"][: len(images)]
+        return judge_messages(
+            JUDGE_ROLE,
+            "You see the table before and after the robot acted on a request, and what the "
+            "robot's perception says changed.",
+            self.request,
+            "The robot's actions: " + (", ".join(actions) or "none"),
+            "the robot says the request is done",
+            before.situation(),
+            after.situation(),
+            _changes(before, after),
+            images if self.skill.prompt.images else [],
+            notes if self.skill.prompt.images else [],
+        )
+
+    def judge_schema(self) -> dict[str, Any]:
+        return judge_schema()
+
+    def judgement(self, text: str) -> Verdict:
+        try:
+            done, reason = read_judgement(text)
+        except ValueError as exc:
+            return Verdict(False, f"goal not verified: the verifier gave no verdict ({exc})")
+        if done:
+            return Verdict(True, reason, 1.0)
+        return Verdict(False, f"goal not verified: {reason or 'the verifier says not done'}",
+                       0.0, final=True)  # fmt: skip
 
     # -- the check -------------------------------------------------------------------------
 
@@ -266,6 +321,8 @@ class SceneGoal:
         """Every relation holds in ``observation``; else what is missing."""
         if self.goal is None:
             return Verdict(False, "the goal was never understood")
+        if self.judged:
+            return Verdict(False, "not yet: the verifier model judges it at the end")
         if not isinstance(observation, SceneObservation):
             return Verdict(False, "nothing is seen to verify the goal with")
         missing = [r.text() for r in self.goal.relations if not self._holds(r, observation)]
@@ -308,11 +365,40 @@ class GoalCheck:
     def check(self, steps: Sequence[Step], observation: Observation) -> Verdict:
         if not any(step.action == self.skill.end for step in steps):
             return Verdict(True)
+        if self.goal.judged:
+            first = self.goal.first
+            if first is not None and not _changes(first, observation, moved_only=True):
+                return Verdict(False, "goal not verified: nothing has changed", 0.0, final=True)
+            return Verdict(True)  # the verifier model decides (engine: GoalGate.judge)
         met = self.goal.met(observation)
         if met.ok:
             return met
         missing = met.feedback.removeprefix("not yet: ")
         return Verdict(False, f"goal not verified: {missing}", 0.0, final=True)
+
+
+def _changes(before: Observation, after: Observation, moved_only: bool = False) -> str:
+    """What moved more than 2 cm, came into view or left it, and the gripper, one line each;
+    ``moved_only``: only objects that moved or came into view ("" when none)."""
+    if not isinstance(before, SceneObservation) or not isinstance(after, SceneObservation):
+        return ""
+    lines = []
+    for obj in after.scene.objects:
+        was = before.find(obj.name)
+        now = tuple(round(float(v), 3) for v in obj.position)
+        if was is None:
+            lines.append(f"the {obj.name} came into view at {now}")
+        elif math.dist([float(v) for v in was.position], now) > MOVED:
+            old = tuple(round(float(v), 3) for v in was.position)
+            lines.append(f"the {obj.name} moved from {old} to {now}")
+    if moved_only:
+        return "\n".join(lines)
+    lines += [f"the {o.name} is no longer in view" for o in before.scene.objects
+              if after.find(o.name) is None]  # fmt: skip
+    if before.holding != after.holding:
+        lines.append(f"the gripper held {before.holding or 'nothing'}, now "
+                     f"{after.holding or 'nothing'}")  # fmt: skip
+    return "\n".join(lines) or "nothing changed"
 
 
 def _relation(raw: object) -> Relation | None:

@@ -217,6 +217,9 @@ def _look_periodically(runner: SkillRunner, perception: ScenePerception, every: 
     def look() -> None:
         if runner.finished:
             return
+        if runner.plans_asked == 0:  # the goal is asked first: looks begin with the plans
+            clock.call_later(every, look)
+            return
 
         def seen(result: SceneObservation | BaseException, _took: float) -> None:
             if not runner.finished and isinstance(result, SceneObservation):

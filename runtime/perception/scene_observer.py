@@ -106,11 +106,12 @@ class SceneState:
         )
 
     def text(self) -> str:
-        """One line per object, for the prompt."""
+        """One line per object, for the prompt, by name: the detector's order (by score)
+        changes with a pixel of noise, and a prompt should not."""
         if not self.objects and not self.unlocated:
             return "No objects are seen."
         counts = Counter(obj.label for obj in self.objects)
-        lines = [self._line(obj, counts) for obj in self.objects]
+        lines = [self._line(obj, counts) for obj in sorted(self.objects, key=lambda o: o.name)]
         lines += [
             f"{_article(label)} {label} (position unknown: no depth)" for label in self.unlocated
         ]

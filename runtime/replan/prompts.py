@@ -23,13 +23,13 @@ and nowhere else.
 from __future__ import annotations
 
 import ast
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from onboard.llm.content import user_message
+from onboard.llm.judge import judge_messages, judge_schema, read_judgement, verdict_schema
 from onboard.llm.types import Message
 from onboard.replan.api import api_doc
 
@@ -217,7 +217,7 @@ def match_messages(instruction: str, proposal: Proposal, images: Sequence[bytes]
 
 
 def match_schema() -> dict[str, Any]:
-    return _verdict_schema("match")
+    return verdict_schema("match")
 
 
 def extra_messages(
@@ -234,49 +234,36 @@ def extra_messages(
 ) -> list[Message]:
     """The Extra Bot's question (the seed's external check): was the instruction done? The
     images: the camera's before the run, after it, then any the instruction refers to (a goal
-    picture), described in ``goal_notes``."""
-    system = (
-        f"{EXTRA_ROLE}\nYou see the table before and after the robot ran a program, and what "
-        "the robot's perception says changed. Judge from what is seen after the run whether "
-        'the instruction is done. Answer in JSON: {"done": true or false, "reason": "<what '
-        'is not as the instruction asks, or why it is done>"}.'
-    )
-    text = (
-        f"{INSTRUCTION} {instruction}\n{_program_text(proposal)}\n"
-        f"How the run ended: {ended}\n"
-        f"Before the run:\n{before_text}\nAfter the run:\n{after_text}\n"
-        f"Changes:\n{changes_text}"
-    )
+    picture), described in ``goal_notes``. The question is the runtime's one verifier
+    (onboard.llm.judge), which a scene skill's goal uses too."""
     images = [i for i in (before_image, after_image) if i is not None]
     notes = ["the table before the run", "the table after it"][: len(images)]
-    images += goal_images
-    notes += goal_notes
-    if notes:
-        text += "\nImages: " + "; ".join(f"image {i} is {n}" for i, n in enumerate(notes, 1))
-        text += "."
-    return [{"role": "system", "content": system}, user_message(text, images)]
+    setting = (
+        "You see the table before and after the robot ran a program, and what the robot's "
+        "perception says changed."
+    )
+    return judge_messages(
+        EXTRA_ROLE,
+        setting,
+        instruction,
+        _program_text(proposal),
+        ended,
+        before_text,
+        after_text,
+        changes_text,
+        [*images, *goal_images],
+        [*notes, *goal_notes],
+    )
 
 
 def extra_schema() -> dict[str, Any]:
-    return _verdict_schema("done")
-
-
-def _verdict_schema(key: str) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {key: {"type": "boolean"}, "reason": {"type": "string", "maxLength": 300}},
-        "required": [key, "reason"],
-        "additionalProperties": False,
-    }
+    return judge_schema()
 
 
 def read_verdict(text: str, key: str) -> tuple[bool, str]:
     """``(value, reason)`` of a ``{"<key>": bool, "reason": str}`` reply (its schema was
     checked by the client); ValueError when it is not one."""
-    data = json.loads(text)
-    if not isinstance(data, dict) or not isinstance(data.get(key), bool):
-        raise ValueError(f"the reply has no boolean {key!r}")
-    return bool(data[key]), str(data.get("reason", ""))
+    return read_judgement(text, key)
 
 
 def saycan_messages(

@@ -475,6 +475,11 @@ def constrained_enum(response_format: object) -> list[str] | None:
     return [str(item) for item in enum]
 
 
+#: the stand-in's verifier answer: it has no rule to judge a request the runtime could not
+#: compile, so it never says done (a judged success is tested with a scripted ask)
+_NO_JUDGE = "the stand-in has no rule to judge this request"
+
+
 def _relation_names(response_format: object) -> set[str] | None:
     """The names a goal schema lets a relation use (its targets' enum), if constrained."""
     schema = _schema_of(response_format)
@@ -582,6 +587,8 @@ class StandInPolicy:
             return format_json(fit_schema(obj, response_format), self._rng, noise)
         if text.endswith("understood?"):
             return self._rng.choice(_ACKS)
+        if "how the run ended:" in text and "before the run:" in text:  # onboard.llm.judge
+            return json.dumps({"done": False, "reason": _NO_JUDGE})
         if is_goal_request(text):  # a scene skill's goal (runtime/testing/tidy_policy.py)
             return self._tidy.goal_reply(text, _relation_names(response_format))
         if is_tidy_request(text):  # the tidy skill (runtime/testing/tidy_policy.py)
