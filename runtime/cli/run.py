@@ -57,7 +57,7 @@ def run(robot: RobotConfig, args: argparse.Namespace) -> int:
             ask = HttpAsk(client)
             outcome = run_episode(robot, skill, scenario, ask, mapper, recorder, options)
     verdict = judge(outcome, scenario)
-    sequence = " -> ".join(f"{a}@{t:.1f}s" for t, a in outcome.actions)
+    sequence = " -> ".join(f"{a}@{t:.1f}s" for t, a in outcome.actions) or "none (nothing moved)"
     print(f"actions: {sequence}")
     print(f"said: {outcome.phrase!r}" if outcome.phrase else "said nothing")
     print(f"{'success' if verdict.success else 'failure'}: {verdict.reason}")
@@ -105,7 +105,7 @@ def run_scene(robot: RobotConfig, skill: Skill, args: argparse.Namespace) -> int
             outcome = run_scene_episode(
                 robot, skill, HttpAsk(client), recorder, found, detector, options, task=asked
             )
-    sequence = " -> ".join(f"{a}@{t:.1f}s" for t, a in outcome.actions)
+    sequence = " -> ".join(f"{a}@{t:.1f}s" for t, a in outcome.actions) or "none (nothing moved)"
     print(f"actions: {sequence}")
     print(f"{'finished' if outcome.finished else 'not finished'}: {outcome.reason}")
     print(f"recorded: {path}")

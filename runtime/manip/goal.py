@@ -248,7 +248,7 @@ class SceneGoal:
         return [k for k in self.known if k not in seen.names()] if raised else []
 
     def _not_there(self, phrase: str, names: list[str], regions: list[str]) -> str:
-        seen, places = ", ".join(names) or "nothing", ", ".join(regions)
+        seen, places = ", ".join(sorted(names)) or "nothing", ", ".join(regions)
         unseen = [k for k in self.known if k not in names]
         if unseen and self.resolver.resolve(phrase, unseen).name is not None:
             return f"the {phrase} is not in view (in view: {seen})"
