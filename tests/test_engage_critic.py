@@ -35,6 +35,7 @@ from onboard.hri.critic import (
 )
 from onboard.hri.scenario import load_scenario
 from onboard.hri.session import EpisodeOptions, JudgementKind, judge, judge_speech, run_episode
+from onboard.loop.kind import Step
 from onboard.loop.recorder import MemoryRecorder
 from onboard.loop.skill import Skill
 from onboard.testing.random_ask import RandomAsk
@@ -106,17 +107,64 @@ def test_the_critic_refuses_speaking_to_a_busy_person_and_allows_it_to_a_ready_o
         assert f"threshold {shipped.epsilon:+.2f}" in verdict.feedback
 
 
-def test_a_state_outside_the_training_range_is_scored_unknown_not_refused(
-    shipped: SkillCritic,
+def test_outside_the_training_range_the_seed_rule_allows_and_readiness_speaks_only_when_sure(
+    shipped: SkillCritic, critic_skill: Skill, robot: RobotConfig
 ) -> None:
-    check = shipped.check(lambda: ("wait", 7.0))
+    """ReAd-J counts a state outside the training range as "score unknown" and allows it; the
+    readiness rule scores speech there at the nearest state it knows and never refuses holding
+    back on it (when unsure, it neither vouches for speech nor pushes for it)."""
+    assert critic_skill.critic is not None and critic_skill.critic.rule == "readiness"
+    seed = critic_skill.critic.model_copy(update={"rule": "joint", "epsilon": 0.1, "members": []})
+    joint = open_skill_critic(dataclasses.replace(critic_skill, critic=seed), robot.embedder_dir)
+    assert joint is not None
+    check = joint.check(lambda: ("wait", 7.0))
     far = seen("The person is talking on a phone.", False, distance=60.0)
     assert check.score("speak", far)[1]
-    verdict = check.check([SimpleNamespace(action="speak")], far)  # type: ignore[list-item]
+    verdict = check.check([Step("speak")], far)  # type: ignore[arg-type]
     assert verdict.ok and "score unknown" in verdict.feedback
     # a new wording is not out of range: the embedding is not boxed per dimension
     new_words = seen("Someone hums while painting her nails on the bench.", False)
     assert not check.score("speak", new_words)[1]
+    readiness = shipped.check(lambda: ("wait", 7.0))
+    refused = readiness.check([Step("speak")], far)  # type: ignore[arg-type]
+    assert not refused.ok and "outside its training range" in refused.feedback
+    near_ready = seen("The person is sitting on a chair, waiting.", True, distance=0.5)
+    value, ood = readiness.score("wait", near_ready)
+    assert ood and value > shipped.spec.ready + MARGIN  # type: ignore[operator]
+    assert readiness.check([Step("wait")], near_ready).ok  # type: ignore[arg-type]
+
+
+def test_the_readiness_rule_holds_back_speech_to_a_busy_person_and_delay_before_a_ready_one(
+    critic_skill: Skill, robot: RobotConfig
+) -> None:
+    """A plan that speaks is judged by speaking's own value (a step before it changes nothing);
+    a plan that does not is refused only where speaking scores ``ready`` or more."""
+    assert critic_skill.critic is not None
+    spec = critic_skill.critic.model_copy(update={"rule": "readiness", "epsilon": 0.1,
+                                                  "ready": 0.3})  # fmt: skip
+    critic = open_skill_critic(dataclasses.replace(critic_skill, critic=spec), robot.embedder_dir)
+    assert critic is not None
+    check = critic.check(lambda: ("pause", 3.0))
+    busy = seen("The person is talking on a phone.", False)
+    ready = seen("The person is sitting on a chair, waiting.", True)
+    q_busy, q_ready = check.score("speak", busy)[0], check.score("speak", ready)[0]
+    assert q_busy < 0.1 - MARGIN and q_ready > 0.3 + MARGIN
+    assert check.score("wait", ready)[0] == q_ready  # every action is scored by speaking's value
+
+    def plan(*actions: str) -> list[Step]:
+        return [Step(a) for a in actions]
+
+    for proposal in (plan("speak"), plan("eye contact", "speak")):
+        verdict = check.check(proposal, busy)  # type: ignore[arg-type]
+        assert not verdict.ok and "scored 'speak'" in verdict.feedback
+        assert check.check(proposal, ready).ok  # type: ignore[arg-type]
+    assert check.check(plan("wait"), busy).ok  # type: ignore[arg-type]
+    held = check.check(plan("wait for cue"), ready)  # type: ignore[arg-type]
+    assert not held.ok and "looks ready" in held.feedback and held.score == q_ready
+    spec = spec.model_copy(update={"ready": None})
+    never = open_skill_critic(dataclasses.replace(critic_skill, critic=spec), robot.embedder_dir)
+    assert never is not None
+    assert never.check(lambda: ("pause", 3.0)).check(plan("wait"), ready).ok  # type: ignore[arg-type]
 
 
 # -- episodes, recordings and the evaluation -----------------------------------------------------

@@ -41,6 +41,32 @@ TASKS = (
 SKILLS = {"engage": Path("bench/data/engage-train/scenarios")}
 SKILL_LEVEL = "all"  # a skill's critic covers every scenario
 SKILL_EPISODES = 20  # per training scenario
+#: a skill critic's members (its [critic] members): one per fold of the training scenarios,
+#: each trained without that fold, so where they disagree the state is unlike some of the data
+SKILL_FOLDS = 5
+
+
+def fold_of(files: list[Path], folds: int = SKILL_FOLDS) -> dict[Path, int]:
+    """Each training scenario's fold: by name, in turn, so every family is in every fold."""
+    return {f: k % folds for k, f in enumerate(sorted(files))}
+
+
+def skill_scenarios(task: str, level: str) -> Path:
+    """The scenarios a skill's critic at ``level`` trains on: all, or all but one fold (a
+    folder of links under build/)."""
+    everything = ROOT / SKILLS[task]
+    if level == SKILL_LEVEL:
+        return SKILLS[task]
+    k = int(level.removeprefix("fold"))
+    files = sorted(everything.glob("*.toml"))
+    folder = DATA / task / f"{level}-scenarios"
+    shutil.rmtree(ROOT / folder, ignore_errors=True)
+    (ROOT / folder).mkdir(parents=True)
+    for f, fold in fold_of(files).items():
+        if fold != k:
+            (ROOT / folder / f.name).symlink_to(f)
+    return folder
+
 
 #: the recipe, the same for every level
 EPISODES = 800
@@ -76,8 +102,9 @@ def build_level(task: str, level: str, reuse: bool) -> Built:
     began = time.perf_counter()
     if task in SKILLS:
         if not (reuse and (ROOT / data).is_file()):
-            run([onboard(), "critic", "collect", task, "--scenarios", str(SKILLS[task]),
-                 "--out", str(data), "--episodes", str(SKILL_EPISODES), "--seed", str(SEED)])  # fmt: skip
+            scenarios = str(skill_scenarios(task, level))
+            run([onboard(), "critic", "collect", task, "--scenarios", scenarios, "--out",
+                 str(data), "--episodes", str(SKILL_EPISODES), "--seed", str(SEED)])  # fmt: skip
     elif not (reuse and (ROOT / data).is_file()):
         run([onboard(), "critic", "collect", task, "--level", level, "--out", str(data),
              "--episodes", str(EPISODES), "--augment", str(AUGMENT), "--llm", "standin",
@@ -86,7 +113,8 @@ def build_level(task: str, level: str, reuse: bool) -> Built:
                else [])])  # fmt: skip
     collected = time.perf_counter()
     run([onboard(), "critic", "train", "--data", str(data), "--out", str(model),
-         "--task", task, "--level", level, "--seed", str(SEED)])  # fmt: skip
+         "--task", task, "--level", SKILL_LEVEL if task in SKILLS else level,
+         "--seed", str(SEED)])  # fmt: skip
     return Built(task, level, collected - began, time.perf_counter() - collected)
 
 
@@ -105,7 +133,10 @@ def levels(only: list[str]) -> list[tuple[str, str]]:
         for level in loaded.levels:
             if not only or task in only or f"{task}/{level}" in only:
                 out.append((task, level))
-    out += [(skill, SKILL_LEVEL) for skill in SKILLS if not only or skill in only]
+    for skill in SKILLS:
+        for level in (SKILL_LEVEL, *(f"fold{k}" for k in range(SKILL_FOLDS))):
+            if not only or skill in only or f"{skill}/{level}" in only:
+                out.append((skill, level))
     return out
 
 
@@ -125,7 +156,8 @@ def table(built: dict[tuple[str, str], Built] | None = None) -> list[str]:
         for model in sorted((HERE / task).glob("*.onnx")):
             card = load_card(model.with_suffix(".toml"))
             t, m = card.training, card.metrics
-            row = [task, card.level, f"{t.episodes}+{t.heldout_episodes}", str(t.transitions),
+            level = model.stem if task in SKILLS else card.level  # a skill: all, its folds
+            row = [task, level, f"{t.episodes}+{t.heldout_episodes}", str(t.transitions),
                    f(m.mse), f(m.mse_baseline), f(m.spearman_advantage),
                    f(m.spearman_joint), f(m.useful_over_wait), f(m.useful_over_wait_mc),
                    str(m.useful_pairs), f"{model.stat().st_size / 1024:.0f}"]  # fmt: skip
@@ -142,7 +174,8 @@ def main() -> int:
     parser.add_argument("only", nargs="*", help="tasks or task/level to rebuild (default: all)")
     parser.add_argument("--jobs", type=int, default=2, help="levels built at once (default 2)")
     parser.add_argument("--reuse-data", action="store_true",
-                        help="train on the datasets build/critics-data holds (collect the rest)")  # fmt: skip
+                        help="train on the datasets build/critics-data holds"
+                             " (collect the rest)")  # fmt: skip
     args = parser.parse_args()
     todo = levels(args.only)
     built: dict[tuple[str, str], Built] = {}

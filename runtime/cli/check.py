@@ -84,8 +84,13 @@ def check(robot_path: Path | None) -> int:
         print(f"  skill {skill.name}: {len(skill.actions)} actions, start {skill.start!r}, "
               f"end {skill.end!r}  ({skill.path})")  # fmt: skip
         if skill.critic is not None:
-            print(f"    critic {skill.critic.model} (WAIT = {skill.critic.wait!r}, "
-                  f"epsilon {skill.critic.epsilon:+g})")  # fmt: skip
+            c = skill.critic
+            ready = "never" if c.ready is None else f"{c.ready:+g}"
+            rule = (f"rule joint, epsilon {c.epsilon:+g}" if c.rule == "joint" else
+                    f"rule readiness: {skill.end!r} from {c.epsilon:+g}, holding back refused"
+                    f" from {ready}" + (f", lowest of {len(c.members) + 1} critics"
+                                         if c.members else ""))  # fmt: skip
+            print(f"    critic {c.model} (WAIT = {c.wait!r}, {rule})")
         missing = [] if skill.kind != "scene" else [
             key for key, value in (("[drivers.arm]", robot.drivers.arm),
                                    ("[drivers.camera]", robot.drivers.camera),
@@ -116,10 +121,12 @@ def _critic_problem(skill: Skill) -> Problem | None:
 
     if skill.critic is None:
         return None
-    try:
-        load_skill_critic(critic_model_path(skill.critic.model), skill, skill.critic.wait)
-    except CriticError as exc:
-        return Problem(skill.path, "critic.model", skill.line_of("critic", "model"), str(exc))
+    for key, model in [("model", skill.critic.model),
+                       *(("members", m) for m in skill.critic.members)]:  # fmt: skip
+        try:
+            load_skill_critic(critic_model_path(model), skill, skill.critic.wait)
+        except CriticError as exc:
+            return Problem(skill.path, f"critic.{key}", skill.line_of("critic", key), str(exc))
     return None
 
 

@@ -30,6 +30,7 @@ from onboard.hri.evaluate import (
     evaluation_exit_code,
     kind_counts,
     per_episode,
+    ready_unspoken,
     scenario_group,
 )
 from onboard.hri.scenario import Scenario, find_scenario, load_scenario
@@ -86,7 +87,7 @@ def _outcome_row(label: str, runs: list[Trial]) -> list[str]:
     return (
         [label, f"{counts[JudgementKind.SUCCESS]} / {len(runs)}"]
         + [str(counts[kind]) for kind in FAILURE_COLUMNS]
-        + [f"{each['vetoes']:.1f}", f"{each['fallbacks']:.1f}"]
+        + [str(ready_unspoken(runs)), f"{each['vetoes']:.1f}", f"{each['fallbacks']:.1f}"]
     )
 
 
@@ -107,6 +108,7 @@ def _tables(
     outcomes.add_column("success rate", justify="right")
     for header in FAILURE_COLUMNS.values():
         outcomes.add_column(header, justify="right")
+    outcomes.add_column("ready, never\nspoken to", justify="right")
     outcomes.add_column("critic vetoes\n/ episode", justify="right")
     outcomes.add_column("fallbacks\n/ episode", justify="right")
     for group, results in grouped.items():
@@ -191,7 +193,8 @@ def with_critic(skill: Skill, choice: str | None) -> Skill:
     if skill.critic is None:
         raise UsageError(f"--critic {choice}: {skill.path} has no [critic] (its WAIT action)")
     path = Path(choice).resolve()
-    return dataclasses.replace(skill, critic=skill.critic.model_copy(update={"model": str(path)}))
+    alone = {"model": str(path), "members": []}  # another model, judged alone
+    return dataclasses.replace(skill, critic=skill.critic.model_copy(update=alone))
 
 
 def _evaluate_random(
@@ -276,6 +279,7 @@ def _json(
             "trials": len(every),
             "successes": sum(t.success for t in every),
             "kinds": kind_counts(every),
+            "ready_never_spoken_to": ready_unspoken(every),
             "per_episode": per_episode(every),
         }
     return {
@@ -295,6 +299,7 @@ def _json(
                 "group": group_of[s.name],
                 "successes": sum(t.success for t in results[s.name]),
                 "kinds": kind_counts(results[s.name]),
+                "ready_never_spoken_to": ready_unspoken(results[s.name]),
                 "per_episode": per_episode(results[s.name]),
                 "action_counts": action_counts(skill, results[s.name]),
                 "trials": [t.to_json() for t in results[s.name]],

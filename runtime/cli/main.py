@@ -183,8 +183,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-second-stage", action="store_true")
     p.add_argument("--llm", help="URL, 'local', or 'random' (a control: random choices within"
                    " the schema); default: the stand-in on loopback")  # fmt: skip
-    p.add_argument("--critic", help="'none' (the skill's [critic] off) or another critic model;"
-                   " default: the skill's own")  # fmt: skip
+    p.add_argument("--critic", help="'none' (the skill's [critic] off) or another critic model"
+                   " (alone, without the skill's members); default: the skill's own")  # fmt: skip
     p.add_argument("--latency", type=float, help="virtual seconds per LLM reply")
     p.add_argument("--seed", type=int)
     p.add_argument("--record", type=Path, help="write every episode under this folder")

@@ -320,6 +320,12 @@ class Critic:
         flagged: BoolArray = np.asarray(~inside.all(axis=-1), dtype=np.bool_)
         return flagged
 
+    def clip(self, states: FloatArray) -> FloatArray:
+        """``states`` moved into the training range (plus the margin), feature by feature:
+        the nearest state the guard would not flag."""
+        clipped: FloatArray = np.clip(states, self._low, self._high).astype(np.float32)
+        return clipped
+
     # -- the seed's advantages ----------------------------------------------------------
 
     def local_advantages(

@@ -32,7 +32,7 @@ from onboard.collab.critic import Critic
 from onboard.grounding.embedder import DIM, Embedder
 from onboard.loop.engine import Verdict
 from onboard.loop.kind import Observation, Step
-from onboard.loop.skill import Skill
+from onboard.loop.skill import Skill, SkillCriticSpec
 
 __all__ = [
     "ACTIVITY",
@@ -114,9 +114,21 @@ class PersonFeatures:
 
 
 class CriticCheck:
-    """The loop's check with a learned critic: refuses a first action whose joint advantage
-    is under ``epsilon``; ``running`` says which action runs since when (the runner's
-    :meth:`~onboard.loop.engine.SkillRunner.running`)."""
+    """The loop's check with a learned critic; ``running`` says which action runs since when
+    (the runner's :meth:`~onboard.loop.engine.SkillRunner.running`).
+
+    ``rule = "joint"`` (the seed's ReAd-J): a first action whose joint advantage is under
+    ``epsilon`` is refused. ``rule = "readiness"``: a plan that reaches the end action
+    (``end``) is scored by the end action's own value, the verdict speaking now is expected to
+    get (the speak probes make it that), and refused under ``epsilon``; a plan that does not
+    lets time pass, and is refused only where the end action scores ``ready`` or more (a ready
+    person's moment may not last). Between the two the critic defers to the planner. When it
+    is unsure it vouches for less: the score is the lowest of its ``members`` (critics trained
+    on parts of the data), and a state outside the training range is scored at the nearest
+    state inside it, never used to refuse holding back. ReAd-J's
+    ``Q(s, wait) / gamma`` assumes waiting leaves the state as it was, so it refuses every step
+    but the end action, a step before speaking too; this rule holds back only speech to a busy
+    person and delay before a ready one."""
 
     name = "critic"
 
@@ -127,30 +139,59 @@ class CriticCheck:
         wait: str,
         epsilon: float,
         running: Callable[[], tuple[str, float]],
+        rule: str = "joint",
+        end: str | None = None,
+        ready: float | None = None,
+        members: Sequence[Critic] = (),
     ) -> None:
+        if rule == "readiness" and end is None:
+            raise CriticError("the readiness rule needs the skill's end action")
         self.critic, self.features, self.epsilon = critic, features, epsilon
-        self.running = running
+        self.running, self.rule, self.end, self.ready = running, rule, end, ready
+        self.members = list(members)
         self._index = {name: k for k, name in enumerate(critic.vocabulary)}
         self._index[wait] = self._index[WAIT]
 
     def score(self, action: str, observation: Observation) -> tuple[float, bool]:
-        """The advantage of ``action`` now, and whether the state is outside the training
-        range (then the value means nothing)."""
+        """The score the rule gives ``action`` now, and whether the state is outside the
+        training range (then the value means nothing). Readiness scores every action by the
+        end action's value."""
         running, since = self.running()
         state = self.features.vector(observation, running, since)
+        if self.rule == "readiness":
+            assert self.end is not None
+            end = np.asarray([[self._index[self.end]]], np.int64)
+            ood = bool(self.critic.ood(state))
+            near = self.critic.clip(state)[None]
+            q = min(float(c.q(near, end)[0]) for c in (self.critic, *self.members))
+            return q, ood
         scored = self.critic.joint_advantage(state, [self._index[action]])
         return scored.value, scored.ood
 
     def check(self, steps: Sequence[Step], observation: Observation) -> Verdict:
         action = steps[0].action
+        speaks = self.end is not None and any(step.action == self.end for step in steps)
+        if self.end is not None and self.rule == "readiness" and speaks:
+            action = self.end  # a plan that speaks is judged by its speech, moments away
         value, ood = self.score(action, observation)
-        if ood:
+        if ood and self.rule == "joint":
             return Verdict(True, feedback="outside the critic's training range: score unknown")
+        if self.rule == "readiness" and action != self.end:
+            if self.ready is not None and value >= self.ready and not ood:
+                return Verdict(
+                    False,
+                    feedback=f"a critic scored '{self.end}' {value:+.2f} here, over its"
+                    f" threshold {self.ready:+.2f}: the person looks ready now, and waiting"
+                    " may lose the moment",
+                    score=value,
+                )
+            return Verdict(True, score=value)
+        where = " (outside its training range: at the nearest state it knows)" if ood else ""
         if value < self.epsilon:
             return Verdict(
                 False,
-                feedback=f"a critic scored '{action}' {value:+.2f} here, under its threshold"
-                f" {self.epsilon:+.2f}: it is unlikely to help now",
+                feedback=f"a critic scored '{action}' {value:+.2f} here{where}, under its"
+                f" threshold {self.epsilon:+.2f}: it is unlikely to help now",
                 score=value,
             )
         return Verdict(True, score=value)
@@ -185,15 +226,29 @@ def card_problems(card: CriticCard, skill: Skill, wait: str) -> list[str]:
 class SkillCritic:
     """A skill's critic, opened once, ready to make each episode's :class:`CriticCheck`."""
 
-    def __init__(self, critic: Critic, features: PersonFeatures, wait: str, epsilon: float):
-        self.critic, self.features, self.wait, self.epsilon = critic, features, wait, epsilon
+    def __init__(
+        self,
+        critic: Critic,
+        features: PersonFeatures,
+        spec: SkillCriticSpec,
+        end: str,
+        members: Sequence[Critic] = (),
+    ) -> None:
+        self.critic, self.features, self.spec, self.end = critic, features, spec, end
+        self.members = list(members)
 
     @property
     def path(self) -> Path:
         return self.critic.path
 
+    @property
+    def epsilon(self) -> float:
+        return self.spec.epsilon
+
     def check(self, running: Callable[[], tuple[str, float]]) -> CriticCheck:
-        return CriticCheck(self.critic, self.features, self.wait, self.epsilon, running)
+        s = self.spec
+        return CriticCheck(self.critic, self.features, s.wait, s.epsilon, running, s.rule,
+                           self.end, s.ready, self.members)  # fmt: skip
 
 
 def critic_model_path(model: str) -> Path:
@@ -204,22 +259,33 @@ def critic_model_path(model: str) -> Path:
     return path if path.is_absolute() else package_path("onboard.models").parent / path
 
 
-_opened: dict[tuple[Path, Path, str, float], SkillCritic] = {}
+_embedders: dict[tuple[Path, int], Embedder] = {}
+_critics: dict[tuple[Path, str, str], Critic] = {}
+_opened: dict[tuple[Path, Path, str, str], SkillCritic] = {}
 _opening = threading.Lock()
 
 
 def open_skill_critic(skill: Skill, embedder_dir: Path, threads: int = 1) -> SkillCritic | None:
     """The critic the skill's ``[critic]`` names (None without one), checked against the
-    skill; opened once per model, skill and embedder (an evaluation runs many episodes)."""
+    skill; each embedder and model opened once (an evaluation runs many episodes, a threshold
+    search many settings of the same models)."""
     spec = skill.critic
     if spec is None:
         return None
     path = critic_model_path(spec.model)
-    key = (path, embedder_dir, skill.source or str(skill.path), spec.epsilon)
+    source = skill.source or str(skill.path)
+    key = (path, embedder_dir, source, spec.model_dump_json())
     with _opening:
         if key not in _opened:
-            embedder = Embedder(embedder_dir, threads=threads)
-            features = PersonFeatures(skill, embedder.embed)
-            critic = load_skill_critic(path, skill, spec.wait)
-            _opened[key] = SkillCritic(critic, features, spec.wait, spec.epsilon)
+            if (embedder_dir, threads) not in _embedders:
+                _embedders[embedder_dir, threads] = Embedder(embedder_dir, threads=threads)
+            features = PersonFeatures(skill, _embedders[embedder_dir, threads].embed)
+
+            def load(model: Path) -> Critic:
+                if (model, source, spec.wait) not in _critics:
+                    _critics[model, source, spec.wait] = load_skill_critic(model, skill, spec.wait)
+                return _critics[model, source, spec.wait]
+
+            members = [load(critic_model_path(m)) for m in spec.members]
+            _opened[key] = SkillCritic(load(path), features, spec, skill.end, members)
         return _opened[key]

@@ -42,6 +42,7 @@ __all__ = [
     "evaluation_exit_code",
     "kind_counts",
     "per_episode",
+    "ready_unspoken",
     "scenario_group",
 ]
 
@@ -74,6 +75,8 @@ class Trial:
     #: proposals each check refused (the critic's are its vetoes), and fallbacks run
     refused: dict[str, int] = field(default_factory=dict)
     fallbacks: int = 0
+    #: the scenario's person is ok-to-engage or ready at some moment (speaking could succeed)
+    ready_window: bool = False
 
     @property
     def success(self) -> bool:
@@ -126,6 +129,7 @@ def evaluate(
                     code,
                     dict(outcome.refused),
                     outcome.fallbacks,
+                    any(label.state != "not-ready" for label in scenario.label),
                 )
             )
             if outcome.signal is not None:
@@ -163,3 +167,10 @@ def kind_counts(runs: list[Trial]) -> dict[str, int]:
     """How many trials ended as each kind (every kind, zeros included)."""
     counts = Counter(trial.kind for trial in runs)
     return {kind.value: counts[kind] for kind in JudgementKind}
+
+
+def ready_unspoken(runs: list[Trial]) -> int:
+    """Trials that ended without speaking to a person who was ready at some moment: the
+    other side of "spoke while not ready" (a robot kept mute by its critic lands here)."""
+    silent = (JudgementKind.NEVER_SPOKE, JudgementKind.STOPPED)
+    return sum(t.ready_window and t.kind in silent for t in runs)

@@ -198,6 +198,22 @@ class SkillCriticSpec(_Strict):
     epsilon: Finite = Field(
         default=0.0, description="a first action whose advantage is under this is refused"
     )
+    rule: Literal["joint", "readiness"] = Field(
+        default="joint",
+        description="joint: ReAd-J's advantage against WAIT; readiness: the end action by its "
+        "own value, every other action refused where the end action scores `ready` or more",
+    )
+    ready: Finite | None = Field(
+        default=None,
+        description="readiness: the end action's score at which holding back "
+        "is refused (none: never)",
+    )
+    members: list[Text] = Field(
+        default=[],
+        description="readiness: more critics of the same card, each trained on part of the "
+        "data; the end action's score is the lowest of all (the critic vouches only for "
+        "what they agree on)",
+    )
 
 
 class SkillFile(_Strict):
