@@ -138,14 +138,15 @@ def main() -> int:
         print(f"{time.monotonic() - began:6.0f} s  {row}", file=sys.stderr)
         done = subprocess.run(command, cwd=args.cwd, capture_output=True, text=True,
                               check=False)  # fmt: skip
-        if done.returncode:
-            raise SystemExit(f"{row}: exit {done.returncode}\n{done.stderr[-2000:]}")
-        report = json.loads(done.stdout)
+        try:  # an episode the LLM could not finish (exit 3 or 4) is still in the report
+            report = json.loads(done.stdout)
+        except json.JSONDecodeError:
+            raise SystemExit(f"{row}: exit {done.returncode}\n{done.stderr[-2000:]}") from None
         for group, members in groups.items():
             names = {load_scenario(f).name for f in members}
             part = {**report, "scenarios": [r for r in report["scenarios"] if r["name"] in names]}
             rows.append({"row": row, "group": group, "critic": report["critic"],
-                         **count(part, scenarios)})  # fmt: skip
+                         "exit_code": done.returncode, **count(part, scenarios)})  # fmt: skip
     print("| row | group | successes | spoke while not ready (busy scenarios) |"
           " ready, never spoken to | vetoes / episode | fallbacks / episode |")  # fmt: skip
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
