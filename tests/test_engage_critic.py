@@ -113,11 +113,8 @@ def test_outside_the_training_range_the_seed_rule_allows_and_readiness_speaks_on
     """ReAd-J counts a state outside the training range as "score unknown" and allows it; the
     readiness rule scores speech there at the nearest state it knows and never refuses holding
     back on it (when unsure, it neither vouches for speech nor pushes for it)."""
-    assert critic_skill.critic is not None and critic_skill.critic.rule == "readiness"
-    seed = critic_skill.critic.model_copy(update={"rule": "joint", "epsilon": 0.1, "members": []})
-    joint = open_skill_critic(dataclasses.replace(critic_skill, critic=seed), robot.embedder_dir)
-    assert joint is not None
-    check = joint.check(lambda: ("wait", 7.0))
+    assert critic_skill.critic is not None and critic_skill.critic.rule == "joint"
+    check = shipped.check(lambda: ("wait", 7.0))
     far = seen("The person is talking on a phone.", False, distance=60.0)
     assert check.score("speak", far)[1]
     verdict = check.check([Step("speak")], far)  # type: ignore[arg-type]
@@ -125,6 +122,15 @@ def test_outside_the_training_range_the_seed_rule_allows_and_readiness_speaks_on
     # a new wording is not out of range: the embedding is not boxed per dimension
     new_words = seen("Someone hums while painting her nails on the bench.", False)
     assert not check.score("speak", new_words)[1]
+    folds = [f"models/critics/engage/fold{i}.onnx" for i in range(5)]
+    measured = critic_skill.critic.model_copy(
+        update={"rule": "readiness", "epsilon": -0.3, "ready": 0.3, "members": folds}
+    )
+    opened = open_skill_critic(
+        dataclasses.replace(critic_skill, critic=measured), robot.embedder_dir
+    )
+    assert opened is not None
+    shipped = opened  # the readiness rule as issue 27 measured it
     readiness = shipped.check(lambda: ("wait", 7.0))
     refused = readiness.check([Step("speak")], far)  # type: ignore[arg-type]
     assert not refused.ok and "outside its training range" in refused.feedback
