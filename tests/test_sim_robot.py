@@ -10,8 +10,8 @@ from test_episode import QUIET, Episode, scenario
 from onboard.base.errors import DriverError
 from onboard.config import RobotConfig
 from onboard.grounding.mapping import ActionMapper
-from onboard.hri.session import EpisodeOptions, HttpAsk, run_episode
 from onboard.hri.scenario import Scenario
+from onboard.hri.session import EpisodeOptions, HttpAsk, run_episode
 from onboard.hri.world import NEAREST, SimRobot, SimWorld
 from onboard.llm.client import ChatClient
 from onboard.loop.clock import VirtualClock
