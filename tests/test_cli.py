@@ -494,3 +494,17 @@ def test_check_lists_the_shipped_scenes() -> None:
     result = onboard("check")
     assert result.code == 0, result.err
     assert re.search(r"^  \d+ scenes: .*\bblocks\b", result.out, re.MULTILINE)
+
+
+def test_a_path_recorded_to_twice_keeps_both_and_replay_says_it_holds_two(
+    recording: Path, tmp_path: Path
+) -> None:
+    twice = tmp_path / "twice.jsonl"
+    once = recording.read_text(encoding="utf-8")
+    twice.write_text(once + once, encoding="utf-8")  # what two runs with one --record path leave
+    result = onboard("replay", twice, cwd=tmp_path)
+    assert result.code == 2
+    assert result.err.strip().endswith(
+        f"{twice}: holds 2 episodes (the same --record path was used 2 times; each run "
+        "appends); a replay takes one: record each run to its own path"
+    )

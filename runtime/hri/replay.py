@@ -129,6 +129,12 @@ def read_episode(path: Path) -> tuple[list[dict[str, Any]], Header, dict[str, An
     (its process was killed) is an IncompleteRecording."""
     records = list(read_recording(path))
     header = read_header(records, path)
+    episodes = sum(r["kind"] == "header" for r in records)
+    if episodes > 1:  # a recorder appends: two runs to one path are kept, not replayable as one
+        raise RecordingError(
+            f"{path}: holds {episodes} episodes (the same --record path was used {episodes} "
+            "times; each run appends); a replay takes one: record each run to its own path"
+        )
     end = next((r for r in reversed(records) if r["kind"] == "end"), None)
     if end is None:
         raise IncompleteRecording(
