@@ -108,8 +108,7 @@ def _goal_table(tasks: list[TidyTask], results: dict[str, list[TidyTrial]], titl
             task.goal,
             f"{sum(t.finished for t in runs)}/{len(runs)}",
             f"{sum(t.success for t in runs)}/{len(runs)}",
-            str(sum(t.finished and not t.success for t in runs)),
-            str(sum(t.success and not t.finished for t in runs)),
+            *(str(n) for n in _tally(runs)[2:]),
             f"{statistics.median([len(t.actions) for t in runs]):g}",
             f"{statistics.median([t.seconds for t in runs]):.1f}",
             "" if failure is None else failure.end_reason,
@@ -128,15 +127,19 @@ def _confusion_table(tasks: list[TidyTask], results: dict[str, list[TidyTrial]])
         groups[task.kind] += results[task.name]
     groups["all"] = [t for runs in results.values() for t in runs]
     for group, runs in groups.items():
-        table.add_row(
-            group,
-            str(len(runs)),
-            str(sum(t.finished and t.success for t in runs)),
-            str(sum(not t.finished and not t.success for t in runs)),
-            str(sum(t.finished and not t.success for t in runs)),
-            str(sum(t.success and not t.finished for t in runs)),
-        )
+        table.add_row(group, str(len(runs)), *(str(n) for n in _tally(runs)))
     return table
+
+
+def _tally(runs: list[TidyTrial]) -> tuple[int, int, int, int]:
+    """Episodes where the robot (its finished verdict) and the judge (the twin's truth) say:
+    both success, both failure, false success (robot only), false failure (judge only)."""
+    return (
+        sum(t.finished and t.success for t in runs),
+        sum(not t.finished and not t.success for t in runs),
+        sum(t.finished and not t.success for t in runs),
+        sum(t.success and not t.finished for t in runs),
+    )
 
 
 def _json(
@@ -147,12 +150,12 @@ def _json(
     wall: float,
     goals: Path,
 ) -> dict[str, object]:
-    runs = [t for trials in results.values() for t in trials]
+    _, _, false_successes, false_failures = _tally([t for ts in results.values() for t in ts])
     return {
         "skill": skill.name,
         "goals_file": str(goals),
-        "false_successes": sum(t.finished and not t.success for t in runs),
-        "false_failures": sum(t.success and not t.finished for t in runs),
+        "false_successes": false_successes,
+        "false_failures": false_failures,
         "llm": llm,
         "decoding": "constrained" if constrained else "free",
         "wall_seconds": round(wall, 1),

@@ -115,11 +115,10 @@ class GoalGate(Protocol):
         """What was understood, for the recording."""
         ...
 
-    def judge(
-        self, actions: Sequence[str], before: Observation, after: Observation
-    ) -> list[Message] | None:
-        """The verifier model's question before the end step runs, or None when the goal's
-        own check (a ``Check``) decides."""
+    def judge(self, actions: Sequence[str], after: Observation) -> list[Message] | None:
+        """The verifier model's question before the end step runs (``after`` against the
+        look the goal was read with), or None when the goal's own check (a ``Check``)
+        decides."""
         ...
 
     def judge_schema(self) -> dict[str, Any]: ...
@@ -255,7 +254,6 @@ class SkillRunner:
             clock, self if second_stage else None, self._stimulus, record, changes=kind.changes
         )
         self._observation: Observation | None = None
-        self._first_observation: Observation | None = None
         self._action_start_observation: Observation | None = None
         self._running: Running | None = None
         self._timeout: Timer | None = None
@@ -314,7 +312,6 @@ class SkillRunner:
 
     def start(self, observation: Observation) -> None:
         self._observation = self._action_start_observation = observation
-        self._first_observation = observation
         self.record("observation", **observation.to_record())
         self.record("start", skill=self.skill.name, goal=self.skill.goal, skill_kind=self.kind.name)
         if not self.finished:  # a stop before start is never undone
@@ -497,10 +494,8 @@ class SkillRunner:
                 return
             ends = any(s.action == self.skill.end for s in plan.steps)
             question = (
-                self.goal.judge(
-                    [a for _, a in self.outcome.actions], self._first_observation, self.observation
-                )
-                if ends and self.goal is not None and self._first_observation is not None
+                self.goal.judge([a for _, a in self.outcome.actions], self.observation)
+                if ends and self.goal is not None
                 else None
             )
             if question is None:

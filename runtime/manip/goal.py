@@ -198,7 +198,7 @@ class SceneGoal:
                 return Verdict(False, f"goal not understood: {why}")
             resolved = self.resolver.resolve(phrase, names + regions)
             if resolved.name is None:
-                hidden = self._hidden(phrase, names, observation)
+                hidden = self._hidden(phrase, observation)
                 if hidden is None:
                     return Verdict(False, self._not_there(phrase, names, regions))
                 found[phrase] = hidden
@@ -230,7 +230,7 @@ class SceneGoal:
         self.judged = not accepted
         return Verdict(True, score=1.0)
 
-    def _hidden(self, phrase: str, names: list[str], seen: Observation) -> str | None:
+    def _hidden(self, phrase: str, seen: Observation) -> str | None:
         """A kind the detector knows, not in view, while something in view rests raised (on
         what the camera cannot see): the mention may be hidden under it, so it stands."""
         hideable = self._hideable(seen)
@@ -278,13 +278,11 @@ class SceneGoal:
 
     # -- the verifier model, for a goal with no relation -----------------------------------
 
-    def judge(
-        self, actions: Sequence[str], before: Observation, after: Observation
-    ) -> list[Message] | None:
-        """The verifier model's question at the end step; None when the relations decide."""
-        if not self.judged:
-            return None
-        if not isinstance(before, SceneObservation) or not isinstance(after, SceneObservation):
+    def judge(self, actions: Sequence[str], after: Observation) -> list[Message] | None:
+        """The verifier model's question at the end step, ``after`` against the look the goal
+        was read with; None when the relations decide."""
+        before = self.first
+        if not self.judged or before is None or not isinstance(after, SceneObservation):
             return None
         images = [o.png for o in (before, after) if o.png is not None]
         notes = ["the table before the robot acted", "the table now"][: len(images)]
