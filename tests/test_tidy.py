@@ -637,3 +637,29 @@ def test_a_goal_with_no_relation_is_judged_by_the_verifier_model_and_never_done_
     assert moved.finished and [a for _, a in moved.actions][-1] == "done"
     judged = [r for r in recorder.records if r["kind"] == "check" and r["check"] == "judge"]
     assert len(judged) == 1 and judged[0]["ok"]
+
+
+def test_eval_tidy_puts_the_robots_verdict_beside_the_judges(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A goal file in the held-out format: a feasible goal and one no end state fulfils."""
+    goals = tmp_path / "goals.toml"
+    goals.write_text(
+        'jitter = 0.01\n[[task]]\nname = "one-give"\ngoal = "hand me the blue block"\n'
+        'scene = "blocks"\ngiven = "blue block"\n[[task]]\nname = "unknown-object-apple"\n'
+        'goal = "hand me the apple"\nscene = "blocks"\nexpect = "failure"\nwhy = "no apple"\n',
+        encoding="utf-8",
+    )
+    args = ["eval", "tidy", "--goals", str(goals), "--trials", "1"]
+    assert main([*args, "--json"]) == 0  # every verdict agrees with the judge
+    found = json.loads(capsys.readouterr().out)
+    assert (found["false_successes"], found["false_failures"]) == (0, 0)
+    episodes = {n: g["episodes"][0] for n, g in found["goals"].items()}
+    assert episodes["one-give"]["finished"] and episodes["one-give"]["success"]
+    apple = episodes["unknown-object-apple"]
+    assert not apple["finished"] and apple["end_reason"].startswith("the apple is not in view")
+    assert main(args) == 0
+    table = capsys.readouterr().out
+    assert "the robot's verdict against the judge's (the twin's truth)" in table
+    rows = {line.split("│")[1].strip(): line for line in table.splitlines() if "│" in line}
+    assert [c.strip() for c in rows["all"].split("│")[2:7]] == ["2", "1", "1", "0", "0"]
