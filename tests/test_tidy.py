@@ -570,6 +570,23 @@ def test_a_block_hidden_under_another_may_be_named_and_a_raised_block_is_not_off
     assert "the bin is no object the robot knows and no region" in bin_reply.feedback
 
 
+def test_in_a_region_means_on_the_table_there_not_stacked_on_a_block_inside_it(
+    robot: RobotConfig, tidy: Skill, hardware: Hardware
+) -> None:
+    assert hardware.twin is not None
+    hardware.twin.set_object_pose("blue block", (0.5, 0.0, 0.02))
+    hardware.twin.set_object_pose("red block", (0.5, 0.0, 0.06))
+    hardware.twin.settle(0.5)
+    seen = look(robot, hardware)
+    resolver = ObjectResolver(make_mapper(robot, tidy).embedder)
+    for name, met in (("red block", False), ("blue block", True)):
+        goal = SceneGoal(tidy, f"put the {name} in the middle", resolver)
+        reply = {"mentions": [name, "middle"], "relations": [
+            {"relation": "in", "object": name, "target": "middle"}]}  # fmt: skip
+        assert goal.read(json.dumps(reply), seen).ok
+        assert goal.met(seen).ok is met
+
+
 def test_fallbacks_are_counted_per_goal_so_a_pick_between_them_does_not_reset_the_bound(
     robot: RobotConfig, tidy: Skill, server: StandInServer, hardware: Hardware
 ) -> None:

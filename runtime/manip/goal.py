@@ -342,10 +342,12 @@ class SceneGoal:
         if held:
             return False  # on, in, off: the object rests where it is, let go
         assert r.other is not None
-        if r.kind in ("on", "in"):
-            return self.geometry.holds(Effect(r.kind, r.subject, r.other), seen)
-        on_it = self.geometry.holds(Effect("on", r.subject, r.other), seen)
         resting = float(subject.position[2]) <= self.geometry.scene.table + float(subject.size)
+        if r.kind == "on":
+            return self.geometry.holds(Effect(r.kind, r.subject, r.other), seen)
+        if r.kind == "in":  # on the table inside the region, not stacked on something there
+            return resting and self.geometry.holds(Effect(r.kind, r.subject, r.other), seen)
+        on_it = self.geometry.holds(Effect("on", r.subject, r.other), seen)
         return not on_it and resting
 
 
