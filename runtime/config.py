@@ -135,6 +135,12 @@ class SimDriverConfig(_Strict):
     stop_time: Annotated[float, Field(ge=0, description="seconds to stop the base")] = 0.5
     look_time: Annotated[float, Field(ge=0, description="seconds to turn the head")] = 1.0
     words_per_second: Annotated[float, Field(gt=0)] = 2.5
+    notice_time: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
+        default=0.5,
+        description="seconds a person free to talk (labelled ok-to-engage or ready) takes to "
+        "look back at the robot that looks at them (eye contact); a busy person does not "
+        "(None, from Python: the person follows the scenario's gaze only, as before issue 27)",
+    )
     speech: Literal["record", "espeak-ng"] = "record"
     speech_wav_dir: Path | None = Field(
         default=None, description="espeak-ng writes WAV files here instead of playing"

@@ -70,3 +70,31 @@ def test_a_person_walking_toward_the_robot_stops_at_arms_length(robot: RobotConf
     assert world.distance == pytest.approx(3.0, abs=0.11)  # 4 m, walking 1 m/s from 1 s
     clock.run(until=10.0)
     assert world.distance == pytest.approx(NEAREST)
+
+
+@pytest.mark.parametrize(("at", "looks_back"), [(5.0, False), (11.0, True)])
+def test_a_person_free_to_talk_looks_back_at_a_robot_that_looks_at_them(
+    robot: RobotConfig, at: float, looks_back: bool
+) -> None:
+    """person-person: talking with someone (not ready) until 10 s, then free and walking out;
+    the robot's look draws theirs only once they are free, after ``notice_time``."""
+    config = robot.drivers.robot.model_copy(update={"notice_time": 1.0})
+    clock = VirtualClock()
+    world = SimWorld(scenario("person-person"), config, clock, lambda _: None)
+    world.start()
+    clock.run(until=at)
+    SimRobot(world).start("head.look_at_person", {}, lambda: None)
+    assert world.toward is False
+    clock.run(until=at + 1.05)
+    assert world.toward is looks_back
+
+
+def test_without_notice_time_the_person_follows_the_scenario_gaze_only(robot: RobotConfig) -> None:
+    config = robot.drivers.robot.model_copy(update={"notice_time": None})
+    clock = VirtualClock()
+    world = SimWorld(scenario("person-person"), config, clock, lambda _: None)
+    world.start()
+    clock.run(until=11.0)
+    SimRobot(world).start("head.look_at_person", {}, lambda: None)
+    clock.run(until=13.0)
+    assert world.toward is False

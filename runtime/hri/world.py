@@ -89,6 +89,21 @@ class SimWorld:
     def base_moving(self) -> bool:
         return self._base_goal is not None
 
+    def attend(self) -> None:
+        """The robot looks at the person: one free to talk looks back after ``notice_time``
+        (until the scenario's next gaze change); a busy one does not. An approach draws no
+        look: it is every episode's start action, and a person walking by who looked back at
+        once would leave the seed's person-environment nothing to decide."""
+        notice = self.config.notice_time
+        if notice is None or not self.visible or self.toward:
+            return
+        if self.scenario.label_at(self.clock.now()) in ("ok-to-engage", "ready"):
+            self._timers.append(self.clock.call_later(notice, self._notice))
+
+    def _notice(self) -> None:
+        if self.visible and not self.toward:
+            self._set(toward=True)
+
     def _at(self, t: float, action: Callable[[], None]) -> None:
         self._timers.append(self.clock.call_at(t, action))
 
@@ -162,6 +177,8 @@ class SimRobot:
         self.log.append((clock.now(), command))
         if command == "none":
             return _Pending()
+        if command == "head.look_at_person":
+            self.world.attend()
         if command == "base.approach":
             self.world.move_base(float(args.get("stop_distance", 1.5)), done)
             return _Pending(on_cancel=self.world.halt_base)
