@@ -115,6 +115,7 @@ def main() -> int:
     parser.add_argument("--onboard", default=str(Path(sys.executable).with_name("onboard")),
                         help="the CLI to measure (default: this checkout's)")  # fmt: skip
     parser.add_argument("--cwd", type=Path, default=ROOT, help="where the CLI runs")
+    parser.add_argument("--skill", default="engage", help="the skill (a name or a file)")
     parser.add_argument("--out", default="engage_critic_twosided")
     args = parser.parse_args()
     extra = {k: Path(v).resolve() for k, _, v in (s.partition("=") for s in args.scenarios)}
@@ -133,7 +134,7 @@ def main() -> int:
         # one evaluation a row, every group in it: the stand-in's noise is one seeded stream
         # over the episodes, so a row split otherwise would draw other numbers
         named = [a for f in files for a in ("--scenario", str(f))]
-        command = [*shlex.split(args.onboard), "eval", "engage", "--trials", str(trials),
+        command = [*shlex.split(args.onboard), "eval", args.skill, "--trials", str(trials),
                    *named, *flags, "--json"]  # fmt: skip
         print(f"{time.monotonic() - began:6.0f} s  {row}", file=sys.stderr)
         done = subprocess.run(command, cwd=args.cwd, capture_output=True, text=True,

@@ -113,8 +113,14 @@ def test_outside_the_training_range_the_seed_rule_allows_and_readiness_speaks_on
     """ReAd-J counts a state outside the training range as "score unknown" and allows it; the
     readiness rule scores speech there at the nearest state it knows and never refuses holding
     back on it (when unsure, it neither vouches for speech nor pushes for it)."""
-    assert critic_skill.critic is not None and critic_skill.critic.rule == "joint"
-    check = shipped.check(lambda: ("wait", 7.0))
+    assert critic_skill.critic is not None
+    seed_rule = critic_skill.critic.model_copy(update={
+        "rule": "joint", "epsilon": 0.1, "ready": None, "members": [], "looking_away": None,
+        "attend": None, "look_held": None})  # fmt: skip
+    joint = open_skill_critic(dataclasses.replace(critic_skill, critic=seed_rule),
+                              robot.embedder_dir)  # fmt: skip
+    assert joint is not None
+    check = joint.check(lambda: ("wait", 7.0))
     far = seen("The person is talking on a phone.", False, distance=60.0)
     assert check.score("speak", far)[1]
     verdict = check.check([Step("speak")], far)  # type: ignore[arg-type]
@@ -123,9 +129,9 @@ def test_outside_the_training_range_the_seed_rule_allows_and_readiness_speaks_on
     new_words = seen("Someone hums while painting her nails on the bench.", False)
     assert not check.score("speak", new_words)[1]
     folds = [f"models/critics/engage/fold{i}.onnx" for i in range(5)]
-    measured = critic_skill.critic.model_copy(
-        update={"rule": "readiness", "epsilon": -0.3, "ready": 0.3, "members": folds}
-    )
+    measured = critic_skill.critic.model_copy(update={
+        "rule": "readiness", "epsilon": -0.3, "ready": 0.3, "members": folds,
+        "looking_away": None, "attend": None, "look_held": None})  # fmt: skip
     opened = open_skill_critic(
         dataclasses.replace(critic_skill, critic=measured), robot.embedder_dir
     )
@@ -173,6 +179,88 @@ def test_the_readiness_rule_holds_back_speech_to_a_busy_person_and_delay_before_
     assert never.check(lambda: ("pause", 3.0)).check(plan("wait"), ready).ok  # type: ignore[arg-type]
 
 
+def test_the_gaze_bar_waits_for_a_look_after_a_busy_reading_and_asks_for_eye_contact(
+    critic_skill: Skill, robot: RobotConfig
+) -> None:
+    """``looking_away``: speech to a person not looking at the robot needs that score, and no
+    busy reading since their last look (a pause inside a task reads like its end; a look does
+    not). ``attend``: while that bar holds a ready-looking person, only the action that draws a
+    look may hold back, and a plan that takes it before speaking passes (its speech is checked
+    again after the look)."""
+    assert critic_skill.critic is not None
+    folds = [f"models/critics/engage/fold{i}.onnx" for i in range(5)]
+    spec = critic_skill.critic.model_copy(update={
+        "rule": "readiness", "epsilon": 0.1, "ready": 0.3, "members": folds,
+        "looking_away": 0.5, "attend": "eye contact"})  # fmt: skip
+    critic = open_skill_critic(dataclasses.replace(critic_skill, critic=spec), robot.embedder_dir)
+    assert critic is not None
+    busy = seen("The person is talking on a phone.", False)
+    free, free_looking = (seen("The person is sitting on a chair, waiting.", toward)
+                          for toward in (False, True))  # fmt: skip
+    check = critic.check(lambda: ("pause", 3.0))
+    q_busy, q_free = check.score("speak", busy)[0], check.score("speak", free)[0]
+    assert q_busy < 0.1 - MARGIN and q_free > 0.5 + MARGIN
+    assert check.score("speak", free_looking)[0] > 0.3 + MARGIN
+
+    def plan(*actions: str) -> list[Step]:
+        return [Step(a) for a in actions]
+
+    # no busy reading yet: a free person looking away scores over the bar
+    assert critic.check(lambda: ("pause", 3.0)).check(plan("speak"), free).ok  # type: ignore[arg-type]
+    assert not check.check(plan("speak"), busy).ok  # type: ignore[arg-type]
+    after_busy = check.check(plan("speak"), free)  # type: ignore[arg-type]
+    assert not after_busy.ok and "looked busy since they last looked" in after_busy.feedback
+    assert "'eye contact' first" in after_busy.feedback
+    held = check.check(plan("wait"), free)  # type: ignore[arg-type]
+    assert not held.ok and "'eye contact' first" in held.feedback
+    assert check.check(plan("eye contact"), free).ok  # type: ignore[arg-type]
+    assert check.check(plan("eye contact", "speak"), free).ok  # type: ignore[arg-type]
+    assert check.check(plan("speak"), free_looking).ok  # type: ignore[arg-type]
+    assert check.check(plan("speak"), free).ok  # type: ignore[arg-type]  # no busy since the look
+    # a higher bar than the free person's score: speech waits for their look
+    strict = spec.model_copy(update={"looking_away": q_free + 2 * MARGIN})
+    opened = open_skill_critic(dataclasses.replace(critic_skill, critic=strict), robot.embedder_dir)
+    assert opened is not None
+    check = opened.check(lambda: ("pause", 3.0))
+    away = check.check(plan("speak"), free)  # type: ignore[arg-type]
+    assert not away.ok and "not looking at the robot" in away.feedback
+    assert check.check(plan("speak"), free_looking).ok  # type: ignore[arg-type]
+
+
+def test_a_glance_from_a_task_is_no_invitation_and_never_speaks_only_to_a_look(
+    critic_skill: Skill, robot: RobotConfig
+) -> None:
+    """``look_held``: after a busy reading, the person must have looked at the robot that long
+    (a glance from a book is not the end of reading); ``looking_away = "never"``: a person not
+    looking at the robot is not spoken to, however free they read."""
+    assert critic_skill.critic is not None
+    folds = [f"models/critics/engage/fold{i}.onnx" for i in range(5)]
+    spec = critic_skill.critic.model_copy(update={
+        "rule": "readiness", "epsilon": 0.1, "ready": 0.3, "members": folds,
+        "looking_away": "never", "look_held": 2.0, "attend": "eye contact"})  # fmt: skip
+    critic = open_skill_critic(dataclasses.replace(critic_skill, critic=spec), robot.embedder_dir)
+    assert critic is not None
+    check = critic.check(lambda: ("pause", 3.0))
+    busy = seen("The person is talking on a phone.", False, t=5.0)
+    free = seen("The person is sitting on a chair, waiting.", False, t=6.0)
+    assert check.score("speak", busy)[0] < 0.1 - MARGIN
+    assert check.score("speak", free)[0] > 0.3 + MARGIN
+    speak = [Step("speak")]
+    never = check.check(speak, free)  # type: ignore[arg-type]
+    assert not never.ok and "the person is not looking at the robot" in never.feedback
+    assert not check.check(speak, busy).ok  # type: ignore[arg-type]
+    looking = [
+        seen("The person is sitting on a chair, waiting.", True, t=t) for t in (10, 11.5, 12)
+    ]
+    early = check.check(speak, looking[0])  # type: ignore[arg-type]
+    assert not early.ok and "for 0.0 s of 2.0 s" in early.feedback
+    assert not check.check(speak, looking[1]).ok  # type: ignore[arg-type]
+    assert check.check(speak, looking[2]).ok  # type: ignore[arg-type]
+    # a look broken off starts again
+    assert not check.check(speak, busy).ok  # type: ignore[arg-type]
+    assert not check.check(speak, seen("The person is sitting on a chair, waiting.", True, t=20)).ok  # type: ignore[arg-type]
+
+
 # -- episodes, recordings and the evaluation -----------------------------------------------------
 
 
@@ -198,6 +286,33 @@ def test_in_an_episode_the_critic_vetoes_speaking_during_a_call_and_the_recordin
                 and not r["ok"]]  # fmt: skip
     assert refusals and all(r["score"] < critic_skill.critic.epsilon for r in refusals)  # type: ignore[union-attr]
     assert any("scored 'speak'" in r["feedback"] for r in refusals)
+
+
+@pytest.mark.parametrize(("label", "spoken"), [("ok-to-engage", True), ("not-ready", False)])
+def test_speech_to_a_person_looking_away_is_amended_to_eye_contact_first(
+    robot_tmp: RobotConfig, critic_skill: Skill, mapper: ActionMapper, label: str, spoken: bool
+) -> None:
+    """The shipped critic and the random proposer, speaking four times as often as anything
+    else, before a person who reads free but is not looking at the robot: each speech is
+    amended to eye contact first; a person free to talk looks back (the simulated person's
+    ``notice_time``) and is spoken to; one labelled busy (the critic is wrong about the words)
+    does not look back and is never spoken to."""
+    sc = person("The person is sitting on a chair, waiting.", False, [(0.0, 20.0, label)])
+    options = EpisodeOptions(latency=1.0, constrained=True, keep_candidates=False)
+    with MemoryRecorder() as recorder:
+        out = run_episode(robot_tmp, critic_skill, sc, RandomAsk(3, {"speak": 4.0}), mapper,
+                          recorder, options)  # fmt: skip
+        records = list(recorder.records)
+    amended = [r for r in records if r["kind"] == "amend"]
+    assert amended and amended[0]["steps"][0]["action"] == "eye contact"
+    assert "not looking at the robot" in amended[0]["why"] or "looked busy" in amended[0]["why"]
+    names = [a for _, a in out.actions]
+    assert ("speak" in names) is spoken
+    if spoken:
+        assert names.index("eye contact") < names.index("speak")
+        assert judge(out, sc).kind is JudgementKind.SUCCESS
+    else:
+        assert judge(out, sc).kind is JudgementKind.NEVER_SPOKE
 
 
 def test_eval_reports_the_critic_its_vetoes_and_fallbacks_and_none_turns_it_off(
@@ -296,6 +411,12 @@ def critic_section(skills: Path, text: str) -> None:
          "[critic.model]"),
         ('[critic]\nmodel = "models/critics/engage/all.onnx"\nwait = "speak"\n', "end action"),
         ('[critic]\nmodel = "models/critics/engage/all.onnx"\nwait = "nap"\n', "nap"),
+        ('[critic]\nmodel = "models/critics/engage/all.onnx"\nwait = "wait"\nrule = "readiness"'
+         '\nlooking_away = 0.5\nattend = "wave"\n', "critic.attend"),
+        ('[critic]\nmodel = "models/critics/engage/all.onnx"\nwait = "wait"\nlooking_away = 0.5\n',
+         "only the readiness rule"),
+        ('[critic]\nmodel = "models/critics/engage/all.onnx"\nwait = "wait"\nrule = "readiness"'
+         '\nlook_held = 2.0\n', "look_held needs looking_away"),
     ],
 )  # fmt: skip
 def test_a_bad_critic_section_is_one_line_naming_the_skill_file(

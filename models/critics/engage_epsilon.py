@@ -9,7 +9,8 @@ build.py; needs the ``train`` extra) and judged on the group it never saw, behin
 proposer and behind the stand-in. Each threshold pair of the grid is counted on both sides:
 spoken to while not ready, and successes (a ready person spoken to). The chosen pair has no
 speech to busy people (both proposers together) than the seed's ReAd-J rule at the shipped
-threshold, then the most successes. No rule reaches none: on wordings it has not seen the
+threshold, then the most successes (with ``--gaze``: within one speech to a busy person of
+the fewest, then the most successes). No rule reaches none: on wordings it has not seen the
 critic is sometimes confidently wrong (a person dozing in a chair, one repacking a suitcase).
 The evaluation scenarios (shipped and held-out) are never run here.
 
@@ -53,6 +54,14 @@ READY: tuple[float | None, ...] = (0.3, 0.5, 0.7, None)
 #: the ensemble's score is its lowest member's: lower thresholds
 ENSEMBLE_EPSILONS = (-0.4, -0.3, -0.2, -0.1, 0.0, 0.1)
 PROPOSERS = ("random", "standin")
+#: --gaze: the readiness rule with its members and the gaze bar: speech to a person not looking
+#: at the robot (looking_away), a look held after a busy reading (look_held), eye contact to
+#: draw a look (attend)
+GAZE_EPSILONS = (-0.3, -0.1, 0.1)
+GAZE_READY: tuple[float | None, ...] = (0.3, 0.5, None)
+LOOKING_AWAY: tuple[float | str, ...] = (0.9, "never")
+LOOK_HELD: tuple[float | None, ...] = (None, 1.5, 3.0)
+ATTEND = "eye contact"
 
 
 def build_fold(name: str, files: list[Path], reuse: bool) -> Path:
@@ -88,6 +97,10 @@ def judged(
             "ready_never_spoken_to": unspoken}  # fmt: skip
 
 
+def _shown(value: float | str | None) -> str:
+    return "" if value is None else value if isinstance(value, str) else f"{value:+.2f}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--folds", type=int, default=5)
@@ -95,6 +108,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--reuse", action="store_true", help="keep build/engage-cv's models")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--gaze", action="store_true",
+                        help="the grid of the gaze bar (looking_away, attend) instead")  # fmt: skip
     args = parser.parse_args()
     began = time.monotonic()
     robot = load_robot(ROOT / "robot.toml")
@@ -115,24 +130,31 @@ def main() -> int:
     mapper = make_mapper(robot, skill)
     options = EpisodeOptions(constrained=True, latency=robot.eval.standin_latency,
                              keep_candidates=False)  # fmt: skip
-    grid: list[tuple[str, float, float | None, bool]] = [
-        ("joint", skill.critic.epsilon, None, False)
-    ]
-    grid += [("readiness", e, r, False) for e in EPSILONS for r in READY if r is None or r > e]
-    grid += [("readiness", e, r, True) for e in ENSEMBLE_EPSILONS for r in READY
-             if r is None or r > e]  # fmt: skip
+    Row = tuple[str, float, float | None, bool, float | str | None, str | None, float | None]
+    grid: list[Row] = [("joint", 0.1, None, False, None, None, None)]
+    if args.gaze:
+        grid += [("readiness", -0.3, 0.3, True, None, None, None)]  # issue 27's first attempt
+        grid += [("readiness", e, r, True, a, ATTEND, h) for e in GAZE_EPSILONS
+                 for r in GAZE_READY for a in LOOKING_AWAY for h in LOOK_HELD]  # fmt: skip
+    else:
+        grid += [("readiness", e, r, False, None, None, None) for e in EPSILONS for r in READY
+                 if r is None or r > e]  # fmt: skip
+        grid += [("readiness", e, r, True, None, None, None) for e in ENSEMBLE_EPSILONS
+                 for r in READY if r is None or r > e]  # fmt: skip
     rows = []
     with llm_endpoint(robot, "standin") as (url, _), ChatClient(robot.llm, base_url=url) as client:
         asks = {"random": lambda: RandomAsk(args.seed), "standin": lambda: HttpAsk(client)}
-        for rule, epsilon, ready, ensemble in grid:
+        for rule, epsilon, ready, ensemble, looking_away, attend, look_held in grid:
             row: dict[str, Any] = {"rule": rule, "epsilon": epsilon, "ready": ready,
-                                   "members": ensemble}  # fmt: skip
+                                   "members": ensemble, "looking_away": looking_away,
+                                   "attend": attend, "look_held": look_held}  # fmt: skip
             for proposer in PROPOSERS:
                 totals: dict[str, float] = {}
                 for k in range(args.folds):
                     spec = skill.critic.model_copy(update={
                         "model": str(models[k]), "rule": rule, "epsilon": epsilon,
-                        "ready": ready,
+                        "ready": ready, "looking_away": looking_away, "attend": attend,
+                        "look_held": look_held,
                         "members": [str(m) for m in members[k]] if ensemble else []})  # fmt: skip
                     tuned = dataclasses.replace(skill, critic=spec)
                     counts = judged(robot, tuned, held[k], asks[proposer](), mapper,
@@ -145,7 +167,8 @@ def main() -> int:
                 row[proposer] = totals
             rows.append(row)
             print(f"{time.monotonic() - began:5.0f} s {rule} {epsilon:+.2f} {ready}"
-                  f"{' members' if ensemble else ''}", file=sys.stderr)  # fmt: skip
+                  f"{' members' if ensemble else ''} {looking_away} {attend} {look_held}",
+                  file=sys.stderr)  # fmt: skip
 
     def busy(r: dict[str, Any]) -> float:
         return sum(r[p]["spoke_not_ready"] for p in PROPOSERS)
@@ -153,10 +176,14 @@ def main() -> int:
     # two-sided: no more speech to busy people than the seed's rule at its threshold (rows[0]),
     # then the most successes
     safe = [r for r in rows if busy(r) <= busy(rows[0])]
+    if args.gaze:  # speaking to a busy person is the worst failure: within one episode of the
+        # fewest (one in 800 is noise; the fewest alone chose a mute robot: 168/800), then the
+        # most successes
+        safe = [r for r in rows if busy(r) <= min(map(busy, rows)) + 1]
     best = max(safe, key=lambda r: (sum(r[p]["success"] for p in PROPOSERS), -busy(r)))
     table = Table(title=f"Engage critic thresholds, {args.folds}-fold cross-validation over"
                         f" {len(files)} training scenarios, {args.trials} trials each")  # fmt: skip
-    for name in ("rule", "members", "epsilon", "ready"):
+    for name in ("rule", "members", "epsilon", "ready", "looking away", "look held", "attend"):
         table.add_column(name, justify="right")
     for p in PROPOSERS:
         for name in ("success", "spoke not ready", "ready, unspoken", "vetoes/ep"):
@@ -164,7 +191,8 @@ def main() -> int:
     for r in rows:
         cells = [r["rule"] + (" *" if r is best else ""),
                  f"+{args.folds - 1}" if r["members"] else "", f"{r['epsilon']:+.2f}",
-                 "none" if r["ready"] is None else f"{r['ready']:+.2f}"]  # fmt: skip
+                 "none" if r["ready"] is None else f"{r['ready']:+.2f}",
+                 _shown(r["looking_away"]), _shown(r["look_held"]), r["attend"] or ""]  # fmt: skip
         for p in PROPOSERS:
             c = r[p]
             cells += [f"{int(c['success'])}/{int(c['episodes'])}", str(int(c["spoke_not_ready"])),
@@ -172,7 +200,8 @@ def main() -> int:
         table.add_row(*cells)
     Console(width=200).print(table)
     print(f"chosen: rule = {best['rule']!r}, members = {best['members']}, epsilon ="
-          f" {best['epsilon']}, ready = {best['ready']}"
+          f" {best['epsilon']}, ready = {best['ready']}, looking_away = {best['looking_away']!r},"
+          f" look_held = {best['look_held']}, attend = {best['attend']!r}"
           f" ({time.monotonic() - began:.0f} s)")  # fmt: skip
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

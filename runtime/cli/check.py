@@ -85,11 +85,18 @@ def check(robot_path: Path | None) -> int:
               f"end {skill.end!r}  ({skill.path})")  # fmt: skip
         if skill.critic is not None:
             c = skill.critic
-            ready = "never" if c.ready is None else f"{c.ready:+g}"
+            held = ("holding back never refused" if c.ready is None else
+                    f"holding back refused from {c.ready:+g}")  # fmt: skip
             rule = (f"rule joint, epsilon {c.epsilon:+g}" if c.rule == "joint" else
-                    f"rule readiness: {skill.end!r} from {c.epsilon:+g}, holding back refused"
-                    f" from {ready}" + (f", lowest of {len(c.members) + 1} critics"
-                                         if c.members else ""))  # fmt: skip
+                    f"rule readiness: {skill.end!r} from {c.epsilon:+g}, {held}"
+                    + (f", lowest of {len(c.members) + 1} critics"
+                                         if c.members else "")
+                    + ("" if c.looking_away is None else
+                       ", never to a person looking away" if c.looking_away == "never" else
+                       f", to a person looking away from {c.looking_away:+g}")
+                    + ("" if c.look_held is None else
+                       f", after a busy reading a look held {c.look_held:g} s")
+                    + ("" if c.attend is None else f", {c.attend!r} draws a look"))  # fmt: skip
             print(f"    critic {c.model} (WAIT = {c.wait!r}, {rule})")
         missing = [] if skill.kind != "scene" else [
             key for key, value in (("[drivers.arm]", robot.drivers.arm),

@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -128,7 +129,17 @@ class CriticCheck:
     state inside it, never used to refuse holding back. ReAd-J's
     ``Q(s, wait) / gamma`` assumes waiting leaves the state as it was, so it refuses every step
     but the end action, a step before speaking too; this rule holds back only speech to a busy
-    person and delay before a ready one."""
+    person and delay before a ready one.
+
+    ``looking_away`` (readiness only) adds memory: speech to a person not looking toward the
+    robot needs that score, and no reading under ``epsilon`` since their last look (a pause
+    inside a task, "she takes another bite", reads like its end; the state holds one sentence,
+    the check remembers). ``look_held``: after such a reading, the look must have lasted that
+    long (a glance from a task is no invitation). ``attend`` names the action that draws a look
+    (eye contact): a plan that speaks while the bar holds is amended to take it first (its
+    speech is checked again after the look, so a busy person who does not look back is never
+    spoken to), and where a person looks ready (``ready``) but the bar holds, only it may hold
+    back. One check per episode: the memory is this episode's."""
 
     name = "critic"
 
@@ -143,12 +154,21 @@ class CriticCheck:
         end: str | None = None,
         ready: float | None = None,
         members: Sequence[Critic] = (),
+        looking_away: float | Literal["never"] | None = None,
+        attend: str | None = None,
+        look_held: float | None = None,
     ) -> None:
         if rule == "readiness" and end is None:
             raise CriticError("the readiness rule needs the skill's end action")
         self.critic, self.features, self.epsilon = critic, features, epsilon
         self.running, self.rule, self.end, self.ready = running, rule, end, ready
         self.members = list(members)
+        self.looking_away, self.attend, self.look_held = looking_away, attend, look_held
+        #: when the person's current look at the robot began (None: not looking)
+        self.look_since: float | None = None
+        #: the person scored under epsilon since they last looked toward the robot (this
+        #: episode's memory: a pause inside a task reads like its end, a look does not)
+        self.busy_since_look = False
         self._index = {name: k for k, name in enumerate(critic.vocabulary)}
         self._index[wait] = self._index[WAIT]
 
@@ -168,33 +188,97 @@ class CriticCheck:
         scored = self.critic.joint_advantage(state, [self._index[action]])
         return scored.value, scored.ood
 
-    def check(self, steps: Sequence[Step], observation: Observation) -> Verdict:
-        action = steps[0].action
-        speaks = self.end is not None and any(step.action == self.end for step in steps)
-        if self.end is not None and self.rule == "readiness" and speaks:
-            action = self.end  # a plan that speaks is judged by its speech, moments away
-        value, ood = self.score(action, observation)
-        if ood and self.rule == "joint":
-            return Verdict(True, feedback="outside the critic's training range: score unknown")
-        if self.rule == "readiness" and action != self.end:
-            if self.ready is not None and value >= self.ready and not ood:
-                return Verdict(
-                    False,
-                    feedback=f"a critic scored '{self.end}' {value:+.2f} here, over its"
-                    f" threshold {self.ready:+.2f}: the person looks ready now, and waiting"
-                    " may lose the moment",
-                    score=value,
-                )
-            return Verdict(True, score=value)
-        where = " (outside its training range: at the nearest state it knows)" if ood else ""
+    def _gaze_bar(self, value: float, observation: Observation) -> str | None:
+        """Why speech is held back for the person's gaze (None: it is not), and the episode's
+        memory updated: a reading under epsilon marks the person busy until they have looked
+        at the robot for ``look_held`` seconds (a glance from a task is no invitation); a
+        person not looking needs ``looking_away`` ("never": they are never spoken to)."""
+        toward = getattr(observation, "toward", None) is True
+        t = float(observation.t)
+        if not toward:
+            self.look_since = None
+        elif self.look_since is None:
+            self.look_since = t
+        held = 0.0 if self.look_since is None else t - self.look_since
+        if toward and held >= (self.look_held or 0.0):
+            self.busy_since_look = False
         if value < self.epsilon:
+            self.busy_since_look = True
+        if self.looking_away is None:
+            return None
+        if toward:
+            if self.busy_since_look:
+                return (f"the person looked busy before this look, and has looked at the robot"
+                        f" for {held:.1f} s of {self.look_held or 0.0:.1f} s")  # fmt: skip
+            return None
+        if self.looking_away == "never":
+            return "the person is not looking at the robot"
+        if self.busy_since_look:
+            return "the person has looked busy since they last looked at the robot"
+        if value < self.looking_away:
+            return (f"the person is not looking at the robot, and speaking scores under"
+                    f" {self.looking_away:+.2f} then")  # fmt: skip
+        return None
+
+    def check(self, steps: Sequence[Step], observation: Observation) -> Verdict:
+        if self.rule == "readiness":
+            return self._readiness(steps, observation)
+        action = steps[0].action
+        value, ood = self.score(action, observation)
+        if ood:
+            return Verdict(True, feedback="outside the critic's training range: score unknown")
+        if value < self.epsilon:
+            return Verdict(False, feedback=self._under(action, value, ""), score=value)
+        return Verdict(True, score=value)
+
+    def _under(self, action: str, value: float, where: str) -> str:
+        return (f"a critic scored '{action}' {value:+.2f} here{where}, under its threshold"
+                f" {self.epsilon:+.2f}: it is unlikely to help now")  # fmt: skip
+
+    def _readiness(self, steps: Sequence[Step], observation: Observation) -> Verdict:
+        assert self.end is not None
+        actions = [step.action for step in steps]
+        value, ood = self.score(self.end, observation)
+        bar = self._gaze_bar(value, observation)
+        # a plan that draws the person's look before it speaks: its speech is checked again,
+        # after the look, before it runs
+        before_speech = actions[: actions.index(self.end)] if self.end in actions else actions
+        attends = self.attend is not None and self.attend in before_speech
+        if self.end in actions:  # a plan that speaks is judged by its speech, moments away
+            if value < self.epsilon:
+                where = (
+                    " (outside its training range: at the nearest state it knows)" if ood else ""
+                )
+                return Verdict(False, feedback=self._under(self.end, value, where), score=value)
+            if bar is not None and not attends:
+                speech = actions.index(self.end)
+                amend = None if self.attend is None else (Step(self.attend), *steps[speech:])
+                return Verdict(False, feedback=f"a critic scored '{self.end}' {value:+.2f} here,"
+                               f" but {bar}: {self._draw_look()}", score=value,
+                               amend=amend)  # fmt: skip
+            return Verdict(True, score=value)
+        if self.ready is None or value < self.ready or ood:
+            return Verdict(True, score=value)
+        if bar is None:
             return Verdict(
                 False,
-                feedback=f"a critic scored '{action}' {value:+.2f} here{where}, under its"
-                f" threshold {self.epsilon:+.2f}: it is unlikely to help now",
+                feedback=f"a critic scored '{self.end}' {value:+.2f} here, over its threshold"
+                f" {self.ready:+.2f}: the person looks ready now, and waiting may lose the moment",
+                score=value,
+            )
+        if self.attend is not None and actions[0] != self.attend:
+            return Verdict(
+                False,
+                feedback=f"a critic scored '{self.end}' {value:+.2f} here, over its threshold"
+                f" {self.ready:+.2f}, but {bar}: {self._draw_look()}",
                 score=value,
             )
         return Verdict(True, score=value)
+
+    def _draw_look(self) -> str:
+        if self.attend is None:
+            return "wait until they look at the robot"
+        return f"'{self.attend}' first, so that they look at the robot"
 
 
 def load_skill_critic(path: Path, skill: Skill, wait: str) -> Critic:
@@ -248,7 +332,8 @@ class SkillCritic:
     def check(self, running: Callable[[], tuple[str, float]]) -> CriticCheck:
         s = self.spec
         return CriticCheck(self.critic, self.features, s.wait, s.epsilon, running, s.rule,
-                           self.end, s.ready, self.members)  # fmt: skip
+                           self.end, s.ready, self.members, s.looking_away, s.attend,
+                           s.look_held)  # fmt: skip
 
 
 def critic_model_path(model: str) -> Path:

@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
 from transitions import Machine, MachineError
@@ -95,6 +95,10 @@ class Verdict:
     #: (the goal is not verified): the fallback makes the robot safe, then the episode fails
     #: with this feedback, instead of asking again
     final: bool = False
+    #: a plan the check would take instead of the refused one (the person skill's critic:
+    #: eye contact before speaking to a person not looking); the runner checks it like any
+    #: plan and runs it, once per proposal, before it asks again
+    amend: tuple[Step, ...] | None = None
 
 
 class GoalGate(Protocol):
@@ -478,8 +482,8 @@ class SkillRunner:
             self._no_match(plan)
             return
 
-        def refused(verdict: Verdict) -> None:
-            self._history.append(_attempt(plan.steps, verdict))
+        def refused(steps: list[Step], verdict: Verdict) -> None:
+            self._history.append(_attempt(steps, verdict))
             if rounds < self.max_rounds:
                 self._request_plan("check failed", rounds + 1)
             elif verdict.final:
@@ -488,22 +492,29 @@ class SkillRunner:
             else:
                 self._fall_back(f"check failed: {verdict.feedback}")
 
-        def checked(verdict: Verdict) -> None:
-            if not verdict.ok:
-                refused(verdict)
+        def checked(steps: list[Step], verdict: Verdict, amended: bool = False) -> None:
+            if not verdict.ok and verdict.amend is not None and not amended:
+                instead = list(verdict.amend)
+                self.record("amend", plan=seq, steps=[s.to_record() for s in instead],
+                            why=verdict.feedback)  # fmt: skip
+                self._check(instead, lambda again: checked(instead, again, amended=True))
                 return
-            ends = any(s.action == self.skill.end for s in plan.steps)
+            if not verdict.ok:
+                refused(steps, verdict)
+                return
+            ends = any(s.action == self.skill.end for s in steps)
             question = (
                 self.goal.judge([a for _, a in self.outcome.actions], self.observation)
                 if ends and self.goal is not None
                 else None
             )
             if question is None:
-                self._act(plan.steps, plan.phrase, rounds)
+                self._act(steps, plan.phrase, rounds)
                 return
-            self._judge(question, plan, rounds, refused)
+            self._judge(question, replace(plan, steps=steps), rounds,
+                        lambda v: refused(steps, v))  # fmt: skip
 
-        self._check(plan.steps, checked)
+        self._check(plan.steps, lambda verdict: checked(plan.steps, verdict))
 
     def _judge(
         self,

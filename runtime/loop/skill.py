@@ -208,6 +208,25 @@ class SkillCriticSpec(_Strict):
         description="readiness: the end action's score at which holding back "
         "is refused (none: never)",
     )
+    looking_away: Finite | Literal["never"] | None = Field(
+        default=None,
+        description="readiness: to speak to a person not looking toward the robot, the end "
+        "action must score this or more, and the person must not have scored under epsilon "
+        "since they last looked at it; never: only a person looking at the robot is spoken to "
+        "(none: no gaze bar)",
+    )
+    look_held: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
+        default=None,
+        description="readiness, with looking_away: seconds a person who scored under epsilon "
+        "must look at the robot before it speaks to them (none: any look)",
+    )
+    attend: Text | None = Field(
+        default=None,
+        description="readiness, with looking_away: the skill's action that draws a person's "
+        "look (eye contact); where the person looks ready but is not looking at the robot, "
+        "holding back is refused unless it starts with this action, and a plan that takes it "
+        "before speaking has its speech checked after the look",
+    )
     members: list[Text] = Field(
         default=[],
         description="readiness: more critics of the same card, each trained on part of the "
@@ -377,6 +396,22 @@ def _check(
             yield problem(("critic", "wait"), unknown)
         elif spec.critic.wait == spec.skill.end:
             yield problem(("critic", "wait"), "the end action cannot be the critic's WAIT")
+        attend = spec.critic.attend
+        if attend is not None and attend not in names:
+            yield problem(("critic", "attend"), f"unknown action {attend!r} (known: {known})")
+        elif attend is not None and attend == spec.skill.end:
+            yield problem(
+                ("critic", "attend"), "the end action cannot be the one that draws a look"
+            )
+        gaze = {"looking_away": spec.critic.looking_away, "attend": attend,
+                "look_held": spec.critic.look_held}  # fmt: skip
+        for key, value in gaze.items():
+            if value is not None and spec.critic.rule != "readiness":
+                yield problem(("critic", key), f"only the readiness rule takes {key}")
+                break
+            if value is not None and key != "looking_away" and spec.critic.looking_away is None:
+                yield problem(("critic", key), f"{key} needs looking_away (the gaze bar)")
+                break
     yield from _check_actions(spec, perception, commands, problem)
     yield from _check_templates(spec, perception, problem)
     if {spec.skill.start, spec.skill.end} <= names and not _reaches(spec):
