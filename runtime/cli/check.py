@@ -85,10 +85,10 @@ def check(robot_path: Path | None) -> int:
               f"end {skill.end!r}  ({skill.path})")  # fmt: skip
         if skill.critic is not None:
             c = skill.critic
-            held = ("holding back never refused" if c.ready is None else
-                    f"holding back refused from {c.ready:+g}")  # fmt: skip
+            holding = ("holding back never refused" if c.ready is None else
+                       f"holding back refused from {c.ready:+g}")  # fmt: skip
             rule = (f"rule joint, epsilon {c.epsilon:+g}" if c.rule == "joint" else
-                    f"rule readiness: {skill.end!r} from {c.epsilon:+g}, {held}"
+                    f"rule readiness: {skill.end!r} from {c.epsilon:+g}, {holding}"
                     + (f", lowest of {len(c.members) + 1} critics"
                                          if c.members else "")
                     + ("" if c.looking_away is None else
