@@ -18,7 +18,7 @@ from onboard.config import RobotConfig, load_example_robot, load_robot
 
 if TYPE_CHECKING:
     from onboard.hri.scenario import Scenario
-    from onboard.loop.skill import Skill
+    from onboard.loop.skill import Skill, SkillCriticSpec
 
 __all__ = ["check"]
 
@@ -85,19 +85,7 @@ def check(robot_path: Path | None) -> int:
               f"end {skill.end!r}  ({skill.path})")  # fmt: skip
         if skill.critic is not None:
             c = skill.critic
-            holding = ("holding back never refused" if c.ready is None else
-                       f"holding back refused from {c.ready:+g}")  # fmt: skip
-            rule = (f"rule joint, epsilon {c.epsilon:+g}" if c.rule == "joint" else
-                    f"rule readiness: {skill.end!r} from {c.epsilon:+g}, {holding}"
-                    + (f", lowest of {len(c.members) + 1} critics"
-                                         if c.members else "")
-                    + ("" if c.looking_away is None else
-                       ", never to a person looking away" if c.looking_away == "never" else
-                       f", to a person looking away from {c.looking_away:+g}")
-                    + ("" if c.look_held is None else
-                       f", after a busy reading a look held {c.look_held:g} s")
-                    + ("" if c.attend is None else f", {c.attend!r} draws a look"))  # fmt: skip
-            print(f"    critic {c.model} (WAIT = {c.wait!r}, {rule})")
+            print(f"    critic {c.model} (WAIT = {c.wait!r}, {_critic_rule(c, skill.end)})")
         missing = [] if skill.kind != "scene" else [
             key for key, value in (("[drivers.arm]", robot.drivers.arm),
                                    ("[drivers.camera]", robot.drivers.camera),
@@ -179,3 +167,23 @@ def _warn_ambiguous(robot: RobotConfig, skills: Sequence[Skill]) -> None:
             line = skill.line_of("actions", a, "references")
             print(f"  warning: {skill.path}:{line}: [{skill.name}] references of {a!r} and "
                   f"{b!r} are close (cos {cos:.2f}): {ra!r} ~ {rb!r}")  # fmt: skip
+
+
+def _critic_rule(c: SkillCriticSpec, end: str) -> str:
+    """The critic's rule and thresholds, as `onboard check` lists them."""
+    if c.rule == "joint":
+        return f"rule joint, epsilon {c.epsilon:+g}"
+    parts = [f"rule readiness: {end!r} from {c.epsilon:+g}",
+             "holding back never refused" if c.ready is None
+             else f"holding back refused from {c.ready:+g}"]  # fmt: skip
+    if c.members:
+        parts.append(f"lowest of {len(c.members) + 1} critics")
+    if c.looking_away == "never":
+        parts.append("never to a person looking away")
+    elif c.looking_away is not None:
+        parts.append(f"to a person looking away from {c.looking_away:+g}")
+    if c.look_held is not None:
+        parts.append(f"after a busy reading a look held {c.look_held:g} s")
+    if c.attend is not None:
+        parts.append(f"{c.attend!r} draws a look")
+    return ", ".join(parts)

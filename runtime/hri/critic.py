@@ -242,16 +242,15 @@ class CriticCheck:
         bar = self._gaze_bar(value, observation)
         # a plan that draws the person's look before it speaks: its speech is checked again,
         # after the look, before it runs
-        before_speech = actions[: actions.index(self.end)] if self.end in actions else actions
-        attends = self.attend is not None and self.attend in before_speech
-        if self.end in actions:  # a plan that speaks is judged by its speech, moments away
+        speech = actions.index(self.end) if self.end in actions else len(actions)
+        attends = self.attend is not None and self.attend in actions[:speech]
+        if speech < len(actions):  # a plan that speaks is judged by its speech, moments away
             if value < self.epsilon:
                 where = (
                     " (outside its training range: at the nearest state it knows)" if ood else ""
                 )
                 return Verdict(False, feedback=self._under(self.end, value, where), score=value)
             if bar is not None and not attends:
-                speech = actions.index(self.end)
                 amend = None if self.attend is None else (Step(self.attend), *steps[speech:])
                 return Verdict(False, feedback=f"a critic scored '{self.end}' {value:+.2f} here,"
                                f" but {bar}: {self._draw_look()}", score=value,

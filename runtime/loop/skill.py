@@ -405,13 +405,11 @@ def _check(
             )
         gaze = {"looking_away": spec.critic.looking_away, "attend": attend,
                 "look_held": spec.critic.look_held}  # fmt: skip
-        for key, value in gaze.items():
-            if value is not None and spec.critic.rule != "readiness":
-                yield problem(("critic", key), f"only the readiness rule takes {key}")
-                break
-            if value is not None and key != "looking_away" and spec.critic.looking_away is None:
-                yield problem(("critic", key), f"{key} needs looking_away (the gaze bar)")
-                break
+        given = [key for key, value in gaze.items() if value is not None]
+        if given and spec.critic.rule != "readiness":
+            yield problem(("critic", given[0]), f"only the readiness rule takes {given[0]}")
+        elif given and spec.critic.looking_away is None:
+            yield problem(("critic", given[0]), f"{given[0]} needs looking_away (the gaze bar)")
     yield from _check_actions(spec, perception, commands, problem)
     yield from _check_templates(spec, perception, problem)
     if {spec.skill.start, spec.skill.end} <= names and not _reaches(spec):
