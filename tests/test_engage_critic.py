@@ -343,6 +343,20 @@ def test_a_recorded_episode_with_the_critic_replays(tmp_path: Path) -> None:
     assert "reproduces" in replayed.out
 
 
+def test_a_recorded_episode_with_an_amended_plan_replays(tmp_path: Path) -> None:
+    """The critic's amend (eye contact before speaking) is decided again from the recorded
+    observations on replay, and the replay reproduces the episode."""
+    recorded = onboard("eval", "engage", "--llm", "random", "--trials", "1", "--record",
+                       tmp_path / "rec", "--scenario", "heldout-coins", cwd=tmp_path)  # fmt: skip
+    assert recorded.code == 0, recorded.err
+    (recording,) = sorted((tmp_path / "rec").glob("*.jsonl"))
+    records = [json.loads(line) for line in recording.read_text(encoding="utf-8").splitlines()]
+    assert any(r["kind"] == "amend" for r in records)
+    replayed = onboard("replay", recording, cwd=tmp_path)
+    assert replayed.code == 0, replayed.err
+    assert "reproduces" in replayed.out
+
+
 # -- its data -------------------------------------------------------------------------------------
 
 
