@@ -33,7 +33,7 @@ from onboard.hri.critic import (
     load_skill_critic,
     open_skill_critic,
 )
-from onboard.hri.scenario import load_scenario
+from onboard.hri.scenario import Scenario, load_scenario
 from onboard.hri.session import EpisodeOptions, JudgementKind, judge, judge_speech, run_episode
 from onboard.loop.kind import Step
 from onboard.loop.recorder import MemoryRecorder
@@ -232,7 +232,8 @@ def test_a_glance_from_a_task_is_no_invitation_and_never_speaks_only_to_a_look(
 ) -> None:
     """``look_held``: after a busy reading, the person must have looked at the robot that long
     (a glance from a book is not the end of reading); ``looking_away = "never"``: a person not
-    looking at the robot is not spoken to, however free they read."""
+    looking at the robot is not spoken to, however free they read. The look is timed by the
+    episode's clock: a person's observation does not change while they keep looking."""
     assert critic_skill.critic is not None
     folds = [f"models/critics/engage/fold{i}.onnx" for i in range(5)]
     spec = critic_skill.critic.model_copy(update={
@@ -240,25 +241,75 @@ def test_a_glance_from_a_task_is_no_invitation_and_never_speaks_only_to_a_look(
         "looking_away": "never", "look_held": 2.0, "attend": "eye contact"})  # fmt: skip
     critic = open_skill_critic(dataclasses.replace(critic_skill, critic=spec), robot.embedder_dir)
     assert critic is not None
-    check = critic.check(lambda: ("pause", 3.0))
+    clock = [5.0]
+    check = critic.check(lambda: ("pause", 3.0), lambda: clock[0])
     busy = seen("The person is talking on a phone.", False, t=5.0)
     free = seen("The person is sitting on a chair, waiting.", False, t=6.0)
     assert check.score("speak", busy)[0] < 0.1 - MARGIN
     assert check.score("speak", free)[0] > 0.3 + MARGIN
     speak = [Step("speak")]
+    clock[0] = 6.0
     never = check.check(speak, free)  # type: ignore[arg-type]
     assert not never.ok and "the person is not looking at the robot" in never.feedback
     assert not check.check(speak, busy).ok  # type: ignore[arg-type]
-    looking = [
-        seen("The person is sitting on a chair, waiting.", True, t=t) for t in (10, 11.5, 12)
-    ]
-    early = check.check(speak, looking[0])  # type: ignore[arg-type]
+    looking = seen("The person is sitting on a chair, waiting.", True, t=10.0)
+    clock[0] = 10.0
+    early = check.check(speak, looking)  # type: ignore[arg-type]
     assert not early.ok and "for 0.0 s of 2.0 s" in early.feedback
-    assert not check.check(speak, looking[1]).ok  # type: ignore[arg-type]
-    assert check.check(speak, looking[2]).ok  # type: ignore[arg-type]
+    clock[0] = 11.5  # the same observation, the look held on
+    assert "for 1.5 s of 2.0 s" in check.check(speak, looking).feedback  # type: ignore[arg-type]
+    clock[0] = 12.5
+    assert check.check(speak, looking).ok  # type: ignore[arg-type]
     # a look broken off starts again
+    clock[0] = 13.0
     assert not check.check(speak, busy).ok  # type: ignore[arg-type]
-    assert not check.check(speak, seen("The person is sitting on a chair, waiting.", True, t=20)).ok  # type: ignore[arg-type]
+    clock[0] = 20.0
+    again = seen("The person is sitting on a chair, waiting.", True, t=20.0)
+    assert not check.check(speak, again).ok  # type: ignore[arg-type]
+
+
+def test_eye_contact_a_person_does_not_answer_reads_busy_until_a_look_is_held(
+    critic_skill: Skill, robot: RobotConfig
+) -> None:
+    """``answer_within``: a person free to talk looks back at eye contact; one still looking
+    away that long after it began is read busy, so a glance later (shorter than ``look_held``)
+    does not open the way to speech, however free their words read."""
+    assert critic_skill.critic is not None
+    folds = [f"models/critics/engage/fold{i}.onnx" for i in range(5)]
+    spec = critic_skill.critic.model_copy(update={
+        "rule": "readiness", "epsilon": 0.1, "ready": 0.3, "members": folds,
+        "looking_away": "never", "look_held": 3.0, "attend": "eye contact",
+        "answer_within": 0.75})  # fmt: skip
+    critic = open_skill_critic(dataclasses.replace(critic_skill, critic=spec), robot.embedder_dir)
+    assert critic is not None
+    clock, running = [4.0], [("wait", 0.0)]
+    check = critic.check(lambda: running[0], lambda: clock[0])
+    away = seen("The person is sitting on a chair, waiting.", False, t=4.0)
+    assert check.score("speak", away)[0] > 0.3 + MARGIN  # the words read free
+    speak = [Step("speak")]
+    first = check.check(speak, away)  # type: ignore[arg-type]
+    assert not first.ok and first.amend == (Step("eye contact"), Step("speak"))
+    running[0], clock[0] = ("eye contact", 4.0), 4.5
+    assert "not looking" in check.check(speak, away).feedback  # type: ignore[arg-type]
+    assert not check.busy_since_look  # not yet: a person looks back within answer_within
+    clock[0] = 5.0  # eye contact 1 s on, no look back
+    check.check(speak, away)  # type: ignore[arg-type]
+    assert check.busy_since_look
+    glance = seen("The person is sitting on a chair, waiting.", True, t=7.0)
+    running[0], clock[0] = ("wait", 5.0), 7.0
+    refused = check.check(speak, glance)  # type: ignore[arg-type]
+    assert not refused.ok and "looked busy before this look" in refused.feedback
+    clock[0] = 8.5
+    assert not check.check(speak, glance).ok  # type: ignore[arg-type]
+    clock[0] = 10.0  # the look held 3 s
+    assert check.check(speak, glance).ok  # type: ignore[arg-type]
+    # without answer_within the unanswered eye contact means nothing
+    plain = critic.spec.model_copy(update={"answer_within": None})
+    bare = open_skill_critic(dataclasses.replace(critic_skill, critic=plain), robot.embedder_dir)
+    assert bare is not None
+    other = bare.check(lambda: ("eye contact", 4.0), lambda: 6.0)
+    other.check(speak, away)  # type: ignore[arg-type]
+    assert not other.busy_since_look
 
 
 # -- episodes, recordings and the evaluation -----------------------------------------------------
@@ -313,6 +364,39 @@ def test_speech_to_a_person_looking_away_is_amended_to_eye_contact_first(
         assert judge(out, sc).kind is JudgementKind.SUCCESS
     else:
         assert judge(out, sc).kind is JudgementKind.NEVER_SPOKE
+
+
+@pytest.mark.parametrize(("guarded", "spoken"), [(False, True), (True, False)])
+def test_a_busy_person_who_glances_at_the_robot_is_not_spoken_to_when_eye_contact_went_unanswered(
+    robot_tmp: RobotConfig, critic_skill: Skill, mapper: ActionMapper, guarded: bool,
+    spoken: bool,
+) -> None:  # fmt: skip
+    """A person labelled busy throughout whose words the critic reads as free (it is wrong),
+    glancing at the robot for 1.5 s at 9 s. The random proposer, speaking four times as
+    often as anything else: the gaze bar amends each speech to eye contact first, which the
+    busy person does not answer; at the glance the look alone opens the way to speech, unless
+    the unanswered eye contact marked them busy (``answer_within``) and the look must be held
+    3 s (``look_held``)."""
+    assert critic_skill.critic is not None
+    keys = {"look_held": 3.0, "answer_within": 0.75} if guarded else {}
+    spec = critic_skill.critic.model_copy(update={"look_held": None, "answer_within": None,
+                                                  **keys})  # fmt: skip
+    skill = dataclasses.replace(critic_skill, critic=spec)
+    sc = Scenario.model_validate({
+        "scenario": {"name": "glance", "end": 16.0, "distance": 3.0},
+        "activity": [{"at": 0.0, "text": "The person is sitting on a chair, waiting."}],
+        "gaze": [{"at": 0.0, "toward": False}, {"at": 9.0, "toward": True},
+                 {"at": 10.5, "toward": False}],
+        "label": [{"from": 0.0, "to": 16.0, "state": "not-ready"}]})  # fmt: skip
+    options = EpisodeOptions(latency=1.0, constrained=True, keep_candidates=False)
+    with MemoryRecorder() as recorder:
+        out = run_episode(robot_tmp, skill, sc, RandomAsk(3, {"speak": 4.0}), mapper, recorder,
+                          options)  # fmt: skip
+    names = [a for _, a in out.actions]
+    assert "eye contact" in names
+    assert ("speak" in names) is spoken
+    expected = JudgementKind.SPOKE_NOT_READY if spoken else JudgementKind.NEVER_SPOKE
+    assert judge(out, sc).kind is expected
 
 
 def test_eval_reports_the_critic_its_vetoes_and_fallbacks_and_none_turns_it_off(
@@ -431,6 +515,8 @@ def critic_section(skills: Path, text: str) -> None:
          "only the readiness rule"),
         ('[critic]\nmodel = "models/critics/engage/all.onnx"\nwait = "wait"\nrule = "readiness"'
          '\nlook_held = 2.0\n', "look_held needs looking_away"),
+        ('[critic]\nmodel = "models/critics/engage/all.onnx"\nwait = "wait"\nrule = "readiness"'
+         '\nlooking_away = "never"\nanswer_within = 0.75\n', "answer_within needs attend"),
     ],
 )  # fmt: skip
 def test_a_bad_critic_section_is_one_line_naming_the_skill_file(

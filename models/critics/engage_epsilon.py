@@ -61,7 +61,12 @@ GAZE_EPSILONS = (-0.3, -0.1, 0.1)
 GAZE_READY: tuple[float | None, ...] = (0.3, 0.5, None)
 LOOKING_AWAY: tuple[float | str, ...] = (0.9, "never")
 LOOK_HELD: tuple[float | None, ...] = (None, 1.5, 3.0)
+#: a person still looking away this long after eye contact began did not answer it (the
+#: simulated person free to talk looks back after notice_time, 0.5 s; eye contact lasts 1 s)
+ANSWER_WITHIN: tuple[float | None, ...] = (None, 0.75)
 ATTEND = "eye contact"
+SETTING_COLUMNS = ("rule", "members", "epsilon", "ready", "looking away", "look held",
+                   "answer within", "attend")  # fmt: skip
 
 
 def build_fold(name: str, files: list[Path], reuse: bool) -> Path:
@@ -130,31 +135,35 @@ def main() -> int:
     mapper = make_mapper(robot, skill)
     options = EpisodeOptions(constrained=True, latency=robot.eval.standin_latency,
                              keep_candidates=False)  # fmt: skip
-    Row = tuple[str, float, float | None, bool, float | str | None, str | None, float | None]
-    grid: list[Row] = [("joint", 0.1, None, False, None, None, None)]
+    Row = tuple[
+        str, float, float | None, bool, float | str | None, str | None, float | None, float | None
+    ]
+    grid: list[Row] = [("joint", 0.1, None, False, None, None, None, None)]
     if args.gaze:
-        grid += [("readiness", -0.3, 0.3, True, None, None, None)]  # issue 27's first attempt
-        grid += [("readiness", e, r, True, a, ATTEND, h) for e in GAZE_EPSILONS
-                 for r in GAZE_READY for a in LOOKING_AWAY for h in LOOK_HELD]  # fmt: skip
+        grid += [("readiness", -0.3, 0.3, True, None, None, None, None)]  # issue 27's first
+        grid += [("readiness", e, r, True, a, ATTEND, h, w) for e in GAZE_EPSILONS
+                 for r in GAZE_READY for a in LOOKING_AWAY for h in LOOK_HELD
+                 for w in ANSWER_WITHIN]  # fmt: skip
     else:
-        grid += [("readiness", e, r, False, None, None, None) for e in EPSILONS for r in READY
-                 if r is None or r > e]  # fmt: skip
-        grid += [("readiness", e, r, True, None, None, None) for e in ENSEMBLE_EPSILONS
+        grid += [("readiness", e, r, False, None, None, None, None) for e in EPSILONS
+                 for r in READY if r is None or r > e]  # fmt: skip
+        grid += [("readiness", e, r, True, None, None, None, None) for e in ENSEMBLE_EPSILONS
                  for r in READY if r is None or r > e]  # fmt: skip
     rows = []
     with llm_endpoint(robot, "standin") as (url, _), ChatClient(robot.llm, base_url=url) as client:
         asks = {"random": lambda: RandomAsk(args.seed), "standin": lambda: HttpAsk(client)}
-        for rule, epsilon, ready, ensemble, looking_away, attend, look_held in grid:
+        for rule, epsilon, ready, ensemble, looking_away, attend, look_held, answer in grid:
             row: dict[str, Any] = {"rule": rule, "epsilon": epsilon, "ready": ready,
                                    "members": ensemble, "looking_away": looking_away,
-                                   "attend": attend, "look_held": look_held}  # fmt: skip
+                                   "attend": attend, "look_held": look_held,
+                                   "answer_within": answer}  # fmt: skip
             for proposer in PROPOSERS:
                 totals: dict[str, float] = {}
                 for k in range(args.folds):
                     spec = skill.critic.model_copy(update={
                         "model": str(models[k]), "rule": rule, "epsilon": epsilon,
                         "ready": ready, "looking_away": looking_away, "attend": attend,
-                        "look_held": look_held,
+                        "look_held": look_held, "answer_within": answer,
                         "members": [str(m) for m in members[k]] if ensemble else []})  # fmt: skip
                     tuned = dataclasses.replace(skill, critic=spec)
                     counts = judged(robot, tuned, held[k], asks[proposer](), mapper,
@@ -167,7 +176,8 @@ def main() -> int:
                 row[proposer] = totals
             rows.append(row)
             print(f"{time.monotonic() - began:5.0f} s {rule} {epsilon:+.2f} {ready}"
-                  f"{' members' if ensemble else ''} {looking_away} {attend} {look_held}",
+                  f"{' members' if ensemble else ''} {looking_away} {attend} {look_held}"
+                  f" {answer}",
                   file=sys.stderr)  # fmt: skip
 
     def busy(r: dict[str, Any]) -> float:
@@ -183,7 +193,7 @@ def main() -> int:
     best = max(safe, key=lambda r: (sum(r[p]["success"] for p in PROPOSERS), -busy(r)))
     table = Table(title=f"Engage critic thresholds, {args.folds}-fold cross-validation over"
                         f" {len(files)} training scenarios, {args.trials} trials each")  # fmt: skip
-    for name in ("rule", "members", "epsilon", "ready", "looking away", "look held", "attend"):
+    for name in SETTING_COLUMNS:
         table.add_column(name, justify="right")
     for p in PROPOSERS:
         for name in ("success", "spoke not ready", "ready, unspoken", "vetoes/ep"):
@@ -192,7 +202,8 @@ def main() -> int:
         cells = [r["rule"] + (" *" if r is best else ""),
                  f"+{args.folds - 1}" if r["members"] else "", f"{r['epsilon']:+.2f}",
                  "none" if r["ready"] is None else f"{r['ready']:+.2f}",
-                 _shown(r["looking_away"]), _shown(r["look_held"]), r["attend"] or ""]  # fmt: skip
+                 _shown(r["looking_away"]), _shown(r["look_held"]),
+                 _shown(r.get("answer_within")), r["attend"] or ""]  # fmt: skip
         for p in PROPOSERS:
             c = r[p]
             cells += [f"{int(c['success'])}/{int(c['episodes'])}", str(int(c["spoke_not_ready"])),
@@ -201,7 +212,8 @@ def main() -> int:
     Console(width=200).print(table)
     print(f"chosen: rule = {best['rule']!r}, members = {best['members']}, epsilon ="
           f" {best['epsilon']}, ready = {best['ready']}, looking_away = {best['looking_away']!r},"
-          f" look_held = {best['look_held']}, attend = {best['attend']!r}"
+          f" look_held = {best['look_held']}, answer_within = {best['answer_within']},"
+          f" attend = {best['attend']!r}"
           f" ({time.monotonic() - began:.0f} s)")  # fmt: skip
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

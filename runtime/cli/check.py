@@ -186,4 +186,6 @@ def _critic_rule(c: SkillCriticSpec, end: str) -> str:
         parts.append(f"after a busy reading a look held {c.look_held:g} s")
     if c.attend is not None:
         parts.append(f"{c.attend!r} draws a look")
+    if c.answer_within is not None:
+        parts.append(f"unanswered after {c.answer_within:g} s reads busy")
     return ", ".join(parts)

@@ -135,7 +135,9 @@ class CriticCheck:
     robot needs that score, and no reading under ``epsilon`` since their last look (a pause
     inside a task, "she takes another bite", reads like its end; the state holds one sentence,
     the check remembers). ``look_held``: after such a reading, the look must have lasted that
-    long (a glance from a task is no invitation). ``attend`` names the action that draws a look
+    long (a glance from a task is no invitation). ``answer_within``: a person still looking
+    away that long after the ``attend`` action began did not answer it, and reads busy.
+    ``attend`` names the action that draws a look
     (eye contact): a plan that speaks while the bar holds is amended to take it first (its
     speech is checked again after the look, so a busy person who does not look back is never
     spoken to), and where a person looks ready (``ready``) but the bar holds, only it may hold
@@ -157,6 +159,8 @@ class CriticCheck:
         looking_away: float | Literal["never"] | None = None,
         attend: str | None = None,
         look_held: float | None = None,
+        now: Callable[[], float] | None = None,
+        answer_within: float | None = None,
     ) -> None:
         if rule == "readiness" and end is None:
             raise CriticError("the readiness rule needs the skill's end action")
@@ -164,6 +168,11 @@ class CriticCheck:
         self.running, self.rule, self.end, self.ready = running, rule, end, ready
         self.members = list(members)
         self.looking_away, self.attend, self.look_held = looking_away, attend, look_held
+        #: the episode's time now; without it, the observation's (a person's observation
+        #: changes only when what is seen changes, so a look held still would not grow)
+        self.now = now
+        #: a person still looking away this long after ``attend`` began did not answer it
+        self.answer_within = answer_within
         #: when the person's current look at the robot began (None: not looking)
         self.look_since: float | None = None
         #: the person scored under epsilon since they last looked toward the robot (this
@@ -194,15 +203,16 @@ class CriticCheck:
         at the robot for ``look_held`` seconds (a glance from a task is no invitation); a
         person not looking needs ``looking_away`` ("never": they are never spoken to)."""
         toward = getattr(observation, "toward", None) is True
-        t = float(observation.t)
+        seen = float(observation.t)
         if not toward:
             self.look_since = None
         elif self.look_since is None:
-            self.look_since = t
-        held = 0.0 if self.look_since is None else t - self.look_since
+            self.look_since = seen
+        now = self.now() if self.now is not None else seen
+        held = 0.0 if self.look_since is None else max(0.0, now - self.look_since)
         if toward and held >= (self.look_held or 0.0):
             self.busy_since_look = False
-        if value < self.epsilon:
+        if value < self.epsilon or (not toward and self._unanswered(now)):
             self.busy_since_look = True
         if self.looking_away is None:
             return None
@@ -219,6 +229,14 @@ class CriticCheck:
             return (f"the person is not looking at the robot, and speaking scores under"
                     f" {self.looking_away:+.2f} then")  # fmt: skip
         return None
+
+    def _unanswered(self, now: float) -> bool:
+        """The attend action runs, begun ``answer_within`` ago or more, and the person has not
+        looked back: a person free to talk answers eye contact, a busy one does not."""
+        if self.answer_within is None or self.attend is None:
+            return False
+        running, began = self.running()
+        return running == self.attend and now - began >= self.answer_within
 
     def check(self, steps: Sequence[Step], observation: Observation) -> Verdict:
         if self.rule == "readiness":
@@ -328,11 +346,13 @@ class SkillCritic:
     def epsilon(self) -> float:
         return self.spec.epsilon
 
-    def check(self, running: Callable[[], tuple[str, float]]) -> CriticCheck:
+    def check(
+        self, running: Callable[[], tuple[str, float]], now: Callable[[], float] | None = None
+    ) -> CriticCheck:
         s = self.spec
         return CriticCheck(self.critic, self.features, s.wait, s.epsilon, running, s.rule,
                            self.end, s.ready, self.members, s.looking_away, s.attend,
-                           s.look_held)  # fmt: skip
+                           s.look_held, now, s.answer_within)  # fmt: skip
 
 
 def critic_model_path(model: str) -> Path:

@@ -157,7 +157,7 @@ def run_episode(
         second_stage=options.second_stage,
         constrained=options.constrained,
         latency=options.latency,
-        checks=default_checks(robot, skill, lambda: running()) if checks is None else checks,
+        checks=default_checks(robot, skill, running, clock.now) if checks is None else checks,
         verifiers=verifiers,
         max_rounds=skill.max_rounds,
         on_candidate=keep,
@@ -186,14 +186,17 @@ def run_episode(
 
 
 def default_checks(
-    robot: RobotConfig, skill: Skill, running: Callable[[], tuple[str, float]]
+    robot: RobotConfig,
+    skill: Skill,
+    running: Callable[[], tuple[str, float]],
+    now: Callable[[], float] | None = None,
 ) -> list[Check]:
     """Every person episode's checks: the person is in sight for the end action, then the
     skill's critic when its ``[critic]`` names one."""
     checks: list[Check] = [PersonVisible(skill.end)]
     critic = open_skill_critic(skill, robot.embedder_dir, robot.models.threads)
     if critic is not None:
-        checks.append(critic.check(running))
+        checks.append(critic.check(running, now))
     return checks
 
 

@@ -220,6 +220,12 @@ class SkillCriticSpec(_Strict):
         description="readiness, with looking_away: seconds a person who scored under epsilon "
         "must look at the robot before it speaks to them (none: any look)",
     )
+    answer_within: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        default=None,
+        description="readiness, with attend: seconds after the attend action began by which a "
+        "person free to talk has looked back; one still looking away then is read as busy "
+        "(none: an unanswered look means nothing)",
+    )
     attend: Text | None = Field(
         default=None,
         description="readiness, with looking_away: the skill's action that draws a person's "
@@ -404,12 +410,16 @@ def _check(
                 ("critic", "attend"), "the end action cannot be the one that draws a look"
             )
         gaze = {"looking_away": spec.critic.looking_away, "attend": attend,
-                "look_held": spec.critic.look_held}  # fmt: skip
+                "look_held": spec.critic.look_held,
+                "answer_within": spec.critic.answer_within}  # fmt: skip
         given = [key for key, value in gaze.items() if value is not None]
         if given and spec.critic.rule != "readiness":
             yield problem(("critic", given[0]), f"only the readiness rule takes {given[0]}")
         elif given and spec.critic.looking_away is None:
             yield problem(("critic", given[0]), f"{given[0]} needs looking_away (the gaze bar)")
+        elif spec.critic.answer_within is not None and attend is None:
+            yield problem(("critic", "answer_within"), "answer_within needs attend (the action "
+                          "a person answers)")  # fmt: skip
     yield from _check_actions(spec, perception, commands, problem)
     yield from _check_templates(spec, perception, problem)
     if {spec.skill.start, spec.skill.end} <= names and not _reaches(spec):
