@@ -319,6 +319,8 @@ def test_recorded_replies_answer_in_order_and_end_with_the_recording(tmp_path: A
     assert replies.complete([{"role": "user", "content": "a"}]).text == '{"step": "done"}'
     with pytest.raises(LLMError, match="timed out"):
         replies.complete([{"role": "user", "content": "b"}])
-    assert replies.diverged == ["saycan request 2 differs"]
+    assert replies.diverged == [
+        "saycan request 2 differs: the number of messages: recorded 0, replayed 1"
+    ]
     with pytest.raises(RecordingError, match="asked more"):
         replies.complete([])

@@ -408,6 +408,12 @@ def test_replay_notices_a_request_that_differs(recording: Path, tmp_path: Path) 
     result = onboard("replay", tampered, cwd=tmp_path)
     assert "Traceback" not in result.err
     assert result.code == 1 and "reproduces" not in result.out
+    # the divergence names the request, the message, the line and both values
+    assert f"request {request['id']} (lose_person) differs from the recording: message 1" in (
+        result.err
+    )
+    line = next(k for k in result.err.splitlines() if "differs from the recording" in k)
+    assert "juggling knives" in line and "talking on a phone" in line and ", line " in line
 
 
 def _garbage(recording: Path, kind: str) -> str:

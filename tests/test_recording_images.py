@@ -273,8 +273,9 @@ def test_replay_compares_requests_with_their_images_restored(tmp_path: Path) -> 
     ask = ReplayAsk(list(read_recording(path, images=True)), path)
     assert ask("plan", messages, None).text == "speak" and ask.divergence is None
     other = [user("What is on the table?", image(JPEG)), messages[1]]
-    with pytest.raises(RecordingError, match="request 2 differs from the recording"):
+    with pytest.raises(RecordingError, match=r"request 2 \(plan\) differs from the recording") as e:
         ask("plan", other, None)
+    assert "message 1 (user), part 2" in str(e.value)  # the image part, not the text
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from onboard.collab.episode import TeamOutcome, run_team_episode
 from onboard.collab.methods import EnvView, TaskView, TeamSettings, TrialMemory, method
 from onboard.collab.refine import CriticView
 from onboard.llm.types import ChatResult, Message
+from onboard.loop.divergence import request_difference
 from onboard.loop.recorder import MemoryRecorder, read_recording
 from onboard.loop.recording import Header, check_models, read_header
 
@@ -74,33 +75,14 @@ class RecordedReplies:
             )
         request, answer = self.exchanges[self.asked]
         self.asked += 1
-        sent = [dict(m) for m in messages]
-        if request.get("messages") != sent:
+        what = request_difference(request, messages, schema=schema, check_schema=True)
+        if what is not None:
             raise ReplayDivergence(
-                f"{self.path}: request {self.asked} differs from the recorded one "
-                f"({_first_difference(request.get('messages'), sent)})"
+                f"{self.path}: request {self.asked} differs from the recording: {what}"
             )
-        if (request.get("schema") or None) != (dict(schema) if schema else None):
-            raise ReplayDivergence(f"{self.path}: request {self.asked}'s schema differs")
         if answer.get("kind") == "error":
             raise LLMError(str(answer.get("message", "")))
         return ChatResult(text=str(answer.get("text", "")), latency=0.0, attempts=1)
-
-
-def _first_difference(recorded: Any, sent: list[dict[str, Any]]) -> str:
-    if not isinstance(recorded, list) or len(recorded) != len(sent):
-        return "a different number of messages"
-    for number, (old, new) in enumerate(zip(recorded, sent, strict=True), start=1):
-        old_text, new_text = str(old.get("content", "")), str(new.get("content", ""))
-        if old_text != new_text:
-            old_lines, new_lines = old_text.splitlines(), new_text.splitlines()
-            for line, (a, b) in enumerate(zip(old_lines, new_lines, strict=False), start=1):
-                if a != b:
-                    return f"message {number}, line {line}: recorded {a[:60]!r}, now {b[:60]!r}"
-            return f"message {number}: recorded {len(old_lines)} lines, now {len(new_lines)}"
-        if old != new:
-            return f"message {number}'s fields"
-    return "the messages"
 
 
 @dataclass(frozen=True)

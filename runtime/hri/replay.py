@@ -27,6 +27,7 @@ from onboard.hri.scenario import Scenario
 from onboard.hri.session import EpisodeOptions, make_mapper, run_episode
 from onboard.hri.world import SimRobot
 from onboard.llm.types import ChatResult, Message
+from onboard.loop.divergence import request_difference
 from onboard.loop.engine import SkillRunner
 from onboard.loop.recorder import MemoryRecorder, read_recording, with_images
 from onboard.loop.recording import Header, check_models, read_header
@@ -68,10 +69,11 @@ class ReplayAsk:
             raise self._diverged(f"{self.source}: the replay asks more than was recorded")
         request, answer = self._exchanges[self._next]
         self._next += 1
-        if request["purpose"] != purpose or request["messages"] != [dict(m) for m in messages]:
+        what = request_difference(request, messages, purpose)
+        if what is not None:
             raise self._diverged(
-                f"{self.source}: request {request['id']} differs from the recording "
-                f"(recorded {request['purpose']}, replayed {purpose})"
+                f"{self.source}: request {request['id']} ({request['purpose']}) differs from"
+                f" the recording: {what}"
             )
         if answer is None or answer["kind"] == "error":
             raise LLMTimeout(answer["message"] if answer else "no reply was recorded")

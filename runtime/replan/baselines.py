@@ -30,6 +30,7 @@ from typing import Any
 
 from onboard.base.errors import CodeRefused, LLMError, OnboardError, RecordingError
 from onboard.llm.types import ChatResult, Completes, Message
+from onboard.loop.divergence import request_difference
 from onboard.loop.recorder import Recorder
 from onboard.replan.api import RobotAPI, call, call_text
 from onboard.replan.bots import HttpBot, recorded_exchanges
@@ -324,8 +325,9 @@ class RecordedReplies:
             raise RecordingError(f"replay: {self.method} asked more than the recording holds")
         request, answer = self._answers[self._next]
         self._next += 1
-        if request.get("messages") != [dict(m) for m in messages]:
-            self.diverged.append(f"{self.method} request {self._next} differs")
+        what = request_difference(request, messages)
+        if what is not None:
+            self.diverged.append(f"{self.method} request {self._next} differs: {what}")
         if answer.get("kind") == "error":
             raise LLMError(str(answer.get("message", "")))
         return ChatResult(

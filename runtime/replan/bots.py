@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from onboard.base.errors import LLMError
 from onboard.config import RobotConfig
 from onboard.llm.client import ChatClient, Completes, Message
+from onboard.loop.divergence import request_difference
 from onboard.loop.recorder import Recorder
 
 __all__ = ["Ask", "Bots", "HttpBot", "RecordedBot", "open_bots"]
@@ -156,8 +157,9 @@ class RecordedBot:
             raise LLMError(f"replay: the {self.name} bot was asked more than recorded")
         request, answer = self._exchanges[self._next]
         self._next += 1
-        if request.get("purpose") != purpose or request.get("messages") != list(messages):
-            self.diverged.append(f"{self.name} request {self._next} ({purpose}) differs")
+        what = request_difference(request, messages, purpose)
+        if what is not None:
+            self.diverged.append(f"{self.name} request {self._next} ({purpose}) differs: {what}")
         if answer.get("kind") == "error":
             raise LLMError(str(answer.get("message", "")))
         return str(answer.get("text", ""))
