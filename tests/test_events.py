@@ -1,4 +1,4 @@
-"""runtime/hri/events.py: when the event manager asks the LLM again (stimulus types 1, 2-A, 2-B).
+"""runtime/loop/events.py: when the event manager asks the LLM again (stimulus types 1, 2-A, 2-B).
 
 The manager runs on a VirtualClock with the real engage skill's actions. Its second-stage
 collaborator is a small test implementation that answers after a virtual delay, as the
@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from onboard.hri.events import EventManager
+from onboard.hri.kind import person_changes
 from onboard.hri.person import PersonObservation
 from onboard.loop.clock import VirtualClock
+from onboard.loop.events import EventManager
 from onboard.loop.skill import Action, Skill, load_skill
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,6 +92,7 @@ def harness(second_stage: bool = True, **answers: Any) -> Harness:
         second,
         lambda reason: fired.append((reason, clock.now())),
         lambda kind, **fields: records.append((kind, fields)),
+        changes=person_changes,
     )
     return Harness(clock, second, manager, fired, records)
 
@@ -326,7 +328,8 @@ def test_rearming_from_the_fire_callback_watches_the_new_action(engage: Skill) -
         if len(fired) == 1:
             manager.arm(engage.actions["wait for cue"], obs(BUSY, toward=False))
 
-    manager = EventManager(clock, DelayedSecondStage(clock, wait=4.0), fire, lambda *a, **k: None)
+    manager = EventManager(clock, DelayedSecondStage(clock, wait=4.0), fire, lambda *a, **k: None,
+                           changes=person_changes)  # fmt: skip
     start = obs(BUSY, toward=False)
     manager.arm(engage.actions["wait"], start)
     clock.call_at(1.0, lambda: manager.observe(start, obs(DONE, toward=False)))

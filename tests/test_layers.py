@@ -27,6 +27,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ("tests", "bench", "models", "tools")
 MAY_IMPORT_TESTING = ("onboard.cli", "onboard.testing")
+#: the packages of the kinds of skill: the generic loop (onboard.loop) imports none of them
+KIND_PACKAGES = ("onboard.hri", "onboard.manip", "onboard.replan", "onboard.collab")
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,14 @@ def stand_in_violations(all_edges: Iterable[Edge]) -> list[Edge]:
     ]
 
 
+def loop_violations(all_edges: Iterable[Edge]) -> list[Edge]:
+    return [
+        e
+        for e in all_edges
+        if within(e.importer, "onboard.loop") and any(within(e.imported, p) for p in KIND_PACKAGES)
+    ]
+
+
 def find_cycle(all_edges: Iterable[Edge]) -> list[Edge]:
     """One cycle among module-level imports, as its edges; [] when there is none."""
     out: dict[str, list[Edge]] = {}
@@ -203,6 +213,12 @@ def test_only_the_cli_imports_the_test_doubles(onboard_graph: list[Edge]) -> Non
     assert not stand_in_violations(onboard_graph), report(stand_in_violations(onboard_graph))
 
 
+def test_the_generic_loop_imports_no_kind_of_skill(onboard_graph: list[Edge]) -> None:
+    """onboard.loop (the runner, its seams, events, clock, recordings) knows no kind: a kind
+    fills the seams from its own package, not even lazily imported by the loop."""
+    assert not loop_violations(onboard_graph), report(loop_violations(onboard_graph))
+
+
 def test_module_level_imports_have_no_cycle(onboard_graph: list[Edge]) -> None:
     cycle = find_cycle(onboard_graph)
     assert not cycle, "import cycle:\n" + report(cycle)
@@ -250,6 +266,17 @@ def test_the_loop_importing_a_stand_in_is_reported() -> None:
     violations = stand_in_violations(found)
     assert [(e.importer, e.imported, e.line) for e in violations] == [
         ("onboard.loop.engine", "onboard.testing.standin_server", 2)
+    ]
+
+
+def test_the_loop_importing_a_kind_is_reported() -> None:
+    found = synthetic({
+        "onboard.loop.engine": "def f():\n    from onboard.hri.events import EventManager\n",
+        "onboard.hri.events": "from onboard.loop.clock import Clock\n",
+        "onboard.loop.clock": "",
+    })  # fmt: skip
+    assert [str(e).split(" (")[0] for e in loop_violations(found)] == [
+        "onboard.loop.engine -> onboard.hri.events"
     ]
 
 

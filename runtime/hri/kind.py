@@ -8,14 +8,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from onboard.grounding.mapping import ActionMapper
-from onboard.hri.events import person_changes
+from onboard.hri.person import PersonObservation
 from onboard.llm import prompts
 from onboard.llm.replies import parse_reply, reply_action, reply_phrase
 from onboard.llm.types import Message
 from onboard.loop.kind import Attempt, Observation, Plan, Step
 from onboard.loop.skill import Action, Skill
 
-__all__ = ["PersonKind"]
+__all__ = ["PersonKind", "person_changes"]
 
 
 class PersonKind:
@@ -62,6 +62,19 @@ class PersonKind:
 
     def changes(self, old: Observation, new: Observation) -> frozenset[str]:
         return person_changes(old, new)
+
+
+def person_changes(old: Any, new: Any) -> frozenset[str]:
+    """A person's activity or gaze changed; going out of sight or coming back is both."""
+    if not isinstance(old, PersonObservation) or not isinstance(new, PersonObservation):
+        return frozenset()
+    seen = old.visible != new.visible
+    found = set()
+    if seen or old.activity != new.activity:
+        found.add("activity")
+    if seen or old.toward != new.toward:
+        found.add("gaze")
+    return frozenset(found)
 
 
 def observed_fields(observation: Observation) -> dict[str, str]:

@@ -55,11 +55,11 @@ from transitions import Machine, MachineError
 
 from onboard.base.errors import DriverError, LLMError, OnboardError
 from onboard.drivers.base import RobotDriver, Running
-from onboard.hri.events import EventManager
 from onboard.llm import prompts
 from onboard.llm.replies import parse_reply, reply_answer, reply_wait_time
 from onboard.llm.types import ChatResult, Message
 from onboard.loop.clock import Clock, Timer
+from onboard.loop.events import EventManager
 from onboard.loop.kind import Attempt, Observation, Plan, SkillKind, Step
 from onboard.loop.skill import Skill
 

@@ -9,7 +9,8 @@ Exactly the seed's section III-C:
   or when the second-stage "lose the person within T seconds" question answers yes;
 - end: nothing more to ask; the skill ends when the action completes.
 
-A person going out of sight, or coming back, is a change of both activity and gaze.
+What counts as a change of activity or gaze is the skill kind's (``SkillKind.changes``; for a
+person, ``onboard.hri.kind.person_changes``: going out of sight, or coming back, is both).
 """
 
 from __future__ import annotations
@@ -18,28 +19,19 @@ import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from onboard.hri.person import PersonObservation
 from onboard.loop.clock import Clock, Timer
 from onboard.loop.skill import Action, Stimulus
 
-__all__ = ["EventManager", "SecondStage", "person_changes"]
+__all__ = ["EventManager", "SecondStage", "no_changes"]
 
 Fire = Callable[[str], None]
 #: what changed between two observations: "activity", "gaze" (the skill kind says)
 Changes = Callable[[Any, Any], frozenset[str]]
 
 
-def person_changes(old: Any, new: Any) -> frozenset[str]:
-    """A person's activity or gaze changed; going out of sight or coming back is both."""
-    if not isinstance(old, PersonObservation) or not isinstance(new, PersonObservation):
-        return frozenset()
-    seen = old.visible != new.visible
-    found = set()
-    if seen or old.activity != new.activity:
-        found.add("activity")
-    if seen or old.toward != new.toward:
-        found.add("gaze")
-    return frozenset(found)
+def no_changes(old: Any, new: Any) -> frozenset[str]:
+    """A kind that tells no changes apart: only type 2-A stimuli fire."""
+    return frozenset()
 
 
 class SecondStage(Protocol):
@@ -59,7 +51,7 @@ class EventManager:
         second_stage: SecondStage | None,
         fire: Fire,
         record: Callable[..., Any],
-        changes: Changes = person_changes,
+        changes: Changes = no_changes,
     ) -> None:
         self._clock = clock
         self._changes = changes
