@@ -42,6 +42,9 @@ from rich.table import Table
 from onboard.config import RobotConfig, load_robot
 from onboard.drivers.twin.scene import find_scene, load_scene
 from onboard.drivers.twin.world import Twin
+from onboard.evaluation.code_tasks import benign_corpus, load_code_tasks, set_up, solution_path
+from onboard.evaluation.code_trials import code_world, run_trial
+from onboard.evaluation.tidy_eval import detector
 from onboard.grounding.embedder import Embedder
 from onboard.llm.client import ChatClient
 from onboard.llm.content import encode_image
@@ -56,10 +59,7 @@ from onboard.replan.names import API_NAMES
 from onboard.replan.perceive import perceive
 from onboard.replan.robot import code_limits
 from onboard.replan.sandbox import run
-from onboard.testing.code_tasks import benign_corpus, load_code_tasks, set_up, solution_path
-from onboard.testing.code_trials import code_world, run_trial
 from onboard.testing.schema_servers import SchemaServer
-from onboard.testing.tidy_eval import detector
 
 #: the records whose wall ``seconds`` are the robot acting, not the loop
 ACTING = ("run", "step")

@@ -1,5 +1,5 @@
 """Each code task's hand-written solution on N seeded variations: through the sandbox and the
-robot API on the in-process twin, judged from the twin's truth (runtime/testing/code_judges.py).
+robot API on the in-process twin, judged from the twin's truth (runtime/evaluation/code_judges.py).
 
 Passes per task (the goal: 9 of 10 or better), and per run the robot's (twin's) and the wall
 time; the failures with the judge's and the sandbox's reasons.
@@ -18,10 +18,10 @@ from rich.console import Console
 from rich.table import Table
 
 from onboard.config import load_robot
+from onboard.evaluation.code_tasks import load_code_tasks
+from onboard.evaluation.code_trials import CodeTrial, run_trial
+from onboard.evaluation.tidy_eval import detector
 from onboard.grounding.embedder import Embedder
-from onboard.testing.code_tasks import load_code_tasks
-from onboard.testing.code_trials import CodeTrial, run_trial
-from onboard.testing.tidy_eval import detector
 
 
 def main() -> None:

@@ -30,6 +30,8 @@ from rich.table import Table
 from onboard import bundled
 from onboard.config import RobotConfig
 from onboard.drivers.arm.twin_arm import SimArm
+from onboard.evaluation.tidy_eval import detector, run_tidy_trial
+from onboard.evaluation.tidy_judge import load_tasks
 from onboard.hri.evaluate import SEED_SCENARIOS
 from onboard.hri.scenario import load_scenario
 from onboard.hri.session import EpisodeOptions, HttpAsk, make_mapper, run_episode
@@ -42,8 +44,6 @@ from onboard.manip.session import SceneOptions, goal_skill, run_scene_episode, s
 from onboard.perception.pose import HandEye
 from onboard.perception.scene_observer import SceneObserver
 from onboard.testing.standin_server import StandInServer
-from onboard.testing.tidy_eval import detector, run_tidy_trial
-from onboard.testing.tidy_judge import load_tasks
 
 
 def engage_overhead(episodes: int, url: str) -> list[tuple[float, float]]:

@@ -21,7 +21,7 @@ from onboard.collab.envs.sort import SortCubes
 from onboard.collab.taskfile import SortLevel, find_team_task, sort_distance, sort_starts
 from onboard.collab.twin_sort import SCENE, SortRig
 from onboard.drivers.twin import Twin
-from onboard.testing.sort_twin import run_episode
+from onboard.evaluation.sort_twin import run_episode
 
 
 def main() -> None:

@@ -22,6 +22,10 @@ import pytest
 
 from onboard.base.errors import LLMError, RecordingError
 from onboard.config import RobotConfig
+from onboard.evaluation.code_judges import judge
+from onboard.evaluation.code_tasks import load_code_tasks, set_up
+from onboard.evaluation.code_trials import code_world
+from onboard.evaluation.tidy_eval import detector
 from onboard.grounding.embedder import Embedder
 from onboard.llm.client import ChatClient
 from onboard.loop.recorder import MemoryRecorder, Recorder, read_recording
@@ -36,12 +40,8 @@ from onboard.replan.baselines import (
 from onboard.replan.prompts import DECISION_ROLE, SAYCAN_ROLE
 from onboard.replan.robot import code_limits
 from onboard.replan.scene_state import ObjectState, SceneState
-from onboard.testing.code_judges import judge
-from onboard.testing.code_tasks import load_code_tasks, set_up
-from onboard.testing.code_trials import code_world
 from onboard.testing.loopback import LoopbackServer, OwnedHTTPServer
 from onboard.testing.standin_server import completion_json
-from onboard.testing.tidy_eval import detector
 
 TASKS = {t.number: t for t in load_code_tasks()}
 

@@ -12,12 +12,12 @@ import pytest
 
 from onboard.cli.code_eval import METHOD_NAMES
 from onboard.config import RobotConfig
+from onboard.evaluation.code_eval import METHODS, planted_log, replay_baseline, run_episode
+from onboard.evaluation.code_report import EpisodeRow
+from onboard.evaluation.code_tasks import CodeTask, load_code_tasks
+from onboard.evaluation.tidy_eval import detector
 from onboard.grounding.embedder import Embedder
 from onboard.replan.replay import replay_code_recording
-from onboard.testing.code_eval import METHODS, planted_log, replay_baseline, run_episode
-from onboard.testing.code_report import EpisodeRow
-from onboard.testing.code_tasks import CodeTask, load_code_tasks
-from onboard.testing.tidy_eval import detector
 from onboard.testing.vlm_standin import start_vlm_standin
 
 TASKS = load_code_tasks()

@@ -1,4 +1,4 @@
-"""Tables II-V, the JSON and the PNG chart of runtime/testing/code_report.py from synthetic
+"""Tables II-V, the JSON and the PNG chart of runtime/evaluation/code_report.py from synthetic
 episode rows whose figures are known."""
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import pytest
 from rich.console import Console
 
 from onboard.base.errors import ConfigError
-from onboard.llm.content import decode_image
-from onboard.testing.code_report import (
+from onboard.evaluation.code_report import (
     COLOURS,
     SEED,
     EpisodeRow,
@@ -24,6 +23,7 @@ from onboard.testing.code_report import (
     print_report,
     to_json,
 )
+from onboard.llm.content import decode_image
 
 STANDIN, CONTROL = "stand-in 0.7", "control (stand-in 1.0)"
 

@@ -16,19 +16,19 @@ from onboard.base.errors import ConfigError
 from onboard.config import RobotConfig
 from onboard.drivers.arm.base import Pose
 from onboard.drivers.twin.world import Twin
-from onboard.grounding.embedder import Embedder
-from onboard.replan.allowlist import check
-from onboard.replan.names import API_NAMES
-from onboard.testing.code_judges import judge
-from onboard.testing.code_tasks import (
+from onboard.evaluation.code_judges import judge
+from onboard.evaluation.code_tasks import (
     benign_corpus,
     goal_image,
     load_code_tasks,
     set_up,
 )
-from onboard.testing.code_trials import code_world, limits_of, run_program, run_trial
-from onboard.testing.disturb import Disturbance, disturbed
-from onboard.testing.tidy_eval import detector
+from onboard.evaluation.code_trials import code_world, limits_of, run_program, run_trial
+from onboard.evaluation.disturb import Disturbance, disturbed
+from onboard.evaluation.tidy_eval import detector
+from onboard.grounding.embedder import Embedder
+from onboard.replan.allowlist import check
+from onboard.replan.names import API_NAMES
 
 TASKS = {t.number: t for t in load_code_tasks()}
 HANDOVER = (0.35, -0.25, 0.3)

@@ -10,13 +10,13 @@ from collections.abc import Callable
 import pytest
 
 from onboard.config import RobotConfig
+from onboard.evaluation.code_tasks import load_code_tasks, set_up, solution_path
+from onboard.evaluation.code_trials import code_world
+from onboard.evaluation.tidy_eval import detector
 from onboard.grounding.embedder import Embedder
 from onboard.replan.dryrun import DryRun, compare, dry_run
 from onboard.replan.perceive import perceive
 from onboard.replan.scene_state import SceneState
-from onboard.testing.code_tasks import load_code_tasks, set_up, solution_path
-from onboard.testing.code_trials import code_world
-from onboard.testing.tidy_eval import detector
 
 TASKS = {t.number: t for t in load_code_tasks()}
 TOWER_SPOTS = "SPOTS = [[0.36, -0.3], [0.55, -0.3], [0.34, 0.05], [0.55, 0.05]]"

@@ -26,7 +26,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ("tests", "bench", "models", "tools")
-MAY_IMPORT_TESTING = ("onboard.cli", "onboard.testing")
+MAY_IMPORT_TESTING = ("onboard.cli", "onboard.testing", "onboard.evaluation")
+#: the judges read the twin's truth: the robot never imports them, only the CLI does
+MAY_IMPORT_EVALUATION = ("onboard.cli", "onboard.evaluation")
 #: the packages of the kinds of skill: the generic loop (onboard.loop) imports none of them
 KIND_PACKAGES = ("onboard.hri", "onboard.manip", "onboard.replan", "onboard.collab")
 
@@ -139,6 +141,15 @@ def stand_in_violations(all_edges: Iterable[Edge]) -> list[Edge]:
     ]
 
 
+def evaluation_violations(all_edges: Iterable[Edge]) -> list[Edge]:
+    return [
+        e
+        for e in all_edges
+        if within(e.imported, "onboard.evaluation")
+        and not any(within(e.importer, p) for p in MAY_IMPORT_EVALUATION)
+    ]
+
+
 def loop_violations(all_edges: Iterable[Edge]) -> list[Edge]:
     return [
         e
@@ -211,6 +222,10 @@ def test_base_imports_only_base(onboard_graph: list[Edge]) -> None:
 
 def test_only_the_cli_imports_the_test_doubles(onboard_graph: list[Edge]) -> None:
     assert not stand_in_violations(onboard_graph), report(stand_in_violations(onboard_graph))
+
+
+def test_only_the_cli_imports_the_evaluation(onboard_graph: list[Edge]) -> None:
+    assert not evaluation_violations(onboard_graph), report(evaluation_violations(onboard_graph))
 
 
 def test_the_generic_loop_imports_no_kind_of_skill(onboard_graph: list[Edge]) -> None:

@@ -9,12 +9,12 @@ import re
 import pytest
 
 from onboard.config import RobotConfig
+from onboard.evaluation.code_tasks import load_code_tasks, set_up
+from onboard.evaluation.code_trials import code_world
+from onboard.evaluation.tidy_eval import detector
 from onboard.grounding.embedder import Embedder
 from onboard.replan.perceive import perceive, scene_image
 from onboard.replan.scene_state import SceneState
-from onboard.testing.code_tasks import load_code_tasks, set_up
-from onboard.testing.code_trials import code_world
-from onboard.testing.tidy_eval import detector
 
 TASKS = {t.number: t for t in load_code_tasks()}
 LINE = re.compile(

@@ -17,6 +17,10 @@ from scripted_bots import ScriptedBots, proposal, verdict
 
 from onboard.config import RobotConfig
 from onboard.drivers.twin.world import Twin
+from onboard.evaluation.code_judges import judge
+from onboard.evaluation.code_tasks import CodeTask, load_code_tasks, set_up
+from onboard.evaluation.code_trials import code_world
+from onboard.evaluation.tidy_eval import detector
 from onboard.grounding.embedder import Embedder
 from onboard.llm.content import decode_image
 from onboard.loop.recorder import Recorder, read_recording
@@ -26,10 +30,6 @@ from onboard.replan.episode import Corrections, RobotWorld, run_code_episode, tw
 from onboard.replan.record import code_header
 from onboard.replan.replay import replay_code_recording
 from onboard.replan.robot import code_limits
-from onboard.testing.code_judges import judge
-from onboard.testing.code_tasks import CodeTask, load_code_tasks, set_up
-from onboard.testing.code_trials import code_world
-from onboard.testing.tidy_eval import detector
 
 HUNGRY_PLAN = ["Find the apple.", "Pick up the apple.", "Hold it out to the person."]
 HUNGRY_CODE = 'detect()\npick("apple")\ngive_me()\n'

@@ -15,13 +15,13 @@ from onboard.drivers.arm.safety import SafeArm
 from onboard.drivers.factory import Hardware
 from onboard.drivers.twin.bodies import HANDLE_LINK
 from onboard.drivers.twin.world import Snapshot
+from onboard.evaluation.tidy_eval import detector
 from onboard.grounding.embedder import Embedder
 from onboard.manip.session import scene_hardware
 from onboard.replan.api import DRAW_AWAY, FUNCTIONS, RobotAPI, RobotAPIError, api_doc, call
 from onboard.replan.names import API_NAMES
 from onboard.replan.robot import robot_api
 from onboard.replan.tracking import STALE, Seen, Tracker
-from onboard.testing.tidy_eval import detector
 
 HANDOVER = (0.35, -0.25, 0.3)
 

@@ -1,7 +1,7 @@
 """The tidy skill through the one loop: the physics twin, its camera, the shipped detector and
 embedder, the arm behind SafeArm, and the stand-in LLM over loopback HTTP (a documented rule
 policy that sees only the request: runtime/testing/tidy_policy.py). Success is judged from the
-twin's truth by runtime/testing/tidy_judge.py, which the robot's code never imports.
+twin's truth by runtime/evaluation/tidy_judge.py, which the robot's code never imports.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from onboard.catalog import load_robot_skill, make_mapper
 from onboard.cli.main import main
 from onboard.config import RobotConfig
 from onboard.drivers.factory import Hardware
+from onboard.evaluation.tidy_eval import detector, run_tidy_trial
+from onboard.evaluation.tidy_judge import TidyTask, judge, load_tasks
 from onboard.grounding.embedder import Embedder
 from onboard.hri.session import HttpAsk
 from onboard.llm.client import ChatClient
@@ -51,8 +53,6 @@ from onboard.manip.session import (
 from onboard.perception.pose import HandEye
 from onboard.perception.scene_observer import SceneObserver
 from onboard.testing.standin_server import StandInServer
-from onboard.testing.tidy_eval import detector, run_tidy_trial
-from onboard.testing.tidy_judge import TidyTask, judge, load_tasks
 
 TASKS = bundled.skills_dir() / "tasks" / "tidy.toml"
 

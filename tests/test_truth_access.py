@@ -25,12 +25,12 @@ ALLOWED = {
     "drivers/camera/twin_camera.py": "the sim camera renders the twin (what a camera sees)",
     "drivers/emulators/truth_server.py": "sim serve's truth server (judges over TCP)",
     "runtime/manip/replay.py": "a replay sets up the recorded scene",
-    "runtime/testing/tidy_judge.py": "the tidy judge",
-    "runtime/testing/code_judges.py": "the code tasks' judges",
-    "runtime/testing/disturb.py": "the disturber: moves or drops objects during a run, logged",
-    "runtime/testing/code_tasks.py": "a code trial's set-up: places the objects of a variation,"
+    "runtime/evaluation/tidy_judge.py": "the tidy judge",
+    "runtime/evaluation/code_judges.py": "the code tasks' judges",
+    "runtime/evaluation/disturb.py": "the disturber: moves or drops objects during a run, logged",
+    "runtime/evaluation/code_tasks.py": "a code trial's set-up: places the objects of a variation,"
     " renders the goal picture",
-    "runtime/testing/sort_twin.py": "Sort Cubes on the twin: lays out a level's start, judges"
+    "runtime/evaluation/sort_twin.py": "Sort Cubes on the twin: lays out a level's start, judges"
     " which panel each cube rests on",
     # the dry run's twin is built from the perceived scene: it is the model of what was seen,
     # so its perception is its own state, and the dry run watches it for collisions; neither

@@ -33,7 +33,7 @@ from onboard.drivers.arm.base import Pose
 from onboard.drivers.arm.config import SimArmConfig
 from onboard.drivers.twin import SCENES, Twin, load_scene
 from onboard.drivers.twin.scene import Scene
-from onboard.testing.sort_twin import lay_out, run_episode, twin_assignment
+from onboard.evaluation.sort_twin import lay_out, run_episode, twin_assignment
 
 #: metres an IK answer may miss by and still count as reaching (the sim arm's own tolerance)
 IK_TOLERANCE = SimArmConfig().ik_tolerance

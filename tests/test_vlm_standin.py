@@ -20,6 +20,10 @@ import httpx
 import pytest
 
 from onboard.config import RobotConfig
+from onboard.evaluation.code_judges import judge
+from onboard.evaluation.code_tasks import CodeTask, goal_image, load_code_tasks, set_up
+from onboard.evaluation.code_trials import code_world, limits_of, run_program
+from onboard.evaluation.tidy_eval import detector
 from onboard.grounding.embedder import Embedder
 from onboard.llm.content import png_bytes
 from onboard.llm.structured import reply_problem
@@ -38,15 +42,11 @@ from onboard.replan.prompts import (
     saycan_schema,
 )
 from onboard.replan.scene_state import ObjectState, SceneState, changes_text
-from onboard.testing.code_judges import judge
-from onboard.testing.code_tasks import CodeTask, goal_image, load_code_tasks, set_up
-from onboard.testing.code_trials import code_world, limits_of, run_program
-from onboard.testing.tidy_eval import detector
 from onboard.testing.vlm_standin import start_vlm_standin
 from onboard.testing.vlm_standin.planting import FIX_NAMED, rate
 
 TASKS = {t.number: t for t in load_code_tasks()}
-FORBIDDEN = ("pybullet", "onboard.drivers.twin", "onboard.testing.code_", "onboard.testing.disturb")
+FORBIDDEN = ("pybullet", "onboard.drivers.twin", "onboard.evaluation")
 GOAL_NOTE = "the goal picture: the blocks stacked as they should be"
 
 

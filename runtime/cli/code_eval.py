@@ -31,7 +31,7 @@ __all__ = ["do_command", "eval_command", "vlm_endpoint"]
 MODELS = ("standin", "control", "local")
 #: the Decision Bot's token limit for the bundled SmolLM2 (``--llm local``)
 LOCAL_TOKENS = 384
-#: the methods of onboard.testing.code_eval.METHODS (a test keeps them equal), here so that
+#: the methods of onboard.evaluation.code_eval.METHODS (a test keeps them equal), here so that
 #: building the parser imports nothing heavy
 METHOD_NAMES = ("full", "no_internal", "no_external", "no_both", "progprompt", "saycan")
 
@@ -65,7 +65,7 @@ def vlm_endpoint(
 
 
 def _task(number: int):  # type: ignore[no-untyped-def]
-    from onboard.testing.code_tasks import load_code_tasks
+    from onboard.evaluation.code_tasks import load_code_tasks
 
     tasks = {t.number: t for t in load_code_tasks()}
     if number not in tasks:
@@ -75,9 +75,9 @@ def _task(number: int):  # type: ignore[no-untyped-def]
 
 def do_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     """One episode of task ``--task`` by ``--method``; 0 when the judge passes it."""
+    from onboard.evaluation.code_eval import METHODS, planted_log, recording_name, run_episode
+    from onboard.evaluation.tidy_eval import detector
     from onboard.grounding.embedder import Embedder
-    from onboard.testing.code_eval import METHODS, planted_log, recording_name, run_episode
-    from onboard.testing.tidy_eval import detector
 
     task = _task(args.task)
     method = METHODS[args.method]
@@ -106,10 +106,10 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     """Every chosen task x method x model x trial; the tables, JSON, PNG."""
     from rich.progress import Progress
 
+    from onboard.evaluation import code_report
+    from onboard.evaluation.code_eval import METHODS, planted_log, recording_name, run_episode
+    from onboard.evaluation.tidy_eval import detector
     from onboard.grounding.embedder import Embedder
-    from onboard.testing import code_report
-    from onboard.testing.code_eval import METHODS, planted_log, recording_name, run_episode
-    from onboard.testing.tidy_eval import detector
 
     tasks = [_task(n) for n in args.tasks]
     methods = [METHODS[m] for m in args.methods]

@@ -1,5 +1,5 @@
 """``onboard eval tidy``: the scene skill's goals, N trials each, judged from the twin's truth
-(runtime/testing/tidy_eval.py). The robot's verdict (the episode finished with its end action
+(runtime/evaluation/tidy_eval.py). The robot's verdict (the episode finished with its end action
 verified, or failed with a cause) stands beside the judge's: a table per goal, a confusion
 table with false successes and false failures counted apart, and JSON with ``--json``."""
 
@@ -22,14 +22,14 @@ from onboard.base.errors import UsageError
 from onboard.cli.endpoint import llm_endpoint
 from onboard.cli.eval import STANDIN_NOTE
 from onboard.config import RobotConfig
+from onboard.evaluation.tidy_eval import TidyTrial, detector, run_tidy_trial
+from onboard.evaluation.tidy_judge import TidyTask, load_tasks
 from onboard.hri.session import HttpAsk
 from onboard.llm.client import ChatClient
 from onboard.llm.local_server import MODEL_ALIAS
 from onboard.loop.exitcodes import ExitCode
 from onboard.loop.skill import Skill
 from onboard.manip.session import SceneOptions
-from onboard.testing.tidy_eval import TidyTrial, detector, run_tidy_trial
-from onboard.testing.tidy_judge import TidyTask, load_tasks
 
 __all__ = ["evaluate_tidy_command"]
 

@@ -18,7 +18,7 @@ def replay_recording(path: Path, scene: str | None = None) -> tuple[list[str], l
         if scene is not None:
             raise UsageError(f"--scene {scene}: {path} is a code episode; only scene ones take it")
         if header.options.get("method") in ("saycan", "progprompt"):
-            from onboard.testing.code_eval import replay_baseline
+            from onboard.evaluation.code_eval import replay_baseline
 
             return replay_baseline(path)
         from onboard.replan.replay import replay_code_recording

@@ -2,7 +2,7 @@
 
 The oracle's plan (each agent the first useful action given the earlier ones') runs on the
 twin's Pandas through SimArm behind each agent's SafeArm (onboard.collab.twin_sort); after
-every step the cubes' panels, read back from physics by the judge of onboard.testing.sort_twin,
+every step the cubes' panels, read back from physics by the judge of onboard.evaluation.sort_twin,
 are compared with the symbolic env's.
 Exit 0 when the episode succeeds and the twin agreed at every step, 1 otherwise.
 """
@@ -42,8 +42,8 @@ def twin_command(args: argparse.Namespace) -> int:
     from onboard.collab.taskfile import find_team_task
     from onboard.collab.twin_sort import SCENE, SortRig
     from onboard.drivers.twin.world import Twin
+    from onboard.evaluation.sort_twin import run_episode
     from onboard.loop.exitcodes import ExitCode
-    from onboard.testing.sort_twin import run_episode
 
     task = find_team_task(args.task)
     if task.env not in TWIN_TASKS:

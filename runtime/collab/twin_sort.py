@@ -15,7 +15,7 @@ simultaneous; the twin's is sequential, so two arms never share the air over a p
 told the start, :meth:`SortRig.told`, and remembers every place since; it never reads the
 twin's truth) onto a free slot of the panel, then the arm goes home. Whether the cubes really
 are where the plan says is for a judge to read from physics: the episode runner and its judge
-are in :mod:`onboard.testing.sort_twin`.
+are in :mod:`onboard.evaluation.sort_twin`.
 """
 
 from __future__ import annotations

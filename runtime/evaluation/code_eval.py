@@ -1,5 +1,5 @@
 """``onboard code eval``: the seven code tasks on the twin, per method and model, judged from the
-twin's truth; the rows Tables II-V are made of (runtime/testing/code_report.py).
+twin's truth; the rows Tables II-V are made of (runtime/evaluation/code_report.py).
 
 An evaluation harness, never imported by the robot's loop. Each episode builds the robot as
 ``onboard code do`` does (the twin of the task's scene, the robot API, the bots over HTTP),
@@ -13,7 +13,7 @@ Models: ``standin`` (the stand-in VLM in its own process at ``competence``, plan
 seed's errors as its ERRORS.md says), ``control`` (the stand-in with no planted errors),
 ``smollm2`` (the bundled local model, text-only: the scene as the detector's text, no image),
 or an OpenAI-compatible URL. A disturbed episode (ReplanVLM in full, for Table V) has the
-gripper drop what it first holds (runtime/testing/disturb.py), logged with the twin's time;
+gripper drop what it first holds (runtime/evaluation/disturb.py), logged with the twin's time;
 Table V scores the external corrections against those logs and the internal ones against the
 stand-in's log of the errors it planted. Every episode is recorded (format 2, images by hash)
 and replays.
@@ -35,6 +35,11 @@ from typing import Any
 from onboard.base.errors import RecordingError
 from onboard.config import RobotConfig
 from onboard.drivers.twin.world import Twin
+from onboard.evaluation.code_judges import judge
+from onboard.evaluation.code_report import EpisodeRow
+from onboard.evaluation.code_tasks import CodeTask, goal_image, set_up
+from onboard.evaluation.code_trials import code_world
+from onboard.evaluation.disturb import Disturbance, Event, disturbed
 from onboard.grounding.embedder import Embedder
 from onboard.llm.content import encode_image
 from onboard.llm.types import Completes
@@ -56,11 +61,6 @@ from onboard.replan.record import code_header
 from onboard.replan.robot import code_limits
 from onboard.replan.sandbox import RunResult
 from onboard.replan.scene_state import SceneState
-from onboard.testing.code_judges import judge
-from onboard.testing.code_report import EpisodeRow
-from onboard.testing.code_tasks import CodeTask, goal_image, set_up
-from onboard.testing.code_trials import code_world
-from onboard.testing.disturb import Disturbance, Event, disturbed
 
 __all__ = ["METHODS", "Method", "replay_baseline", "run_episode", "text_only_model"]
 
@@ -320,11 +320,11 @@ def replay_baseline(
     """A baseline episode (SayCan, ProgPrompt) run again on the twin of its task and trial
     with the recorded replies: ``(recorded, replayed)`` steps and how each ended; a request
     that differs from the recorded one is added as a divergence."""
+    from onboard.evaluation.code_tasks import load_code_tasks
+    from onboard.evaluation.tidy_eval import detector
     from onboard.loop.recorder import read_recording
     from onboard.loop.recording import read_header
     from onboard.replan.baselines import RecordedReplies
-    from onboard.testing.code_tasks import load_code_tasks
-    from onboard.testing.tidy_eval import detector
 
     records = list(read_recording(path, images=True))
     header = read_header(records, path)

@@ -14,12 +14,12 @@ from pathlib import Path
 
 from onboard import bundled
 from onboard.config import RobotConfig
+from onboard.evaluation.tidy_judge import SETTLE, TidyTask, judge, set_up
 from onboard.loop.engine import Ask, SkillRunner
 from onboard.loop.recorder import MemoryRecorder, Recorder
 from onboard.loop.skill import Skill
 from onboard.manip.session import SceneOptions, goal_skill, run_scene_episode, scene_hardware
 from onboard.perception.detector import Detector
-from onboard.testing.tidy_judge import SETTLE, TidyTask, judge, set_up
 
 __all__ = ["TidyTrial", "run_tidy_trial"]
 

@@ -3,7 +3,7 @@ against their scenes, and set up on the twin as seeded variations.
 
 An evaluation harness, never imported by the robot: :func:`set_up` moves objects in the
 twin (as a person laying out the table would), and the judge of each task is in
-:mod:`onboard.testing.code_judges`.
+:mod:`onboard.evaluation.code_judges`.
 """
 
 from __future__ import annotations

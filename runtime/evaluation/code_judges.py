@@ -1,6 +1,6 @@
 """Judge the seven code tasks from the physics twin's truth (evaluation only).
 
-With the disturbers (:mod:`onboard.testing.disturb`) this is the only code that reads the
+With the disturbers (:mod:`onboard.evaluation.disturb`) this is the only code that reads the
 twin's truth about objects: where they are, what the gripper holds, how far a drawer is
 open. The robot API sees the table through the camera and the detector alone. Each judge
 returns a :class:`Verdict`: passed, and one line saying why, with the numbers it measured.
@@ -16,7 +16,7 @@ from typing import NamedTuple
 from onboard.drivers.twin.bodies import KIND_DEFAULTS, STOP_HEIGHT, WALL
 from onboard.drivers.twin.scene import ObjectSpec
 from onboard.drivers.twin.world import Twin
-from onboard.testing.code_tasks import (
+from onboard.evaluation.code_tasks import (
     BeltOrder,
     Check,
     CodeTask,

@@ -1,7 +1,7 @@
 """The seed's Tables II-V from code-task episodes: printed with rich, as JSON, and a PNG chart
 of success per task and method (Pillow's ImageDraw).
 
-One :class:`EpisodeRow` per episode (the harness, runtime/testing/code_eval.py, makes them).
+One :class:`EpisodeRow` per episode (the harness, runtime/evaluation/code_eval.py, makes them).
 ``method`` is one of :data:`METHODS`; ``model`` labels what answered (the stand-in at some
 competence, the control row: the stand-in at competence 1.0, the text-only SmolLM2, ...);
 each (method, model) is one line of a table, models in the order they first appear.

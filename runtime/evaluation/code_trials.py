@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 
 from onboard.config import RobotConfig
 from onboard.drivers.twin.world import Twin
+from onboard.evaluation.code_judges import judge
+from onboard.evaluation.code_tasks import CodeTask, set_up, solution_path
+from onboard.evaluation.disturb import Disturbance, Event, disturbed
 from onboard.grounding.embedder import Embedder
 from onboard.manip.session import scene_hardware
 from onboard.perception.detector import Detector
@@ -20,9 +23,6 @@ from onboard.replan.api import RobotAPI, call
 from onboard.replan.names import API_NAMES
 from onboard.replan.robot import code_limits, robot_api
 from onboard.replan.sandbox import Limits, RunResult, run
-from onboard.testing.code_judges import judge
-from onboard.testing.code_tasks import CodeTask, set_up, solution_path
-from onboard.testing.disturb import Disturbance, Event, disturbed
 
 __all__ = ["CodeTrial", "code_world", "limits_of", "run_program", "run_trial"]
 
