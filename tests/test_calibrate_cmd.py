@@ -19,9 +19,10 @@ from onboard.cli.calibrate import (
     write_hand_eye,
 )
 from onboard.config import load_robot
+from onboard.drivers.rotations import quat_from_euler
 from onboard.drivers.twin import SCENES, load_scene
 from onboard.drivers.twin.camera import camera_pose
-from onboard.drivers.twin.frames import Transform, quat_from_euler
+from onboard.drivers.twin.frames import Transform
 from onboard.perception.pose import HandEye
 
 SCENE = SCENES / "calibration.toml"

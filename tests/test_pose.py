@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from onboard.base.errors import CameraError
 from onboard.drivers.camera.base import Intrinsics
+from onboard.drivers.rotations import matrix_to_quaternion, matrix_to_rpy, rpy_to_matrix
 from onboard.drivers.twin import Twin
 from onboard.drivers.twin.scene import ObjectSpec, Scene
 from onboard.perception.pose import (
@@ -21,10 +22,7 @@ from onboard.perception.pose import (
     box_depth,
     deproject,
     locate,
-    matrix_to_quaternion,
-    matrix_to_rpy,
     project,
-    rpy_to_matrix,
 )
 
 INTR = Intrinsics(width=64, height=48, fx=50.0, fy=50.0, cx=31.5, cy=23.5)

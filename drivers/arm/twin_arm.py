@@ -27,7 +27,8 @@ from onboard.base.errors import ArmError
 from onboard.drivers.arm.base import ArmState, Pose
 from onboard.drivers.arm.config import SimArmConfig
 from onboard.drivers.device import Device
-from onboard.drivers.twin.frames import Transform, quat_angle, slerp
+from onboard.drivers.rotations import quat_angle, slerp
+from onboard.drivers.twin.frames import Transform
 from onboard.drivers.twin.world import DT, Twin
 
 __all__ = ["SimArm", "SimArmConfig"]

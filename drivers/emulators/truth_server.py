@@ -43,7 +43,8 @@ import socket
 from typing import Any
 
 from onboard.drivers.emulators.tcp_service import LineReader, LineTooLong, TcpService
-from onboard.drivers.twin.frames import Quat, Transform, Vec3
+from onboard.drivers.rotations import Quat, Vec3
+from onboard.drivers.twin.frames import Transform
 from onboard.drivers.twin.world import Twin
 
 __all__ = ["MAX_LINE", "VERSION", "TruthServer"]

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from onboard.drivers.twin.frames import Transform, Vec3
+from onboard.drivers.rotations import Vec3
+from onboard.drivers.twin.frames import Transform
 from onboard.drivers.twin.scene import MarkerSpec
 
 __all__ = ["MARKER_MASS", "HandMarker"]

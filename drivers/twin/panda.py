@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from onboard.drivers.arm.base import Pose
+from onboard.drivers.rotations import quat_angle, quat_from_euler
 from onboard.drivers.twin.engine import connect
-from onboard.drivers.twin.frames import Transform, quat_angle, quat_from_euler
+from onboard.drivers.twin.frames import Transform
 from onboard.drivers.twin.marker import HandMarker
 from onboard.drivers.twin.scene import ArmSpec
 

@@ -36,10 +36,10 @@ import numpy.typing as npt
 
 from onboard.drivers.arm.base import Pose
 from onboard.drivers.camera.base import Intrinsics
+from onboard.drivers.rotations import Quat, Vec3
 from onboard.drivers.twin import camera
 from onboard.drivers.twin.bodies import HANDLE_LINK, Built, build_object, build_table
 from onboard.drivers.twin.engine import connect, pybullet_data
-from onboard.drivers.twin.frames import Quat, Vec3
 from onboard.drivers.twin.marker import HandMarker
 from onboard.drivers.twin.panda import IKSolution, Panda
 from onboard.drivers.twin.scene import ArmSpec, Scene, default_scene, find_scene, load_scene

@@ -44,8 +44,9 @@ from onboard.config import RobotConfig, load_robot
 from onboard.drivers.arm.base import Arm, Pose
 from onboard.drivers.arm.safety import SafeArm
 from onboard.drivers.camera.base import Camera
+from onboard.drivers.rotations import matrix_to_quaternion, matrix_to_rpy
 from onboard.perception.calibration import Sample, collect, color_marker, grid_poses, solve_rigid
-from onboard.perception.pose import HandEye, HandEyeConfig, matrix_to_quaternion, matrix_to_rpy
+from onboard.perception.pose import HandEye, HandEyeConfig
 
 __all__ = [
     "MIN_SAMPLES",

@@ -24,7 +24,8 @@ import numpy.typing as npt
 from onboard.base.errors import CameraError
 from onboard.drivers.arm.base import Arm, Pose
 from onboard.drivers.camera.base import Camera, Frame
-from onboard.perception.pose import Box, HandEye, locate, rpy_to_matrix
+from onboard.drivers.rotations import rpy_to_matrix
+from onboard.perception.pose import Box, HandEye, locate
 
 __all__ = [
     "Calibration",

@@ -19,6 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from onboard.base.errors import CameraError
 from onboard.drivers.camera.base import Intrinsics
+from onboard.drivers.rotations import (
+    matrix_to_quaternion,
+    quat_to_matrix,
+    rpy_to_matrix,
+)
 
 __all__ = [
     "Box",
@@ -29,11 +34,8 @@ __all__ = [
     "centre_region",
     "deproject",
     "locate",
-    "matrix_to_quaternion",
-    "matrix_to_rpy",
     "project",
     "quaternion_to_matrix",
-    "rpy_to_matrix",
 ]
 
 Box = tuple[
@@ -241,54 +243,6 @@ class HandEye:
 
 
 def quaternion_to_matrix(xyzw: Sequence[float]) -> npt.NDArray[np.float64]:
+    """The rotation matrix of a quaternion (x, y, z, w), normalised first."""
     x, y, z, w = np.asarray(xyzw, dtype=np.float64) / np.linalg.norm(xyzw)
-    return np.array(
-        [
-            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
-        ]
-    )
-
-
-def matrix_to_quaternion(r: npt.ArrayLike) -> tuple[float, float, float, float]:
-    """(x, y, z, w) with w >= 0 of a rotation matrix (Shepperd's method)."""
-    m = np.asarray(r, dtype=np.float64)
-    trace = float(np.trace(m))
-    diag = np.diag(m)
-    if trace >= diag.max():
-        w = math.sqrt(1 + trace) / 2
-        q = [(m[2, 1] - m[1, 2]) / (4 * w), (m[0, 2] - m[2, 0]) / (4 * w)]
-        q += [(m[1, 0] - m[0, 1]) / (4 * w), w]
-    else:
-        i = int(np.argmax(diag))
-        j, k = (i + 1) % 3, (i + 2) % 3
-        s = math.sqrt(1 + m[i, i] - m[j, j] - m[k, k]) * 2
-        q = [0.0, 0.0, 0.0, (m[k, j] - m[j, k]) / s]
-        q[i], q[j], q[k] = s / 4, (m[j, i] + m[i, j]) / s, (m[k, i] + m[i, k]) / s
-    sign = -1.0 if q[3] < 0 else 1.0
-    return (sign * q[0], sign * q[1], sign * q[2], sign * q[3])
-
-
-def rpy_to_matrix(rpy: Sequence[float]) -> npt.NDArray[np.float64]:
-    """Roll, pitch, yaw (radians, extrinsic XYZ): R = Rz(yaw) Ry(pitch) Rx(roll)."""
-    roll, pitch, yaw = (float(a) for a in rpy)
-    cr, sr = math.cos(roll), math.sin(roll)
-    cp, sp = math.cos(pitch), math.sin(pitch)
-    cy, sy = math.cos(yaw), math.sin(yaw)
-    return np.array(
-        [
-            [cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
-            [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
-            [-sp, cp * sr, cp * cr],
-        ]
-    )
-
-
-def matrix_to_rpy(r: npt.ArrayLike) -> tuple[float, float, float]:
-    """Roll, pitch, yaw (radians, extrinsic XYZ) of a rotation matrix; inverse of rpy_to_matrix."""
-    m = np.asarray(r, dtype=np.float64)
-    pitch = math.asin(max(-1.0, min(1.0, -float(m[2, 0]))))
-    if abs(m[2, 0]) < 1 - 1e-9:
-        return math.atan2(m[2, 1], m[2, 2]), pitch, math.atan2(m[1, 0], m[0, 0])
-    return math.atan2(-m[1, 2], m[1, 1]), pitch, 0.0  # gimbal lock: yaw folded into roll
+    return quat_to_matrix((x, y, z, w))

@@ -15,8 +15,8 @@ import numpy as np
 
 from onboard.base.errors import ArmError
 from onboard.drivers.arm.base import Pose
+from onboard.drivers.rotations import matrix_to_rpy
 from onboard.manip.motions import Motions
-from onboard.perception.pose import matrix_to_rpy
 from onboard.replan.seeing import Look
 from onboard.replan.tracking import Point, Seen
 

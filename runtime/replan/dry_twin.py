@@ -35,9 +35,10 @@ from onboard.config import RobotConfig
 from onboard.drivers.arm.config import SimArmConfig
 from onboard.drivers.arm.safety import SafeArm
 from onboard.drivers.camera.base import Frame, Intrinsics
+from onboard.drivers.rotations import quat_from_euler
 from onboard.drivers.twin.bodies import HANDLE_LINK, KIND_DEFAULTS
 from onboard.drivers.twin.camera import split_segmentation
-from onboard.drivers.twin.frames import Transform, quat_from_euler
+from onboard.drivers.twin.frames import Transform
 from onboard.drivers.twin.scene import KINDS, ObjectSpec, Scene, find_scene, load_scene
 from onboard.grounding.embedder import Embedder
 from onboard.perception.detector import Detection, Detector

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from onboard.drivers.twin.frames import Transform, quat_from_euler
+from onboard.drivers.rotations import quat_from_euler
+from onboard.drivers.twin.frames import Transform
 from onboard.drivers.twin.scene import Scene, find_scene, load_scene
 from onboard.replan.api import RobotAPI
 from onboard.replan.scene_state import ObjectState, SceneState
