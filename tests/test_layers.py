@@ -150,6 +150,16 @@ def evaluation_violations(all_edges: Iterable[Edge]) -> list[Edge]:
     ]
 
 
+def team_standin_violations(all_edges: Iterable[Edge]) -> list[Edge]:
+    return [
+        e
+        for e in all_edges
+        if within(e.importer, "onboard.testing.team_standin")
+        and within(e.imported, "onboard.collab")
+        and not within(e.imported, "onboard.collab.kitchen")
+    ]
+
+
 def loop_violations(all_edges: Iterable[Edge]) -> list[Edge]:
     return [
         e
@@ -226,6 +236,16 @@ def test_only_the_cli_imports_the_test_doubles(onboard_graph: list[Edge]) -> Non
 
 def test_only_the_cli_imports_the_evaluation(onboard_graph: list[Edge]) -> None:
     assert not evaluation_violations(onboard_graph), report(evaluation_violations(onboard_graph))
+
+
+def test_the_team_stand_in_imports_only_the_kitchen_rules_of_collab(
+    onboard_graph: list[Edge],
+) -> None:
+    """The team stand-in sees only the request: of the team code it shares only the kitchen's
+    pure rules (it reads the kitchen back from the prompt's text), no simulator or critic."""
+    assert not team_standin_violations(onboard_graph), report(
+        team_standin_violations(onboard_graph)
+    )
 
 
 def test_the_generic_loop_imports_no_kind_of_skill(onboard_graph: list[Edge]) -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from team_args import eval_args
 
-from onboard import kitchen
 from onboard.cli.task import evaluate
+from onboard.collab import kitchen
 from onboard.collab.envs import WAIT, TeamEnv, make_env
 from onboard.collab.envs.overcooked import OvercookedAI
 from onboard.collab.taskfile import TeamTask, load_team_task

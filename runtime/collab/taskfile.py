@@ -20,9 +20,9 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from onboard import kitchen
 from onboard.base.errors import Problem, TeamTaskError, UsageError
 from onboard.base.tomlfile import format_key, load_model
+from onboard.collab import kitchen
 
 __all__ = [
     "ENV_SPECS",

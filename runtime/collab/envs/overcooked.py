@@ -23,11 +23,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from onboard import kitchen
 from onboard.base.errors import MissingExtraError
+from onboard.collab import kitchen
 from onboard.collab.envs.base import WAIT, TeamEnv
+from onboard.collab.kitchen import Chef, Kitchen
 from onboard.collab.taskfile import OvercookedLevel, TeamTask
-from onboard.kitchen import Chef, Kitchen
 
 __all__ = ["CookState", "OvercookedAI"]
 

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from onboard import kitchen
+from onboard.collab import kitchen
 
 __all__ = ["Solver", "recognise", "solver_for"]
 
@@ -242,7 +242,7 @@ class SortSolver:
 
 class KitchenSolver:
     """Overcooked-AI: the kitchen read back from the state text (the map rows, the chefs,
-    the pots, the counters) and judged by :mod:`onboard.kitchen`'s rules and greedy
+    the pots, the counters) and judged by :mod:`onboard.collab.kitchen`'s rules and greedy
     plan, the text-only functions the env's own oracle and feasibility use."""
 
     def __init__(self, state: str, reach: Mapping[str, Sequence[str]]) -> None:
