@@ -3,9 +3,10 @@ text, and a greedy two-chef plan.
 
 Pure Python with no simulator behind it, so the team stand-in may import it (the only module
 of ``onboard.collab`` it imports; tests/test_layers.py holds that): the Overcooked team env
-builds a :class:`Kitchen` from the package's raw state (and steps the raw env for the dynamics), and the team stand-in builds
-one from the prompt's ``## State`` text. Both judge feasibility and useful actions with the
-functions here, so the stand-in reads nothing but text.
+builds a :class:`Kitchen` from the package's raw state (and steps the raw env for the
+dynamics), and the team stand-in builds one from the prompt's ``## State`` text. Both judge
+feasibility and useful actions with the functions here, so the stand-in reads nothing but
+text.
 
 Coordinates are the package's: (x, y), x grows east, y grows south; terrain letters: ``X``
 counter, ``O`` onion dispenser, ``D`` dish dispenser, ``P`` pot, ``S`` serving counter,
