@@ -9,10 +9,10 @@ build.py; needs the ``train`` extra) and judged on the group it never saw, behin
 proposer and behind the stand-in. Each threshold pair of the grid is counted on both sides:
 spoken to while not ready, and successes (a ready person spoken to). The chosen pair has no
 speech to busy people (both proposers together) than the seed's ReAd-J rule at the shipped
-threshold, then the most successes (with ``--gaze``: within one speech to a busy person of
-the fewest, then the most successes). No rule reaches none: on wordings it has not seen the
-critic is sometimes confidently wrong (a person dozing in a chair, one repacking a suitcase).
-The evaluation scenarios (shipped and held-out) are never run here.
+threshold, then the most successes. With ``--gaze``, the issue's own two-sided bar: among the
+settings whose successes are at least the seed's ReAd-J rule's minus 10 points of the
+episodes (not mute), the fewest speeches to busy people, then the most successes. The
+evaluation scenarios (shipped and held-out) are never run here.
 
     python models/critics/engage_epsilon.py [--folds 5] [--trials 4] [--json FILE]
 """
@@ -186,10 +186,13 @@ def main() -> int:
     # two-sided: no more speech to busy people than the seed's rule at its threshold (rows[0]),
     # then the most successes
     safe = [r for r in rows if busy(r) <= busy(rows[0])]
-    if args.gaze:  # speaking to a busy person is the worst failure: within one episode of the
-        # fewest (one in 800 is noise; the fewest alone chose a mute robot: 168/800), then the
-        # most successes
-        safe = [r for r in rows if busy(r) <= min(map(busy, rows)) + 1]
+    if args.gaze:  # speaking to a busy person is the worst failure, never speaking a failure
+        # too: not under the seed rule's successes by more than 10 points, then the fewest
+        # speeches to busy people (the fewest alone once chose a mute robot: 168/800)
+        episodes = sum(rows[0][p]["episodes"] for p in PROPOSERS)
+        floor = sum(rows[0][p]["success"] for p in PROPOSERS) - 0.1 * episodes
+        speaking = [r for r in rows if sum(r[p]["success"] for p in PROPOSERS) >= floor]
+        safe = [r for r in speaking if busy(r) == min(map(busy, speaking))]
     best = max(safe, key=lambda r: (sum(r[p]["success"] for p in PROPOSERS), -busy(r)))
     table = Table(title=f"Engage critic thresholds, {args.folds}-fold cross-validation over"
                         f" {len(files)} training scenarios, {args.trials} trials each")  # fmt: skip
