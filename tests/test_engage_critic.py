@@ -152,8 +152,9 @@ def test_the_readiness_rule_holds_back_speech_to_a_busy_person_and_delay_before_
     """A plan that speaks is judged by speaking's own value (a step before it changes nothing);
     a plan that does not is refused only where speaking scores ``ready`` or more."""
     assert critic_skill.critic is not None
-    spec = critic_skill.critic.model_copy(update={"rule": "readiness", "epsilon": 0.1,
-                                                  "ready": 0.3})  # fmt: skip
+    spec = critic_skill.critic.model_copy(update={
+        "rule": "readiness", "epsilon": 0.1, "ready": 0.3, "look_held": None,
+        "answer_within": None})  # fmt: skip
     critic = open_skill_critic(dataclasses.replace(critic_skill, critic=spec), robot.embedder_dir)
     assert critic is not None
     check = critic.check(lambda: ("pause", 3.0))
@@ -191,7 +192,8 @@ def test_the_gaze_bar_waits_for_a_look_after_a_busy_reading_and_asks_for_eye_con
     folds = [f"models/critics/engage/fold{i}.onnx" for i in range(5)]
     spec = critic_skill.critic.model_copy(update={
         "rule": "readiness", "epsilon": 0.1, "ready": 0.3, "members": folds,
-        "looking_away": 0.5, "attend": "eye contact"})  # fmt: skip
+        "looking_away": 0.5, "attend": "eye contact", "look_held": None,
+        "answer_within": None})  # fmt: skip
     critic = open_skill_critic(dataclasses.replace(critic_skill, critic=spec), robot.embedder_dir)
     assert critic is not None
     busy = seen("The person is talking on a phone.", False)

@@ -2,8 +2,8 @@
 
 The embedder computes in fp32 (models/minilm/CARD.md) and the mapper refuses near ties, so
 the stand-in's seeded episodes make the same decisions everywhere. The whole JSON, less its
-wall time, must equal tests/data/eval-engage-10.json (when written: shipped 22/40, held-out
-88/90, with the skill's learned critic on as shipped; 38/40 and 45/90 without it).
+wall time, must equal tests/data/eval-engage-10.json (when written: shipped 21/40, held-out
+82/90, with the skill's learned critic on as shipped; 38/40 and 45/90 without it).
 After an intended change of the episodes, rewrite that file with
 ``ONBOARD_UPDATE_GOLDEN=1 pytest tests/test_eval_pinned.py`` and review its diff.
 """
