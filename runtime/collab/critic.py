@@ -19,7 +19,6 @@ scores carry ``ood=True`` and the caller records the flag and treats the score a
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from onboard.base.digest import file_sha256
 from onboard.base.errors import CriticError
 from onboard.collab.card import ABSENT, CriticCard, card_path, load_card
 
@@ -75,10 +75,6 @@ class Scores:
 
     def __len__(self) -> int:
         return len(self.values)
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @dataclass

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from onboard.base.digest import file_sha256
+
 __all__ = ["EmbeddingCache", "cache_dir", "identity_of"]
 
 FloatArray = npt.NDArray[np.float32]
@@ -48,8 +50,7 @@ def identity_of(files: Sequence[Path], *settings: str) -> str:
     identity are the vectors the same model, tokenizer and runtime compute again."""
     digest = hashlib.sha256()
     for path in files:
-        with path.open("rb") as handle:
-            digest.update(hashlib.file_digest(handle, "sha256").digest())
+        digest.update(bytes.fromhex(file_sha256(path)))
     for setting in settings:
         digest.update(b"\0" + setting.encode())
     return digest.hexdigest()

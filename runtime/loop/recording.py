@@ -29,7 +29,6 @@ import base64
 import binascii
 import hashlib
 import re
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -38,6 +37,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from onboard.base.digest import file_sha256
 from onboard.base.errors import ModelError, ModelMismatch, RecordingError, RecordingFormatError
 from onboard.config import RobotConfig
 from onboard.loop.skill import Skill
@@ -219,26 +219,13 @@ def _first_problem(exc: ValidationError, *within: str) -> str:
 
 # -- model files -------------------------------------------------------------------------------
 
-_hashes: dict[tuple[str, int, int], str] = {}
-_hashes_lock = threading.Lock()
-
 
 def model_sha256(path: Path) -> str:
     """The sha256 of a model file in hex, hashed once per path, mtime and size."""
     try:
-        info = path.stat()
-        key = (str(path.resolve()), info.st_mtime_ns, info.st_size)
-        with _hashes_lock:
-            known = _hashes.get(key)
-        if known is not None:
-            return known
-        with path.open("rb") as file:
-            digest = hashlib.file_digest(file, "sha256").hexdigest()
+        return file_sha256(path)
     except OSError as exc:
         raise ModelError(f"model file {path}: cannot read it: {exc.strerror or exc}") from exc
-    with _hashes_lock:
-        _hashes[key] = digest
-    return digest
 
 
 def check_models(header: Header, local: Mapping[str, Path], path: Path) -> None:
