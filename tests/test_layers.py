@@ -132,22 +132,24 @@ def base_violations(all_edges: Iterable[Edge]) -> list[Edge]:
     ]
 
 
-def stand_in_violations(all_edges: Iterable[Edge]) -> list[Edge]:
+def imported_from_outside(
+    all_edges: Iterable[Edge], package: str, importers: Iterable[str]
+) -> list[Edge]:
+    """The edges into ``package`` from a module outside ``importers``."""
+    allowed = tuple(importers)
     return [
         e
         for e in all_edges
-        if within(e.imported, "onboard.testing")
-        and not any(within(e.importer, p) for p in MAY_IMPORT_TESTING)
+        if within(e.imported, package) and not any(within(e.importer, p) for p in allowed)
     ]
+
+
+def stand_in_violations(all_edges: Iterable[Edge]) -> list[Edge]:
+    return imported_from_outside(all_edges, "onboard.testing", MAY_IMPORT_TESTING)
 
 
 def evaluation_violations(all_edges: Iterable[Edge]) -> list[Edge]:
-    return [
-        e
-        for e in all_edges
-        if within(e.imported, "onboard.evaluation")
-        and not any(within(e.importer, p) for p in MAY_IMPORT_EVALUATION)
-    ]
+    return imported_from_outside(all_edges, "onboard.evaluation", MAY_IMPORT_EVALUATION)
 
 
 def team_standin_violations(all_edges: Iterable[Edge]) -> list[Edge]:
