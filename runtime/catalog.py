@@ -10,6 +10,7 @@ from onboard.grounding.mapping import ActionMapper, Cues, Lexicon
 from onboard.hri.world import SimRobot
 from onboard.loop.skill import OBSERVED_FIELDS, Action, Skill, load_skill
 from onboard.manip.commands import ARM_COMMANDS
+from onboard.replan.names import CODE_COMMANDS
 
 __all__ = ["load_robot_skill", "make_mapper"]
 
@@ -19,7 +20,7 @@ def load_robot_skill(robot: RobotConfig, name_or_path: str) -> Skill:
     path = Path(name_or_path)
     if not path.suffix:
         path = robot.skills_dir / f"{name_or_path}.toml"
-    commands = {"person": SimRobot.COMMANDS, "scene": ARM_COMMANDS}
+    commands = {"person": SimRobot.COMMANDS, "scene": ARM_COMMANDS, "code": CODE_COMMANDS}
     return load_skill(path, robot.drivers.robot.perception, commands)
 
 

@@ -55,7 +55,7 @@ def test_one_trial_of_each_task_runs_is_recorded_and_replays(
     assert isinstance(row, EpisodeRow) and row.task == task.number and row.method == "full"
     assert row.asks >= 1 and row.internal_detected <= row.planted
     records = [json.loads(line) for line in path.read_text().splitlines()]
-    end = next(r for r in records if r["kind"] == "end")
+    end = next(r for r in records if r["kind"] == "outcome")
     # the robot's verdict and the judge's are both kept, and a failure says why
     assert end["done"] or end["failed"]
     assert row.runs == sum(r["kind"] == "run" for r in records)

@@ -12,6 +12,7 @@ from onboard.config import load_example_robot, load_robot
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = [
+    "code.toml",
     "engage.toml",
     "tidy.toml",
     "scenarios/person-environment.toml",

@@ -163,6 +163,8 @@ def _warn_ambiguous(robot: RobotConfig, skills: Sequence[Skill]) -> None:
 
     embedder = Embedder(robot.embedder_dir, threads=robot.models.threads)
     for skill in skills:
+        if skill.kind == "code":  # a reply is a program, mapped onto nothing
+            continue
         for a, b, ra, rb, cos in make_mapper(robot, skill, embedder).ambiguities():
             line = skill.line_of("actions", a, "references")
             print(f"  warning: {skill.path}:{line}: [{skill.name}] references of {a!r} and "

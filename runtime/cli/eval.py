@@ -130,12 +130,33 @@ def _tables(
     return tables
 
 
+def _evaluate_code(robot: RobotConfig, args: argparse.Namespace) -> int:
+    """``onboard eval code``: the seven code tasks' tables, as ``onboard code eval --models M
+    --trials N --disturbed N`` gives them (M: ``--llm``, default the stand-in)."""
+    from onboard.cli.code_eval import eval_command
+    from onboard.cli.main import _parser
+
+    if args.scenarios or args.goals is not None:
+        raise UsageError(
+            "a code skill is evaluated on the seven code tasks: no --scenario, no --goals"
+        )
+    argv = ["code", "eval", "--trials", str(args.trials), "--disturbed", str(args.trials)]
+    argv += ["--models", args.llm or "standin", "--local-trials", str(args.trials)]
+    if args.record is not None:
+        argv += ["--recordings", str(args.record)]
+    if args.json:
+        argv.append("--json")
+    return eval_command(robot, _parser().parse_args(argv))
+
+
 def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     if args.trials < 1:
         raise UsageError(f"--trials {args.trials}: must be 1 or more")
     if args.latency is not None and not (math.isfinite(args.latency) and args.latency >= 0):
         raise UsageError(f"--latency {args.latency}: must be a finite number of seconds >= 0")
     skill = with_critic(load_robot_skill(robot, args.skill), args.critic)
+    if skill.kind == "code":
+        return _evaluate_code(robot, args)
     if skill.kind == "scene":
         from onboard.cli.eval_tidy import evaluate_tidy_command
 

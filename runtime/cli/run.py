@@ -13,7 +13,7 @@ from onboard.config import RobotConfig
 from onboard.loop.paths import inside, safe_name
 from onboard.loop.skill import Skill
 
-__all__ = ["run", "run_scene"]
+__all__ = ["keep_quota", "run", "run_scene"]
 
 
 def run(robot: RobotConfig, args: argparse.Namespace) -> int:
@@ -35,6 +35,10 @@ def run(robot: RobotConfig, args: argparse.Namespace) -> int:
     skill = load_robot_skill(robot, args.skill)
     if skill.kind == "scene":
         return run_scene(robot, skill, args)
+    if skill.kind == "code":
+        from onboard.cli.run_code import run_code
+
+        return run_code(robot, skill, args)
     if args.goal or args.scene:
         raise UsageError(f"{skill.name} is a person skill: --goal and --scene are for scene skills")
     scenario = load_scenario(find_scenario(args.scenario, robot.skills_dir / "scenarios"))
@@ -43,7 +47,7 @@ def run(robot: RobotConfig, args: argparse.Namespace) -> int:
     folder = robot.recordings_dir
     name = f"{safe_name(skill.name)}-{safe_name(scenario.name)}-{stamp}.jsonl"
     path = args.record or inside(folder, folder / name)
-    _keep_quota(robot, path)
+    keep_quota(robot, path)
     clock = args.clock or robot.clock
     with llm_endpoint(robot, args.llm) as (url, standin):
         constrained = robot.llm.decoding == "constrained" and not standin
@@ -86,7 +90,7 @@ def run_scene(robot: RobotConfig, skill: Skill, args: argparse.Namespace) -> int
     stamp = time.strftime("%Y%m%d-%H%M%S")
     folder = robot.recordings_dir
     path = args.record or inside(folder, folder / f"{safe_name(skill.name)}-{stamp}.jsonl")
-    _keep_quota(robot, path)
+    keep_quota(robot, path)
     clock = args.clock or robot.clock
     detector_dir = bundled.detector_dir()
     detector = Detector(detector_dir / "model.onnx", detector_dir / "classes.json")
@@ -118,7 +122,7 @@ def run_scene(robot: RobotConfig, skill: Skill, args: argparse.Namespace) -> int
     return code
 
 
-def _keep_quota(robot: RobotConfig, path: Path) -> None:
+def keep_quota(robot: RobotConfig, path: Path) -> None:
     """``recordings_max_mb``: a recording about to start in the recordings folder first makes
     room by deleting the oldest episodes; one stderr line says which."""
     from onboard.loop.recorder import enforce_quota

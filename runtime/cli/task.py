@@ -142,7 +142,7 @@ def _settings(
 def run_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     import json
 
-    from onboard.cli.run import _keep_quota
+    from onboard.cli.run import keep_quota
     from onboard.collab.evaluate import Cell, run_cells
     from onboard.collab.taskfile import find_team_task
     from onboard.loop.exitcodes import TABLE, ExitCode
@@ -153,7 +153,7 @@ def run_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     cell = Cell(task.name if _is_shipped(args.task) else args.task, level, name, critic=args.critic)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = args.record or robot.recordings_dir / f"team-{task.name}-{level}-{name}-{stamp}.jsonl"
-    _keep_quota(robot, path)
+    keep_quota(robot, path)
     settings = _settings(args, 1, None)
     with Endpoints(robot, settings) as llms:
         (episode,) = run_cells(robot, [cell], settings, llms, record=lambda cell, trial: path)

@@ -34,7 +34,7 @@ def first_stage(skill: Skill, robot_situation: str, human_situation: str) -> lis
     )
     return [
         {"role": "user", "content": skill.prompt.intro},
-        {"role": "assistant", "content": skill.prompt.ack},
+        {"role": "assistant", "content": skill.prompt.ack or ""},
         {"role": "user", "content": situation},
     ]
 

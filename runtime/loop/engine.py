@@ -28,7 +28,13 @@ check, or a replan after a failed verification of an action the decision propose
 decision has at most ``max_rounds`` rounds (the skill's ``max_rounds``); when they are spent,
 the fallback runs, and the fallback itself is never re-asked, whatever its verification says.
 Every loop of the other papers (ReAd's refinement, ReplanVLM's corrections) counts the same
-rounds. A plan deferred behind a non-interruptible action is dropped when that action's
+rounds. A runner given ``max_replans`` counts replans apart (ReplanVLM's external
+corrections): each failed verification of a decision's action, and each refused proposal
+once the check rounds are spent, spends one replan and starts the check rounds afresh.
+A *final* verdict (a check's or a verification's) ends the episode once the rounds are
+spent, the fallback having made the robot safe.
+
+A plan deferred behind a non-interruptible action is dropped when that action's
 verification fails: it was made before the failure was known. The rest of a plan of several
 actions is checked again, against what is seen then, before its next action starts; if it
 fails, it is dropped and a new decision is asked for with the check's feedback.
@@ -84,6 +90,13 @@ class Ask(Protocol):
     def __call__(
         self, purpose: str, messages: Sequence[Message], schema: dict[str, Any] | None
     ) -> ChatResult: ...
+
+
+def records_itself(ask: Ask) -> bool:
+    """An ask that writes its own ``request`` and ``reply`` records (ReplanVLM's bots, whose
+    records carry the request's hash a server's log is matched by): the runner then writes
+    neither, so an exchange is recorded once."""
+    return bool(getattr(ask, "records_itself", False))
 
 
 @dataclass(frozen=True)
@@ -228,11 +241,16 @@ class SkillRunner:
         breaker_failures: int = 0,
         breaker_cooldown: float = 0.0,
         goal: GoalGate | None = None,
+        max_replans: int | None = None,
+        check_looks: bool = True,
     ) -> None:
-        """``look`` takes a fresh observation for the verifiers (a new camera frame); it runs
-        off the loop. Without it, verifiers compare with the latest observation. ``goal``:
-        asked once before the start action; a goal not understood ends the episode at once,
-        a goal that already holds ends it in success with no motion."""
+        """``look`` takes a fresh observation for the verifiers (a new camera frame), and for
+        the checks unless ``check_looks`` is False (the checks then judge a proposal against
+        the look it was made from); it runs off the loop. Without it, verifiers compare with
+        the latest observation. ``goal``: asked once before the start action; a goal not
+        understood ends the episode at once, a goal that already holds ends it in success
+        with no motion. ``max_replans``: replans counted apart from check rounds (see the
+        module docstring); None: a replan is one more round."""
         self.skill = skill
         self.clock = clock
         self.driver = driver
@@ -249,6 +267,8 @@ class SkillRunner:
         self.on_candidate = on_candidate
         self.on_finish = on_finish
         self.goal = goal
+        self.max_replans = max_replans
+        self.check_looks = check_looks
         self.outcome = Outcome()
         #: per decision: (stimulus -> request sent, reply received -> action started), seconds
         self.decision_overhead: list[tuple[float, float]] = []
@@ -271,6 +291,8 @@ class SkillRunner:
         self._deferred: tuple[list[Step], str | None, int] | None = None
         #: rounds spent by the decision whose actions are running (see the module docstring)
         self._rounds = 0
+        #: replans spent by the current decision, when they are counted apart (max_replans)
+        self._replans = 0
         #: the refused proposals of the current decision, carried by each re-ask
         self._history: list[Attempt] = []
         #: moves on whenever the runner does (an action begins, a plan is asked, a stop):
@@ -378,6 +400,7 @@ class SkillRunner:
     def _stimulus(self, reason: str) -> None:
         self._stimulus_at = time.perf_counter()
         self._history = []  # a new decision
+        self._replans = 0
         if self._queue:
             # the rest of the plan was checked against what was seen when it was made; the
             # world may have changed since: check it again against what is seen now
@@ -447,9 +470,10 @@ class SkillRunner:
         rid = self._request_seq
         # the response_format form the schema went in, when the ask says (HttpAsk does)
         form = getattr(self.ask, "structured_output", None) if schema is not None else None
-        self.record("request", id=rid, purpose=purpose, reason=reason, messages=list(messages),
-                    constrained=schema is not None,
-                    **({"structured_output": form} if form else {}))  # fmt: skip
+        if not records_itself(self.ask):
+            self.record("request", id=rid, purpose=purpose, reason=reason,
+                        messages=list(messages), constrained=schema is not None,
+                        **({"structured_output": form} if form else {}))  # fmt: skip
         latency = self.latency() if callable(self.latency) else self.latency
 
         def work() -> ChatResult:
@@ -489,6 +513,8 @@ class SkillRunner:
             elif verdict.final:
                 self._ending = verdict.feedback
                 self._fall_back(verdict.feedback)
+            elif self._replan_left():
+                self._request_plan("check failed; the rounds are spent: replan", 0)
             else:
                 self._fall_back(f"check failed: {verdict.feedback}")
 
@@ -554,12 +580,16 @@ class SkillRunner:
     ) -> str | None:
         if isinstance(result, BaseException):
             self.outcome.llm_failures += 1
+        own = records_itself(self.ask)
         if isinstance(result, BaseException):
             message = str(result) if isinstance(result, OnboardError) else repr(result)
-            self.record("error", source="llm", purpose=purpose, id=seq, message=message,
-                        virtual_latency=round(took, 4))  # fmt: skip
+            if not own:
+                self.record("error", source="llm", purpose=purpose, id=seq, message=message,
+                            virtual_latency=round(took, 4))  # fmt: skip
             return None
         self.outcome.llm_replies += 1
+        if own:
+            return result.text
         self.record(
             "reply",
             id=seq,
@@ -622,7 +652,8 @@ class SkillRunner:
         if not self.checks:
             then(Verdict(True))
             return
-        latest, look, checks = self.observation, self.look, list(self.checks)
+        latest, checks = self.observation, list(self.checks)
+        look = self.look if self.check_looks else None
 
         def work() -> tuple[Observation, list[tuple[str, Verdict]]]:
             observation = look() if look is not None else latest
@@ -734,7 +765,7 @@ class SkillRunner:
             self.model.trigger("finish")
             self._finish(True, "end action completed")
             return
-        if not self.verifiers:
+        if not self.verifiers or not self.skill.actions[name].spec.verify:
             self._completed()
             return
         step, before = self._step, self._action_start_observation or self.observation
@@ -809,17 +840,33 @@ class SkillRunner:
     # -- verify ----------------------------------------------------------------------------
 
     def _verification_failed(self, action: str, verdict: Verdict) -> bool:
-        """Re-ask within the decision's rounds, else fall back; True when that took over."""
+        """Re-ask within the decision's rounds (its replans, when counted apart), else fall
+        back; True when that took over."""
         self._queue = []
-        if self._rounds < self.max_rounds:
+        replan = self._rounds < self.max_rounds if self.max_replans is None else None
+        if action != self.skill.fallback and replan is None and not verdict.final:
+            replan = self._replan_left()
+        if replan:
             self.events.disarm()
-            self._request_plan("verification failed", self._rounds + 1)
+            self._request_plan("verification failed", 0 if self.max_replans is not None
+                               else self._rounds + 1)  # fmt: skip
+            return True
+        if action != self.skill.fallback and verdict.final:
+            self._ending = verdict.feedback
+            self._fall_back(verdict.feedback)
             return True
         if action != self.skill.fallback:
             self._fall_back(f"verification failed: {verdict.feedback}")
             return True
         self.record("rounds_spent", action=action, rounds=self._rounds)
         return False
+
+    def _replan_left(self) -> bool:
+        """With replans counted apart: spend one if one is left."""
+        if self.max_replans is None or self._replans >= self.max_replans:
+            return False
+        self._replans += 1
+        return True
 
     def _finish(self, finished: bool, reason: str) -> None:
         self.outcome.finished, self.outcome.reason = finished, reason

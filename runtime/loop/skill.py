@@ -40,9 +40,10 @@ Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 OBSERVED_FIELDS = {"X_a": "activity", "X_g": "gaze"}
 
 #: What a skill observes and how its replies read (runtime/loop/kind.py): a person as text,
-#: replies onto action names; or a scene seen by the camera, replies onto actions with
-#: arguments bound to the objects in view.
-SkillKindName = Literal["person", "scene"]
+#: replies onto action names; a scene seen by the camera, replies onto actions with
+#: arguments bound to the objects in view; or a scene the reply answers with a plan and a
+#: program (generated code, ReplanVLM: runtime/replan/kind.py).
+SkillKindName = Literal["person", "scene", "code"]
 #: The arguments a scene action may take: the object it acts on, where it goes.
 Param = Literal["object", "target"]
 
@@ -92,7 +93,14 @@ class ActionSpec(_Strict):
     args: dict[str, str | float | int | bool] = {}
     interruptible: bool = True
     timeout: Annotated[float, Field(gt=0)] | None = None
-    references: list[Text] = Field(min_length=1)
+    verify: bool = Field(
+        default=True,
+        description="false: the action changes nothing the verifiers could see (a look): no "
+        "fresh look after it, no verification",
+    )
+    references: list[Text] = Field(
+        default=[], description="what a reply naming this action says (person and scene skills)"
+    )
     lexicon: LexiconSpec = LexiconSpec()
     next: list[Text] | None = None
     params: list[Param] = Field(
@@ -119,7 +127,9 @@ class SecondStage(_Strict):
 
 class PromptSpec(_Strict):
     intro: Text
-    ack: Text
+    ack: Text | None = Field(
+        default=None, description="the model's answer to the intro (person and scene skills)"
+    )
     situation: Text = "$U $X"
     reason: ReasonMode = Field(
         default="free", description="the constrained replies' reason: free, short or none"
@@ -145,13 +155,20 @@ class SkillHeader(_Strict):
     fallback: Text
     default_phrase: Text
     params: dict[str, str] = {}
-    max_fallbacks: Annotated[int, Field(ge=1)] | None = Field(
+    max_fallbacks: Annotated[int, Field(ge=0)] | None = Field(
         default=None,
         description="stop the episode after this many fallbacks, counted per goal (a planned "
-        "action between does not reset it; the fallback has made the robot safe); unset: never",
+        "action between does not reset it; the fallback has made the robot safe; 0: the first "
+        "fallback ends the episode); unset: never",
     )
     max_rounds: Annotated[int, Field(ge=0, le=10)] = Field(
         default=1, description="re-asks per decision after its first proposal (engine.py)"
+    )
+    max_replans: Annotated[int, Field(ge=0, le=10)] | None = Field(
+        default=None,
+        description="replans per decision after a failed verification, counted apart from "
+        "max_rounds, which then bounds the re-asks between two runs (engine.py); unset: a "
+        "replan is one more round",
     )
 
 
@@ -283,6 +300,7 @@ class Skill:
     reject: list[str]
     lines: KeyLines = field(repr=False, compare=False)
     max_rounds: int = 1
+    max_replans: int | None = None
     max_fallbacks: int | None = None
     kind: str = "person"
     scene: SceneSpec | None = None
@@ -366,6 +384,7 @@ def _resolve(
         reject=list(spec.mapping.reject),
         lines=lines,
         max_rounds=spec.skill.max_rounds,
+        max_replans=spec.skill.max_replans,
         max_fallbacks=spec.skill.max_fallbacks,
         kind=spec.skill.kind,
         scene=spec.scene,
@@ -427,12 +446,22 @@ def _check(
 
 
 def _check_kind(spec: SkillFile, problem: ProblemAt) -> Iterable[Problem]:
+    if spec.skill.kind != "code" and spec.prompt.ack is None:
+        yield problem(("prompt", "ack"), f"a {spec.skill.kind} skill needs the model's ack")
     if spec.skill.kind == "person":
         if spec.prompt.second_stage is None:
             yield problem(("prompt",), "a person skill needs [prompt.second_stage]")
         for name, action in spec.actions.items():
             if action.params:
                 yield problem(("actions", name, "params"), "only scene skills take params")
+        return
+    if spec.skill.kind == "code":
+        for name, action in spec.actions.items():
+            if action.params:
+                yield problem(("actions", name, "params"), "only scene skills take params")
+        if spec.scene is not None:
+            yield problem(("scene",), "a code skill sees the scene the robot API perceives: "
+                          "no [scene] table")  # fmt: skip
         return
     scene = spec.scene
     if scene is None:
@@ -497,6 +526,9 @@ def _check_actions(
         for i, nxt in enumerate(action.next or []):
             if nxt not in spec.actions:
                 yield problem((*key, "next", i), f"unknown action {nxt!r}")
+        if not action.references and spec.skill.kind != "code":
+            yield problem((*key, "references"), "a reply is mapped onto actions by their "
+                          "references: give at least one")  # fmt: skip
         for i, ref in enumerate(action.references):
             folded_ref = " ".join(ref.lower().split())
             if folded_ref in seen_refs:

@@ -1,50 +1,53 @@
-"""One ReplanVLM episode: the closed loop every skill runs (observe, propose, check, act,
-verify), filled in the way seed 002 does it.
+"""One ReplanVLM episode (seed 002) as a code skill on the loop every skill runs.
 
 ::
 
     observe (camera frame + perceived scene state)
       -> propose: the Decision Bot writes plan + code (the errors of earlier tries in its prompt)
-      -> check (internal correction, at most ``cycles`` proposals):
-           format (PLAN/CODE, the code parses) -> the sandbox's allow-list
-           -> the Inner Bot: does the code match the plan?
-           -> regenerate and compare: a second proposal for the same request; both dry-run on a
-              twin built from the perceived scene; collisions, unreachable poses, failed
-              grasps, SafeArm refusals, or two programs that disagree send advice back
+      -> check (internal correction, at most ``cycles`` proposals between two runs):
+           format -> the sandbox's allow-list -> the Inner Bot: does the code match the plan?
+           -> regenerate and compare: a second proposal for the same request; both dry-run on
+              a twin built from the perceived scene
       -> act: the accepted program runs in the sandbox on the robot
       -> verify (external correction, at most ``replans`` replans): the Extra Bot compares
-         before and after (images and scene states); "not done" replans with its reason
+         before and after; "not done" replans with its reason
 
-Every failed check is a :class:`Correction` (phase, message, cycle, replan, robot time) and
-its message goes to the Decision Bot's next prompt: advice, not a veto. After ``cycles``
-proposals without agreement the task fails (the seed's rule). A program is a single long
-action, so the loop is written out here rather than driven by the skill state machine's
-stimuli; its rounds, records and replay follow the same rules (docs/generated-code.md).
+The skill (skills/code.toml) runs on :class:`~onboard.loop.engine.SkillRunner`: the Decision
+Bot is the kind's ``Ask`` (runtime/replan/kind.py), the corrections are its ``Check`` s and
+``Verify`` s (runtime/replan/checks.py), the sandbox is its driver (runtime/replan/driver.py),
+cycles are rounds and replans are replans. This module sets it up on a clock that keeps the
+robot's time and reads the episode back as a :class:`CodeOutcome` (the tables' terms).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from dataclasses import dataclass, field, replace
+from string import Template
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from onboard.base.errors import LLMError
+from onboard import bundled
 from onboard.config import RobotConfig
 from onboard.llm.content import encode_image
+from onboard.llm.types import ChatResult, Message
+from onboard.loop.clock import VirtualClock
+from onboard.loop.engine import SkillRunner
 from onboard.loop.recorder import Recorder
-from onboard.replan import prompts
-from onboard.replan.allowlist import check
-from onboard.replan.api import RobotAPI, call, call_text
-from onboard.replan.bots import Bots
-from onboard.replan.names import API_NAMES
-from onboard.replan.prompts import Proposal
+from onboard.loop.skill import Skill, load_skill
+from onboard.replan.api import RobotAPI, call
+from onboard.replan.bots import Ask, Bots
+from onboard.replan.checks import DryRunner, ExtraVerify, RunEnded, code_checks
+from onboard.replan.driver import CodeDriver, CodeWorld
+from onboard.replan.kind import RUN, CodeKind, CodeObservation
+from onboard.replan.names import API_NAMES, CODE_COMMANDS
 from onboard.replan.sandbox import Limits, RunResult, run
-from onboard.replan.scene_state import SceneState, changes_text
+from onboard.replan.scene_state import SceneState
 
 __all__ = [
     "CodeOutcome",
@@ -53,14 +56,15 @@ __all__ = [
     "Corrections",
     "DryRunner",
     "RobotWorld",
+    "code_skill",
     "run_code_episode",
 ]
 
 ImageForm = Literal["png", "jpeg"]
-#: the earlier tries' messages a prompt carries at most (the newest)
-KEEP_ERRORS = 6
 #: seconds a dry run may take at most
 DRY_WALL = 120.0
+#: the phases of the internal correction
+INTERNAL = frozenset({"format", "refused", "match", "dry_run", "compare"})
 
 
 @dataclass(frozen=True)
@@ -110,32 +114,6 @@ class CodeOutcome:
     decisions: list[str] = field(default_factory=list)
 
 
-class CodeWorld(Protocol):
-    """What the loop acts on and sees: the robot API's arm and camera."""
-
-    fixtures: str
-
-    def look(self) -> tuple[npt.NDArray[np.uint8] | bytes | None, SceneState]:
-        """A fresh camera frame (RGB, or already encoded as a replay gives it; None when the
-        camera gives none) and the perceived scene."""
-
-    def run(self, program: str) -> RunResult:
-        """Runs an accepted program on the robot; an early end stops the arm."""
-
-    def now(self) -> float:
-        """The robot's clock (the twin's time on the twin)."""
-
-
-class DryRunner(Protocol):
-    """Dry runs for the Inner Bot: ``(problems, difference)`` of two programs on a twin of
-    ``scene``: the first program's physical problems, and how the two disagree (None: they
-    agree)."""
-
-    def __call__(
-        self, scene: SceneState, first: str, second: str | None
-    ) -> tuple[list[str], str | None]: ...
-
-
 class RobotWorld:
     """A :class:`CodeWorld` over a :class:`RobotAPI` (the twin or the arm)."""
 
@@ -167,6 +145,10 @@ class RobotWorld:
         self._stopped = not result.ok
         return result
 
+    def halt(self) -> None:
+        self.api.arm.stop()
+        self._stopped = True
+
     def now(self) -> float:
         return self._now()
 
@@ -193,257 +175,93 @@ def twin_dry_runner(robot: RobotConfig, fixtures: str) -> DryRunner:
     return dry
 
 
-class _Episode:
-    def __init__(
-        self,
-        world: CodeWorld,
-        instruction: str,
-        bots: Bots,
-        corrections: Corrections,
-        recorder: Recorder,
-        dry: DryRunner | None,
-        goal_images: Sequence[bytes],
-        goal_notes: Sequence[str],
-        image_format: ImageForm,
-    ) -> None:
-        self.world = world
-        self.instruction = instruction
-        self.bots = bots
-        self.corrections = corrections
-        self.recorder = recorder
-        self.dry = dry
-        self.goal_images = list(goal_images)
-        self.goal_notes = list(goal_notes)
-        self.image_format = image_format
-        self.errors: list[str] = []
-        self.outcome = CodeOutcome()
-        self.replan = 0
+def code_skill(path: str | None = None) -> Skill:
+    """The code skill: the shipped skills/code.toml, or the file at ``path``."""
+    from pathlib import Path
+
+    found = Path(path) if path is not None else bundled.skills_dir() / "code.toml"
+    return load_skill(found, (), {"code": CODE_COMMANDS})
+
+
+class _Counted:
+    """A bot whose asks are counted (the tables' "asks": the Decision Bot's requests)."""
+
+    def __init__(self, bot: Ask) -> None:
+        self.bot, self.name, self.calls = bot, bot.name, 0
+
+    def ask(self, purpose: str, messages: Sequence[Message], schema: Any = None) -> str:
+        self.calls += 1
+        return self.bot.ask(purpose, messages, schema)
+
+
+class _DecisionAsk:
+    """The Decision Bot as the runner's ``Ask``: the bot records each exchange itself."""
+
+    records_itself = True
+
+    def __init__(self, bot: _Counted) -> None:
+        self.bot = bot
+
+    def __call__(
+        self, purpose: str, messages: Sequence[Message], schema: dict[str, Any] | None
+    ) -> ChatResult:
+        began = time.perf_counter()
+        text = self.bot.ask(purpose, messages, schema)
+        return ChatResult(text=text, latency=time.perf_counter() - began, attempts=1)
+
+
+class _Ledger:
+    """Writes the runner's records and reads them as the tables' terms: each check passed or
+    failed, each run, each Extra Bot verdict (``decisions``), and each failed check or
+    verification as a :class:`Correction`."""
+
+    def __init__(self, recorder: Recorder, now: Callable[[], float]) -> None:
+        self.recorder, self.now = recorder, now
+        self.decisions: list[str] = []
+        self.events: list[Correction] = []
         self.cycle = 0
+        self.replan = 0
+        self.compared = False
 
-    # -- observe --------------------------------------------------------------------------
+    def __call__(self, kind: str, **fields: Any) -> None:
+        self.recorder.write(kind, **fields)
+        if kind == "dry_run":
+            self.compared = fields.get("second") is not None
+        elif kind == "check" and RUN in fields.get("actions", ()):
+            self._verdict(str(fields["check"]), bool(fields["ok"]), str(fields["feedback"]))
+            if not fields["ok"]:
+                self.cycle += 1
+        elif kind == "run":
+            ended = str(fields["ended"])
+            self.decisions.append(f"run: {'ok' if ended == 'ok' else ended.partition(':')[0]}")
+            self.cycle, self.replan = 0, self.replan + 1
+        elif kind == "verify" and fields.get("verifier") == "extra" and fields["action"] == RUN:
+            ok = bool(fields["ok"])
+            self.decisions.append("extra: done" if ok else "extra: fail")
+            if not ok:
+                self._correction("extra", str(fields["feedback"]))
+        elif kind == "fallback" and fields.get("why") == "no usable LLM reply":
+            self.decisions.append("answer: fail")
+            self._correction("answer", "answer: the Decision Bot gave no answer")
 
-    def look(self, purpose: str) -> tuple[bytes | None, SceneState]:
-        frame, state = self.world.look()
-        image = None  # text only: the scene goes as text, no image is made
-        if not self.corrections.text_only and frame is not None:
-            image = frame if isinstance(frame, bytes) else encode_image(frame, self.image_format)
-        self.recorder.write(
-            "observation",
-            purpose=purpose,
-            state=state.to_record(),
-            text=state.text(),
-            image=None if image is None else hashlib.sha256(image).hexdigest(),
-        )
-        return image, state
+    def _verdict(self, name: str, ok: bool, feedback: str) -> None:
+        if not ok:
+            self.decisions.append(f"{name}: fail")
+            self._correction(name, feedback)
+            return
+        # the seed's phases: "format" is the form and the allow-list; the dry run passes as
+        # "compare" when a second program was compared with, else as "dry_run"
+        said = {"refused": "format", "compare": "compare" if self.compared else "dry_run"}
+        if name in said:
+            self.decisions.append(f"{said[name]}: ok")
+        elif name not in ("format", "dry_run"):
+            self.decisions.append(f"{name}: ok")
 
-    # -- bookkeeping ----------------------------------------------------------------------
-
-    def failed_check(self, phase: str, message: str) -> None:
-        message = " ".join(message.split())
-        event = Correction(phase, message, self.cycle, self.replan, self.world.now())
-        self.outcome.events.append(event)
-        self.outcome.decisions.append(f"{phase}: fail")
-        self.errors.append(f"{phase}: {message}")
+    def _correction(self, phase: str, feedback: str) -> None:
+        message = feedback.removeprefix(f"{phase}: ")
+        event = Correction(phase, message, self.cycle, max(0, self.replan), self.now())
+        self.events.append(event)
         self.recorder.write("correction", **event.to_record())
-
-    def decided(self, what: str) -> None:
-        self.outcome.decisions.append(what)
-
-    # -- propose --------------------------------------------------------------------------
-
-    def propose(self, image: bytes | None, state: SceneState) -> Proposal | None:
-        """One Decision Bot reply, read; None (a correction recorded) when unusable."""
-        proposal = self._ask_decision(image, state, "plan")
-        if isinstance(proposal, tuple):
-            self.failed_check(*proposal)
-            return None
-        return proposal
-
-    def _ask_decision(
-        self, image: bytes | None, state: SceneState, purpose: str
-    ) -> Proposal | tuple[str, str]:
-        """The reply read, or ``(phase, problem)``: no answer, or a reply of the wrong form."""
-        images = [] if image is None else [image]
-        notes = [] if image is None else ["the table now, seen by the robot's camera"]
-        if not self.corrections.text_only:
-            images += self.goal_images
-            notes += self.goal_notes
-        messages = prompts.decision_messages(
-            self.instruction,
-            images,
-            notes,
-            scene_text=state.text() if self.corrections.text_only else None,
-            errors=self.errors[-KEEP_ERRORS:],
-        )
-        self.outcome.asks += 1
-        try:
-            text = self.bots.decision.ask(purpose, messages)
-        except LLMError as exc:
-            return "answer", f"the Decision Bot gave no answer: {exc}"
-        read = prompts.read_proposal(text)
-        return ("format", read) if isinstance(read, str) else read
-
-    # -- check ----------------------------------------------------------------------------
-
-    def inner_check(self, proposal: Proposal, image: bytes | None, state: SceneState) -> bool:
-        """The seed's internal checks after the format: plan/code match, then regenerate and
-        compare by dry runs. True: accepted."""
-        images = [] if image is None else [image]
-        try:
-            text = self.bots.inner.ask(
-                "match",
-                prompts.match_messages(self.instruction, proposal, images),
-                prompts.match_schema(),
-            )
-            matched, reason = prompts.read_verdict(text, "match")
-        except (LLMError, ValueError) as exc:
-            self.recorder.write("skipped", check="match", reason=str(exc))
-            matched, reason = True, ""
-        if not matched:
-            self.failed_check("match", f"the code does not match the plan: {reason}")
-            return False
-        self.decided("match: ok")
-        if self.dry is None:
-            return True
-        second = self._ask_decision(image, state, "regenerate")
-        other = second.code if isinstance(second, Proposal) else None
-        if other is not None and check(other, API_NAMES):
-            other = None  # a second opinion the sandbox would not run compares with nothing
-        if other is None:
-            self.recorder.write(
-                "skipped", check="compare", reason="the regenerated proposal is unusable"
-            )
-        began = time.perf_counter()
-        problems, difference = self.dry(state, proposal.code, other)
-        self.recorder.write(
-            "dry_run",
-            problems=problems,
-            difference=difference,
-            second=None if other is None else other,
-            seconds=round(time.perf_counter() - began, 3),
-        )
-        if problems:
-            self.failed_check("dry_run", "a dry run of the code found: " + "; ".join(problems))
-            return False
-        if difference is not None:
-            self.failed_check(
-                "compare",
-                "two programs written for the same instruction disagree when dry-run: "
-                + difference,
-            )
-            return False
-        self.decided("compare: ok" if other is not None else "dry_run: ok")
-        return True
-
-    def accepted(self, image: bytes | None, state: SceneState) -> Proposal | None:
-        """Proposals until one passes every check (at most ``cycles``); None: the task
-        fails. Without internal correction the first readable, allowed proposal runs."""
-        cycles = self.corrections.cycles if self.corrections.internal else 1
-        for self.cycle in range(cycles):
-            proposal = self.propose(image, state)
-            if proposal is None:
-                continue
-            refusals = check(proposal.code, API_NAMES)
-            if refusals:
-                self.failed_check(
-                    "refused",
-                    "the sandbox refuses the code: "
-                    + "; ".join(f"line {r.line}: {r.reason}" for r in refusals),
-                )
-                continue
-            self.decided("format: ok")
-            if not self.corrections.internal or self.inner_check(proposal, image, state):
-                return proposal
-        return None
-
-    # -- act and verify -------------------------------------------------------------------
-
-    def act(self, proposal: Proposal) -> str:
-        self.outcome.runs += 1
-        self.outcome.programs.append(proposal.code)
-        self.recorder.write("program", **proposal.to_record(), replan=self.replan)
-        began = time.perf_counter()
-        result = self.world.run(proposal.code)
-        ended = "ok" if result.ok else f"{result.reason}: {result.message}"
-        self.recorder.write(
-            "run",
-            ended=ended,
-            steps=result.steps,
-            calls=[call_text(n, a, k) for n, a, k in result.calls],
-            output=result.output,
-            seconds=round(time.perf_counter() - began, 3),
-        )
-        self.decided(f"run: {'ok' if result.ok else result.reason}")
-        return ended
-
-    def verify(
-        self,
-        proposal: Proposal,
-        ended: str,
-        before: tuple[bytes | None, SceneState],
-        after: tuple[bytes | None, SceneState],
-    ) -> tuple[bool, str]:
-        messages = prompts.extra_messages(
-            self.instruction,
-            proposal,
-            before[1].text(),
-            after[1].text(),
-            changes_text(before[1], after[1]),
-            ended,
-            before[0],
-            after[0],
-            [] if self.corrections.text_only else self.goal_images,
-            [] if self.corrections.text_only else self.goal_notes,
-        )
-        text = self.bots.extra.ask("verify", messages, prompts.extra_schema())
-        return prompts.read_verdict(text, "done")
-
-    def run(self) -> CodeOutcome:
-        replans = self.corrections.replans if self.corrections.external else 0
-        for self.replan in range(replans + 1):
-            before = self.look("before")
-            proposal = self.accepted(*before)
-            if proposal is None:
-                self.outcome.failed = (
-                    f"no program passed the checks in {self.cycle + 1} proposal(s)"
-                    if self.corrections.internal
-                    else "the proposal could not run"
-                )
-                if self.corrections.internal:
-                    return self._end()
-                continue  # without internal correction a bad proposal is a failed try
-            ended = self.act(proposal)
-            if not self.corrections.external:
-                self.outcome.done = ended == "ok"
-                return self._end()
-            after = self.look("after")
-            try:
-                done, reason = self.verify(proposal, ended, before, after)
-            except (LLMError, ValueError) as exc:
-                self.outcome.failed = f"the Extra Bot gave no verdict: {exc}"
-                return self._end()
-            if done:
-                self.decided("extra: done")
-                self.outcome.done, self.outcome.failed = True, None
-                return self._end()
-            if ended != "ok":
-                reason = f"the program ended with {ended}; {reason}"
-            self.failed_check("extra", f"after the run the task is not done: {reason}")
-        self.outcome.failed = self.outcome.failed or f"not done after {replans} replan(s)"
-        return self._end()
-
-    def _end(self) -> CodeOutcome:
-        o = self.outcome
-        self.recorder.write(
-            "end",
-            done=o.done,
-            failed=o.failed,
-            runs=o.runs,
-            asks=o.asks,
-            decisions=o.decisions,
-            corrections=[e.to_record() for e in o.events],
-        )
-        return o
 
 
 def run_code_episode(
@@ -456,36 +274,105 @@ def run_code_episode(
     goal_images: Sequence[bytes] = (),
     goal_notes: Sequence[str] = (),
     image_format: ImageForm = "png",
+    skill: Skill | None = None,
 ) -> CodeOutcome:
-    """One episode of ``instruction`` (see the module's docstring). ``dry`` runs the Inner
-    Bot's dry runs (None: regenerate-and-compare is left out, as where the sim extra is
-    missing); ``goal_images`` are pictures the instruction refers to. Records are stamped
-    with the robot's clock."""
-    recorder.use_clock(world.now)
+    """One episode of ``instruction`` by the code skill (the shipped one unless ``skill``
+    is given; see the module's docstring). ``corrections`` choose the checks and bound
+    the rounds (the ablations of Table V); ``dry`` runs the Inner Bot's dry runs (None:
+    regenerate-and-compare is left out, as where the sim extra is missing); ``goal_images``
+    are pictures the instruction refers to. The loop's clock keeps the robot's time."""
+    skill = skill or code_skill()
+    skill = replace(
+        skill, goal=Template(skill.goal).safe_substitute(goal=instruction), request=instruction
+    )
+    clock = VirtualClock(start=world.now())
+    recorder.use_clock(clock.now)
+    ledger = _Ledger(recorder, clock.now)
+    text_only = corrections.text_only
     recorder.write(
-        "start",
+        "setup",
         instruction=instruction,
         corrections={
             "internal": corrections.internal,
             "external": corrections.external,
             "cycles": corrections.cycles,
             "replans": corrections.replans,
-            "text_only": corrections.text_only,
+            "text_only": text_only,
             "dry_run": dry is not None,
         },
         goal_images=[hashlib.sha256(g).hexdigest() for g in goal_images],
         goal_notes=list(goal_notes),
         image_format=image_format,
     )
-    episode = _Episode(
-        world,
-        instruction,
-        bots,
-        corrections,
-        recorder,
-        dry,
-        goal_images,
-        goal_notes,
-        image_format,
+    kind = CodeKind(skill.end, goal_images, goal_notes, text_only)
+    decision = _Counted(bots.decision)
+    driver = CodeDriver(world, clock, ledger)
+    checks = code_checks(kind, decision, bots.inner, instruction, ledger, corrections.internal, dry)
+    verify: Any = (
+        ExtraVerify(bots.extra, instruction, driver, goal_images, goal_notes, text_only)
+        if corrections.external
+        else RunEnded(driver)
     )
-    return episode.run()
+    looks = iter(range(1_000_000))
+
+    def look() -> CodeObservation:
+        frame, state = world.look()
+        image = None  # text only: the scene goes as text, no image is made
+        if not text_only and frame is not None:
+            image = frame if isinstance(frame, bytes) else encode_image(frame, image_format)
+        return CodeObservation(world.now(), state, image, "before" if next(looks) == 0 else "after")
+
+    runner = SkillRunner(
+        skill,
+        clock,
+        driver,
+        _DecisionAsk(decision),
+        kind,
+        ledger,
+        action_text=False,
+        second_stage=False,
+        latency=0.0,
+        checks=checks,
+        verifiers=[verify],
+        look=look,
+        max_rounds=(corrections.cycles - 1) if corrections.internal else 0,
+        max_replans=corrections.replans if corrections.external else 0,
+        check_looks=False,
+        on_finish=lambda _: clock.stop(),
+    )
+    runner.start(look())
+    clock.run(until=math.inf)
+    if not runner.finished:
+        runner.stop("the loop ran out of events")
+    done = runner.outcome.finished
+    outcome = CodeOutcome(
+        done=done,
+        failed=None if done else _failed(runner.outcome.reason, ledger, corrections),
+        runs=driver.runs,
+        asks=decision.calls,
+        events=ledger.events,
+        programs=driver.programs,
+        decisions=ledger.decisions,
+    )
+    recorder.write("outcome", done=outcome.done, failed=outcome.failed, runs=outcome.runs,
+                   asks=outcome.asks, decisions=outcome.decisions,
+                   corrections=[e.to_record() for e in outcome.events])  # fmt: skip
+    return outcome
+
+
+def _failed(reason: str, ledger: _Ledger, corrections: Corrections) -> str:
+    """Why the episode failed, in the seed's terms."""
+    last = ledger.events[-1] if ledger.events else None
+    if last is None:
+        return reason
+    if last.phase in INTERNAL and corrections.internal:
+        return f"no program passed the checks in {last.cycle + 1} proposal(s)"
+    if last.phase in INTERNAL:
+        return "the proposal could not run"
+    if last.phase == "extra" and last.message.startswith("the Extra Bot gave no verdict"):
+        return last.message
+    if last.phase == "extra":
+        return f"not done after {corrections.replans} replan(s)"
+    if last.phase == "answer":
+        return "the Decision Bot gave no answer"
+    return reason

@@ -4,7 +4,7 @@ API module (``onboard.replan.api``) must define exactly these functions (a test 
 
 from __future__ import annotations
 
-__all__ = ["API_NAMES"]
+__all__ = ["API_NAMES", "CODE_COMMANDS"]
 
 API_NAMES: tuple[str, ...] = (
     "detect",
@@ -23,3 +23,7 @@ API_NAMES: tuple[str, ...] = (
     "holding",
     "home",
 )
+
+#: the code skill's driver commands (runtime/replan/driver.py): nothing, run the step's
+#: program in the sandbox, stop the arm where it is
+CODE_COMMANDS = frozenset({"none", "code.run", "code.halt"})

@@ -130,12 +130,14 @@ def decision_messages(
     image_notes: Sequence[str] = (),
     scene_text: str | None = None,
     errors: Sequence[str] = (),
+    role: str = DECISION_ROLE,
 ) -> list[Message]:
     """The Decision Bot's request. ``images`` are PNG or JPEG bytes (the camera's frame first,
     then any the instruction refers to, e.g. a goal picture), each described in
     ``image_notes``; ``scene_text`` (a :class:`SceneState`'s text) stands in for the images in
-    the text-only rows. ``errors`` are the messages of earlier tries, oldest first."""
-    system = _DECISION_SYSTEM.format(role=DECISION_ROLE, api=api_doc())
+    the text-only rows. ``errors`` are the messages of earlier tries, oldest first; ``role``
+    the system message's first line (a code skill's ``[prompt] intro``)."""
+    system = _DECISION_SYSTEM.format(role=role, api=api_doc())
     messages: list[Message] = [{"role": "system", "content": system}]
     for task, answer in _EXAMPLES:
         messages.append({"role": "user", "content": f"{INSTRUCTION} {task}\n{ERRORS} none."})

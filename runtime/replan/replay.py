@@ -6,7 +6,8 @@ recorded observations (the camera frames from the recording's images folder, the
 scene states), the recorded dry-run results and the recorded runs. What is compared is the
 sequence of the loop's decisions (each check passed or failed, each run, the Extra Bot's
 verdicts): a change in how replies are read, how checks decide or how prompts are built
-shows as a divergence. Nothing moves and no model is asked.
+shows as a divergence. Nothing moves and no model is asked. The skill is the recording's
+own (its header carries the code skill's TOML), so a replay runs the loop the episode ran.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from typing import Any
 from onboard.base.errors import RecordingError
 from onboard.loop.recorder import Recorder, read_recording
 from onboard.loop.recording import images_dir, read_header
+from onboard.loop.skill import load_skill_text
 from onboard.replan.bots import ROLES, Bots, RecordedBot, recorded_exchanges
 from onboard.replan.episode import Corrections, run_code_episode
+from onboard.replan.names import CODE_COMMANDS
 from onboard.replan.sandbox import RunResult
 from onboard.replan.scene_state import ObjectState, SceneState
 
@@ -85,6 +88,9 @@ class _RecordedWorld:
             output=str(record.get("output", "")),
         )
 
+    def halt(self) -> None:
+        """Nothing moves in a replay."""
+
     def now(self) -> float:
         return self._t
 
@@ -109,11 +115,17 @@ def replay_code_recording(path: Path) -> tuple[list[str], list[str]]:
     """``(recorded, replayed)`` decision sequences of a code episode's recording; a request
     that differs from the recorded one is added to the replayed sequence as a divergence."""
     records = list(read_recording(path, images=True))
-    read_header(records, path)
-    start = next((r for r in records if r["kind"] == "start"), None)
-    end = next((r for r in records if r["kind"] == "end"), None)
+    header = read_header(records, path)
+    start = next((r for r in records if r["kind"] == "setup"), None)
+    end = next((r for r in records if r["kind"] == "outcome"), None)
+    if start is None and any(r["kind"] == "correction" or r["kind"] == "run" for r in records):
+        raise RecordingError(
+            f"{path}: a code episode of the loop before code skills ran on the skill runner "
+            "(no setup record): re-record it (onboard code do)"
+        )
     if start is None or end is None:
-        raise RecordingError(f"{path}: not a complete code episode (no start or end record)")
+        raise RecordingError(f"{path}: not a complete code episode (no setup or outcome record)")
+    skill = load_skill_text(header.skill.toml, header.skill.file, (), {"code": CODE_COMMANDS})
     options = start["corrections"]
     corrections = Corrections(
         internal=options["internal"],
@@ -135,6 +147,7 @@ def replay_code_recording(path: Path) -> tuple[list[str], list[str]]:
             goal_images=goals,
             goal_notes=start.get("goal_notes", []),
             image_format=start.get("image_format", "png"),
+            skill=skill,
         )
     except _Diverged as exc:
         return list(end["decisions"]), [f"diverged: {exc}"]
