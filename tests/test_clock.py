@@ -296,3 +296,37 @@ def test_virtual_interrupt_starts_no_more_work() -> None:
     clock.run(until=1.0)
     assert ran == []
     assert len(got) == 1 and isinstance(got[0], Interrupted)
+
+
+def test_wall_time_on_the_loop_is_each_callback_s_due_time_whatever_runs_late(
+    wall: WallClock,
+) -> None:
+    # the first callback holds the loop past the second's due time: the second still runs
+    # at its own time, after the first, and what it schedules counts from that time
+    seen: list[tuple[str, float]] = []
+    release = threading.Event()
+
+    def slow() -> None:
+        seen.append(("slow", wall.now()))
+        release.wait(timeout=30.0)
+
+    def due() -> None:
+        seen.append(("due", wall.now()))
+        wall.call_later(0.05, lambda: seen.append(("next", wall.now())))
+
+    wall.call_at(0.05, slow)
+    wall.call_at(0.1, due)
+    _later(0.3, release.set)  # only when real time is well past 0.1
+    wall.run(until=0.5)
+    assert seen == [("slow", 0.05), ("due", 0.1), ("next", pytest.approx(0.15))]
+
+
+def test_wall_run_leaves_what_falls_due_after_until(wall: WallClock) -> None:
+    # a loop that got to `until` late runs nothing that fell due after it
+    ran: list[str] = []
+    release = threading.Event()
+    wall.call_at(0.01, lambda: release.wait(timeout=30.0))
+    wall.call_at(0.2, lambda: ran.append("after until"))
+    _later(0.4, release.set)
+    wall.run(until=0.1)
+    assert ran == []

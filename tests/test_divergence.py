@@ -64,3 +64,14 @@ def test_a_message_in_parts_names_the_part() -> None:
         "message 1 (user), part 1 (text), line 1: recorded 'What is on the table?', replayed"
         " 'What is under it?'"
     )
+
+
+def test_a_long_line_is_shown_from_a_little_before_its_first_difference() -> None:
+    head = "Initiate a conversation at a facility. The robot is approaching the person. "
+    was = head + "The person is reading a book. The person is looking at the robot."
+    now = head + "The person is reading a book. The person is not looking at the robot."
+    recorded = {"purpose": "plan", "messages": [{"role": "user", "content": was}]}
+    what = request_difference(recorded, [{"role": "user", "content": now}], "plan")
+    assert what is not None and "from character 88: " in what
+    assert "'is reading a book. The person is looking at the robot.'" in what
+    assert "'is reading a book. The person is not looking at the robot.'" in what

@@ -33,7 +33,7 @@ from onboard.loop.recorder import MemoryRecorder, read_recording, with_images
 from onboard.loop.recording import Header, check_models, read_header
 from onboard.loop.skill import Skill, load_skill_text
 
-__all__ = ["ReplayAsk", "as_recording_error", "read_episode", "replay"]
+__all__ = ["ReplayAsk", "WorkArrivals", "as_recording_error", "read_episode", "replay"]
 
 T = TypeVar("T")
 
@@ -45,8 +45,15 @@ class ReplayAsk:
     ``divergence`` (the runner only sees a failed LLM call) and reported after the run.
     """
 
-    def __init__(self, records: Sequence[dict[str, Any]], source: Path) -> None:
+    def __init__(
+        self, records: Sequence[dict[str, Any]], source: Path, arrivals: bool = False
+    ) -> None:
+        """``arrivals``: deliver each reply at the time it arrived in the recording (a
+        wall-clock run, where a reply's latency is only what it waited in flight); else after
+        its recorded virtual latency. The replay's clock must be given as ``now`` then."""
         self.source = source
+        self.arrivals = arrivals
+        self.now: Callable[[], float] | None = None
         self.divergence: str | None = None
         answers = {r["id"]: r for r in records if r["kind"] in ("reply", "error") and "id" in r}
         self._exchanges = [(r, answers.get(r["id"])) for r in records if r["kind"] == "request"]
@@ -60,6 +67,8 @@ class ReplayAsk:
         answer = self._exchanges[self._next][1]
         if answer is None:  # in flight when the episode ended: it never arrives
             return math.inf
+        if self.arrivals and self.now is not None and isinstance(answer.get("t"), (int, float)):
+            return max(0.0, float(answer["t"]) - self.now())
         return float(answer.get("virtual_latency", 0.0))
 
     def __call__(
@@ -82,6 +91,45 @@ class ReplayAsk:
     def _diverged(self, message: str) -> ReplayDivergence:
         self.divergence = self.divergence or message
         return ReplayDivergence(message)
+
+
+class WorkArrivals:
+    """When each piece of the runner's off-loop work (a check, a verification) came back in
+    a wall-clock run, read from the records its result wrote (``check``, ``verify``, or
+    ``stale`` or ``error`` of that purpose, one group per result): called in order, the
+    latency that delivers the next one at its recorded time (never, past the recorded
+    ones: it was in flight when the episode ended)."""
+
+    def __init__(self, records: Sequence[dict[str, Any]], now: Callable[[], float]) -> None:
+        self.now = now
+        self.times: list[float] = []
+        last: tuple[str, float] | None = None
+        for record in records:
+            purpose = _work_purpose(record)
+            key = None if purpose is None else (purpose, float(record["t"]))
+            if key is not None and key != last:
+                self.times.append(key[1])
+            last = key
+        self._next = 0
+
+    def __call__(self) -> float:
+        if self._next >= len(self.times):
+            return math.inf
+        self._next += 1
+        return max(0.0, self.times[self._next - 1] - self.now())
+
+
+def _work_purpose(record: dict[str, Any]) -> str | None:
+    kind = record["kind"]
+    if kind == "check" and record.get("check") != "judge":  # the judge is an LLM exchange
+        return "check"
+    if kind == "verify":
+        return "verify"
+    if kind == "stale" and record.get("purpose") in ("check", "verify"):
+        return str(record["purpose"])
+    if kind == "error" and record.get("source") in ("check", "verify"):
+        return str(record["source"])
+    return None
 
 
 def _check_exchange(source: Path, request: dict[str, Any], answer: dict[str, Any] | None) -> None:
@@ -164,17 +212,29 @@ def _replay(path: Path) -> tuple[list[str], list[str]]:
     check_models(header, local, path)
     scenario = Scenario.model_validate(header.scenario)
     records = list(with_images(records, path))
-    ask = ReplayAsk(records, path)
+    wall = header.options.get("clock") == "wall"
+    ask = ReplayAsk(records, path, arrivals=wall)
+    first = next((r.get("t") for r in records if r["kind"] == "observation"), None)
     options = EpisodeOptions(
         clock="virtual",
+        start=float(first) if wall and isinstance(first, (int, float)) else 0.0,
         action_text=_flag(header.options, "action_text", path),
         second_stage=_flag(header.options, "second_stage", path),
         constrained=_flag(header.options, "constrained", path),
         latency=ask.next_latency,
         keep_candidates=False,
     )
+    stop = _stop_as_recorded(end)
+
+    def on_runner(runner: SkillRunner) -> None:
+        ask.now = runner.clock.now
+        if wall:  # each check and verification takes the time it took in the run
+            runner.work_latency = WorkArrivals(records, runner.clock.now)
+        if stop is not None:
+            stop(runner)
+
     outcome = run_episode(robot, skill, scenario, ask, make_mapper(robot, skill),
-                          MemoryRecorder(), options, on_runner=_stop_as_recorded(end))  # fmt: skip
+                          MemoryRecorder(), options, on_runner=on_runner)  # fmt: skip
     if ask.divergence:
         raise ReplayDivergence(ask.divergence)
     return [a for _, a in end["actions"]], [a for _, a in outcome.actions]

@@ -86,10 +86,13 @@ class EpisodeOptions:
     latency: float | Callable[[], float] | None = None
     handle_signals: bool = False
     keep_candidates: bool = True
+    #: where the virtual clock starts: a replay of a wall-clock run starts it at the run's
+    #: first record, so that what the run scheduled from its start falls at the same times
+    start: float = 0.0
 
 
-def make_clock(kind: str) -> Clock:
-    return VirtualClock() if kind == "virtual" else WallClock()
+def make_clock(kind: str, start: float = 0.0) -> Clock:
+    return VirtualClock(start) if kind == "virtual" else WallClock()
 
 
 def make_speech(robot: RobotConfig) -> Speech:
@@ -116,13 +119,13 @@ def run_episode(
 
     ``on_runner`` sees the runner before it starts (benchmarks read its timings).
     """
-    clock = make_clock(options.clock)
+    clock = make_clock(options.clock, options.start)
     header = build_header(
         robot,
         skill,
         "person",
         scenario=scenario.model_dump(mode="json", by_alias=True),
-        options={k: v for k, v in options.__dict__.items() if k != "latency"},
+        options={k: v for k, v in options.__dict__.items() if k not in ("latency", "start")},
         latency=options.latency if isinstance(options.latency, float) else None,
         models={
             "embedder": robot.embedder_dir / MODEL_FILE,

@@ -171,15 +171,28 @@ class VirtualClock(_Loop):
 
 
 class WallClock(_Loop):
-    """Monotonic wall time, seconds since the clock was made; thread-safe ``post``."""
+    """Monotonic wall time, seconds since the clock was made; thread-safe ``post``.
+
+    On the loop, during a callback, the time is the callback's own: the time it fell due (a
+    timer's, or when a posted result arrived), as on the virtual clock, not the moment the
+    loop got to it. The loop runs callbacks in the order they fell due, so what a callback
+    records and schedules depends only on that order and those times, which the recording
+    keeps: a replay that delivers the recorded inputs at their recorded times runs the same
+    callbacks in the same order, however late a loaded controller ran them. Off the loop
+    (worker threads, a signal) the time is the monotonic clock's."""
 
     def __init__(self, workers: int = 2) -> None:
         super().__init__()
         self._origin = time.monotonic()
         self._wake = threading.Condition()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="onboard-io")
+        self._loop_thread: int | None = None
+        self._due: float | None = None
 
     def now(self) -> float:
+        due = self._due
+        if due is not None and threading.get_ident() == self._loop_thread:
+            return due
         return time.monotonic() - self._origin
 
     def _push(self, timer: Timer) -> None:
@@ -207,12 +220,15 @@ class WallClock(_Loop):
 
     def run(self, until: float) -> None:
         """Run callbacks as they fall due until ``until`` seconds or :meth:`stop`."""
+        self._loop_thread = threading.get_ident()
         while True:
             with self._wake:
                 if self._stopped:
                     return
                 now = self.now()
-                timer = self._pop_due(now)
+                # what falls due after ``until`` waits, as on the virtual clock: a loop that
+                # ran late does not run past the end it was given
+                timer = self._pop_due(min(now, until))
                 if timer is None:
                     if now >= until:
                         return
@@ -220,7 +236,11 @@ class WallClock(_Loop):
                     wait = until - now if when is None else min(when, until) - now
                     self._wake.wait(timeout=max(0.0, wait))
                     continue
-            timer.callback()
+            self._due = timer.when
+            try:
+                timer.callback()
+            finally:
+                self._due = None
 
     def stop(self) -> None:
         with self._wake:

@@ -75,7 +75,7 @@ def _text_difference(old: Any, new: Any) -> str:
         (k for k, (a, b) in enumerate(zip(old_lines, new_lines, strict=False)) if a != b),
         min(len(old_lines), len(new_lines)),
     )
-    shown = f"line {line + 1}: recorded {_line(old_lines, line)}, replayed {_line(new_lines, line)}"
+    shown = f"line {line + 1}: " + _line_pair(old_lines, new_lines, line)
     context = []
     if line > 0:
         context.append(f"line {line} {_line(new_lines, line - 1)}")
@@ -83,6 +83,21 @@ def _text_difference(old: Any, new: Any) -> str:
         after = new_lines if line + 1 < len(new_lines) else old_lines
         context.append(f"line {line + 2} {_line(after, line + 1)}")
     return shown + (f" (context: {'; '.join(context)})" if context else "")
+
+
+def _line_pair(old: list[str], new: list[str], k: int) -> str:
+    """Both values of line ``k``; a long line from a little before its first difference."""
+    if k < len(old) and k < len(new):
+        a, b = old[k], new[k]
+        same = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                    min(len(a), len(b)))  # fmt: skip
+        start = max(0, same - SHOWN // 3) if max(len(a), len(b)) > SHOWN else 0
+        if start:
+            cut = f"from character {start + 1}: "
+            return (
+                f"{cut}recorded {a[start : start + SHOWN]!r}, replayed {b[start : start + SHOWN]!r}"
+            )
+    return f"recorded {_line(old, k)}, replayed {_line(new, k)}"
 
 
 def _line(lines: list[str], k: int) -> str:

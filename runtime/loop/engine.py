@@ -243,6 +243,7 @@ class SkillRunner:
         goal: GoalGate | None = None,
         max_replans: int | None = None,
         check_looks: bool = True,
+        work_latency: Callable[[], float] | None = None,
     ) -> None:
         """``look`` takes a fresh observation for the verifiers (a new camera frame), and for
         the checks unless ``check_looks`` is False (the checks then judge a proposal against
@@ -250,7 +251,9 @@ class SkillRunner:
         the latest observation. ``goal``: asked once before the start action; a goal not
         understood ends the episode at once, a goal that already holds ends it in success
         with no motion. ``max_replans``: replans counted apart from check rounds (see the
-        module docstring); None: a replan is one more round."""
+        module docstring); None: a replan is one more round. ``work_latency``: on the
+        virtual clock, how long each piece of off-loop work (a check, a verification) takes,
+        asked in order (a replay of a wall-clock run answers from the recording); None: none."""
         self.skill = skill
         self.clock = clock
         self.driver = driver
@@ -269,6 +272,7 @@ class SkillRunner:
         self.goal = goal
         self.max_replans = max_replans
         self.check_looks = check_looks
+        self.work_latency = work_latency
         self.outcome = Outcome()
         #: per decision: (stimulus -> request sent, reply received -> action started), seconds
         self.decision_overhead: list[tuple[float, float]] = []
@@ -585,7 +589,7 @@ class SkillRunner:
             message = str(result) if isinstance(result, OnboardError) else repr(result)
             if not own:
                 self.record("error", source="llm", purpose=purpose, id=seq, message=message,
-                            virtual_latency=round(took, 4))  # fmt: skip
+                            virtual_latency=round(took, 9))  # fmt: skip
             return None
         self.outcome.llm_replies += 1
         if own:
@@ -596,7 +600,7 @@ class SkillRunner:
             purpose=purpose,
             text=result.text,
             latency=round(result.latency, 4),
-            virtual_latency=round(took, 4),
+            virtual_latency=round(took, 9),
             attempts=result.attempts,
             prompt_tokens=result.prompt_tokens,
             completion_tokens=result.completion_tokens,
@@ -643,7 +647,8 @@ class SkillRunner:
                 result = Verdict(False, feedback=f"{purpose} failed: {message}")
             then(result)
 
-        self.clock.submit(work, done, latency=0.0)
+        latency = self.work_latency() if self.work_latency is not None else 0.0
+        self.clock.submit(work, done, latency=latency)
 
     def _check(self, steps: list[Step], then: Callable[[Verdict], None]) -> None:
         """Every check on ``steps`` against what is seen now (a fresh look when the runner

@@ -129,7 +129,8 @@ class Recorder:
         self._now = now
 
     def _t(self) -> float | None:
-        return None if self._now is None else round(float(self._now()), 4)
+        # to the nanosecond: a replay delivers each recorded input at its time, in order
+        return None if self._now is None else round(float(self._now()), 9)
 
     def sync(self) -> None:
         if self._file is not None:
