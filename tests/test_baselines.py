@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import pytest
 
-from onboard.base.errors import LLMError, RecordingError
+from onboard.base.errors import LLMError
 from onboard.config import RobotConfig
 from onboard.evaluation.code_judges import judge
 from onboard.evaluation.code_tasks import load_code_tasks, set_up
@@ -31,9 +31,9 @@ from onboard.llm.client import ChatClient
 from onboard.loop.recorder import MemoryRecorder, Recorder, read_recording
 from onboard.replan.baselines import (
     DONE,
-    RecordedReplies,
     candidate_steps,
     free_spots,
+    recorded_replies,
     run_progprompt,
     run_saycan,
 )
@@ -198,7 +198,7 @@ def test_saycan_takes_the_stack_apart_and_puts_the_red_block_in_the_box_then_rep
     assert 0 < reply["sent_at"] < reply["received_at"]
 
     # the same layout again, answered from the recording: the same steps, the same end
-    replies = RecordedReplies(recorder.records, "saycan")
+    replies = recorded_replies(recorder.records, "saycan")
     with task_world(robot, embedder, 2) as (twin, api):
         again = run_saycan(api, TASKS[2].instruction, replies, MemoryRecorder())
         assert judge(twin, TASKS[2], robot.code.handover).passed
@@ -315,12 +315,14 @@ def test_recorded_replies_answer_in_order_and_end_with_the_recording(tmp_path: A
                        latency=0.5, model="m")  # fmt: skip
         recorder.write("request", bot="saycan", purpose="step", messages=[], schema=None)
         recorder.write("error", source="saycan", purpose="step", message="timed out")
-    replies = RecordedReplies(read_recording(path), "saycan")
+    replies = recorded_replies(read_recording(path), "saycan")
     assert replies.complete([{"role": "user", "content": "a"}]).text == '{"step": "done"}'
     with pytest.raises(LLMError, match="timed out"):
         replies.complete([{"role": "user", "content": "b"}])
     assert replies.diverged == [
-        "saycan request 2 differs: the number of messages: recorded 0, replayed 1"
+        "saycan: request 2 (step) differs from the recording: the number of messages: "
+        "recorded 0, replayed 1"
     ]
-    with pytest.raises(RecordingError, match="asked more"):
+    with pytest.raises(LLMError, match="no more recorded replies"):
         replies.complete([])
+    assert "the replay asks more than was recorded (2 requests)" in replies.diverged[-1]

@@ -10,79 +10,23 @@ ReplayDivergence naming the request or the step.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from onboard.base.errors import LLMError, RecordingError, ReplayDivergence
+from onboard.base.errors import RecordingError, ReplayDivergence
 from onboard.collab.episode import TeamOutcome, run_team_episode
 from onboard.collab.methods import EnvView, TaskView, TeamSettings, TrialMemory, method
 from onboard.collab.refine import CriticView
-from onboard.llm.types import ChatResult, Message
-from onboard.loop.divergence import request_difference
 from onboard.loop.recorder import MemoryRecorder, read_recording
 from onboard.loop.recording import Header, check_models, read_header
+from onboard.loop.replies import RecordedExchanges, exchanges_by_id
 
 __all__ = [
-    "RecordedReplies",
     "TeamReplay",
     "replay_team_episode",
     "replay_team_recording",
-    "team_exchanges",
 ]
-
-Exchange = tuple[dict[str, Any], dict[str, Any]]
-
-
-def team_exchanges(records: Iterable[Mapping[str, Any]]) -> list[Exchange]:
-    """Each ``request`` record with the ``reply`` or ``error`` record of the same id."""
-    exchanges: list[Exchange] = []
-    open_request: dict[str, Any] | None = None
-    for record in records:
-        kind = record.get("kind")
-        if kind == "request":
-            open_request = dict(record)
-        elif (
-            kind in ("reply", "error")
-            and open_request is not None
-            and record.get("id") == open_request.get("id")
-        ):
-            exchanges.append((open_request, dict(record)))
-            open_request = None
-    return exchanges
-
-
-class RecordedReplies:
-    """Answers each request with the recorded reply (or raises the recorded error), after
-    checking it is the recorded request."""
-
-    def __init__(self, exchanges: Sequence[Exchange], path: Path) -> None:
-        self.exchanges = list(exchanges)
-        self.path = path
-        self.asked = 0
-
-    def complete(
-        self,
-        messages: Sequence[Message],
-        schema: Mapping[str, Any] | None = None,
-        deadline: float | None = None,
-    ) -> ChatResult:
-        if self.asked >= len(self.exchanges):
-            raise ReplayDivergence(
-                f"{self.path}: the replay asked the LLM more often than the recording "
-                f"({len(self.exchanges)} requests)"
-            )
-        request, answer = self.exchanges[self.asked]
-        self.asked += 1
-        what = request_difference(request, messages, schema=schema, check_schema=True)
-        if what is not None:
-            raise ReplayDivergence(
-                f"{self.path}: request {self.asked} differs from the recording: {what}"
-            )
-        if answer.get("kind") == "error":
-            raise LLMError(str(answer.get("message", "")))
-        return ChatResult(text=str(answer.get("text", "")), latency=0.0, attempts=1)
 
 
 @dataclass(frozen=True)
@@ -117,7 +61,7 @@ def replay_team_episode(
         epsilon=float(options["epsilon"]),
         history_limit=int(options["history_limit"]),
     )
-    llm = RecordedReplies(team_exchanges(records), path)
+    llm = RecordedExchanges(exchanges_by_id(records), str(path), check_schema=True)
     # a disturbed episode is disturbed again; a trial memory is the one the episode began with
     start = next((r for r in records if r.get("kind") == "start"), {})
     disturb_at = start.get("disturb_at")

@@ -324,7 +324,7 @@ def replay_baseline(
     from onboard.evaluation.tidy_eval import detector
     from onboard.loop.recorder import read_recording
     from onboard.loop.recording import read_header
-    from onboard.replan.baselines import RecordedReplies
+    from onboard.replan.baselines import recorded_replies
 
     records = list(read_recording(path, images=True))
     header = read_header(records, path)
@@ -335,7 +335,7 @@ def replay_baseline(
     end = next((r for r in records if r["kind"] == "baseline_end"), None)
     if task is None or end is None or method.corrections is not None:
         raise RecordingError(f"{path}: not a complete baseline episode of a code task")
-    replies = RecordedReplies(records, method.name)
+    replies = recorded_replies(records, method.name)
     rng = random.Random(f"{options['seed']}/{task.name}/{options['trial']}")
     embedder = embedder or Embedder(robot.embedder_dir)
     with code_world(robot, task.scene, embedder, found or detector()) as (twin, api):

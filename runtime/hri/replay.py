@@ -20,17 +20,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from onboard.base.errors import IncompleteRecording, LLMTimeout, RecordingError, ReplayDivergence
+from onboard.base.errors import IncompleteRecording, RecordingError, ReplayDivergence
 from onboard.grounding.embedder import MODEL_FILE
 from onboard.hri.critic import critic_model_path
 from onboard.hri.scenario import Scenario
 from onboard.hri.session import EpisodeOptions, make_mapper, run_episode
 from onboard.hri.world import SimRobot
 from onboard.llm.types import ChatResult, Message
-from onboard.loop.divergence import request_difference
 from onboard.loop.engine import SkillRunner
 from onboard.loop.recorder import MemoryRecorder, read_recording, with_images
 from onboard.loop.recording import Header, check_models, read_header
+from onboard.loop.replies import RecordedExchanges, exchanges_by_id
 from onboard.loop.skill import Skill, load_skill_text
 
 __all__ = ["ReplayAsk", "WorkArrivals", "as_recording_error", "read_episode", "replay"]
@@ -39,7 +39,8 @@ T = TypeVar("T")
 
 
 class ReplayAsk:
-    """Answers requests in the recorded order with the recorded replies.
+    """Answers requests in the recorded order with the recorded replies (``onboard.loop.
+    replies``), as the runner's ``Ask``.
 
     A request that differs from the recorded one is a divergence: it is kept in
     ``divergence`` (the runner only sees a failed LLM call) and reported after the run.
@@ -54,17 +55,19 @@ class ReplayAsk:
         self.source = source
         self.arrivals = arrivals
         self.now: Callable[[], float] | None = None
-        self.divergence: str | None = None
-        answers = {r["id"]: r for r in records if r["kind"] in ("reply", "error") and "id" in r}
-        self._exchanges = [(r, answers.get(r["id"])) for r in records if r["kind"] == "request"]
-        self._next = 0
-        for request, answer in self._exchanges:
+        self.replies = RecordedExchanges(exchanges_by_id(records), str(source))
+        for request, answer in self.replies.exchanges:
             _check_exchange(source, request, answer)
 
+    @property
+    def divergence(self) -> str | None:
+        return self.replies.diverged[0] if self.replies.diverged else None
+
     def next_latency(self) -> float:
-        if self._next >= len(self._exchanges):
+        following = self.replies.peek()
+        if following is None:
             return 0.0
-        answer = self._exchanges[self._next][1]
+        answer = following[1]
         if answer is None:  # in flight when the episode ended: it never arrives
             return math.inf
         if self.arrivals and self.now is not None and isinstance(answer.get("t"), (int, float)):
@@ -74,23 +77,7 @@ class ReplayAsk:
     def __call__(
         self, purpose: str, messages: Sequence[Message], schema: dict[str, Any] | None
     ) -> ChatResult:
-        if self._next >= len(self._exchanges):
-            raise self._diverged(f"{self.source}: the replay asks more than was recorded")
-        request, answer = self._exchanges[self._next]
-        self._next += 1
-        what = request_difference(request, messages, purpose)
-        if what is not None:
-            raise self._diverged(
-                f"{self.source}: request {request['id']} ({request['purpose']}) differs from"
-                f" the recording: {what}"
-            )
-        if answer is None or answer["kind"] == "error":
-            raise LLMTimeout(answer["message"] if answer else "no reply was recorded")
-        return ChatResult(text=answer["text"], latency=answer["latency"], attempts=1)
-
-    def _diverged(self, message: str) -> ReplayDivergence:
-        self.divergence = self.divergence or message
-        return ReplayDivergence(message)
+        return self.replies.answer(messages, purpose)
 
 
 class WorkArrivals:

@@ -15,7 +15,7 @@
 Every exchange is recorded as the bots record theirs (``request``, then ``reply`` with
 ``sent_at``/``received_at`` or ``error``, with ``bot`` the method's name), with the scene
 before each choice (``scene``), each step taken (``step``) or the run (``run``) with its
-wall ``seconds``, and the result (``baseline_end``); :class:`RecordedReplies` answers from
+wall ``seconds``, and the result (``baseline_end``); :func:`recorded_replies` answers from
 such a recording, so an episode can be run again on the twin with the same replies.
 """
 
@@ -24,16 +24,16 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from onboard.base.errors import CodeRefused, LLMError, OnboardError, RecordingError
-from onboard.llm.types import ChatResult, Completes, Message
-from onboard.loop.divergence import request_difference
+from onboard.base.errors import CodeRefused, LLMError, OnboardError
+from onboard.llm.types import Completes
 from onboard.loop.recorder import Recorder
+from onboard.loop.replies import RecordedExchanges, exchanges_of
 from onboard.replan.api import RobotAPI, call, call_text
-from onboard.replan.bots import HttpBot, recorded_exchanges
+from onboard.replan.bots import HttpBot
 from onboard.replan.names import API_NAMES
 from onboard.replan.perceive import perceive
 from onboard.replan.prompts import (
@@ -51,10 +51,10 @@ __all__ = [
     "SPOTS",
     "Asker",
     "BaselineResult",
-    "RecordedReplies",
     "Step",
     "candidate_steps",
     "free_spots",
+    "recorded_replies",
     "run_progprompt",
     "run_saycan",
 ]
@@ -83,7 +83,7 @@ Perceive = Callable[[RobotAPI], SceneState]
 
 
 #: what answers a request: :class:`onboard.llm.client.ChatClient`, or a recording's replies
-#: (:class:`RecordedReplies`)
+#: (:func:`recorded_replies`)
 Asker = Completes
 
 
@@ -304,35 +304,8 @@ def _run(api: RobotAPI, code: str, limits: Limits, recorder: Recorder, out: Base
                    seconds=round(time.perf_counter() - wall, 4))  # fmt: skip
 
 
-class RecordedReplies:
-    """Answers a baseline's requests from a recording of it (its ``request`` and ``reply``
-    or ``error`` records, in order), so the episode runs again with the same replies.
-    A request that differs from the recorded one is noted in ``diverged``."""
-
-    def __init__(self, records: Sequence[Mapping[str, Any]], method: str) -> None:
-        self.method = method
-        self._answers = recorded_exchanges(records, method)
-        self._next = 0
-        self.diverged: list[str] = []
-
-    def complete(
-        self,
-        messages: Sequence[Message],
-        schema: Mapping[str, Any] | None = None,
-        deadline: float | None = None,
-    ) -> ChatResult:
-        if self._next >= len(self._answers):
-            raise RecordingError(f"replay: {self.method} asked more than the recording holds")
-        request, answer = self._answers[self._next]
-        self._next += 1
-        what = request_difference(request, messages)
-        if what is not None:
-            self.diverged.append(f"{self.method} request {self._next} differs: {what}")
-        if answer.get("kind") == "error":
-            raise LLMError(str(answer.get("message", "")))
-        return ChatResult(
-            text=str(answer.get("text", "")),
-            latency=float(answer.get("latency", 0.0)),
-            attempts=1,
-            model=str(answer.get("model", "")),
-        )
+def recorded_replies(records: Iterable[Mapping[str, Any]], method: str) -> RecordedExchanges:
+    """A baseline's recorded exchanges (its ``request`` and ``reply`` or ``error`` records, in
+    order) as the client it talked to, so the episode runs again with the same replies; a
+    request that differs from the recorded one is noted in ``diverged``."""
+    return RecordedExchanges(exchanges_of(records, method), method, strict=False)

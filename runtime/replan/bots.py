@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -19,8 +19,8 @@ from typing import Any, Protocol
 from onboard.base.errors import LLMError
 from onboard.config import RobotConfig
 from onboard.llm.client import ChatClient, Completes, Message
-from onboard.loop.divergence import request_difference
 from onboard.loop.recorder import Recorder
+from onboard.loop.replies import Exchange, RecordedExchanges
 
 __all__ = ["Ask", "Bots", "HttpBot", "RecordedBot", "open_bots"]
 
@@ -118,48 +118,20 @@ def open_bots(
         yield Bots(made["decision"], made["inner"], made["extra"])
 
 
-Exchange = tuple[dict[str, Any], dict[str, Any]]
-
-
-def recorded_exchanges(records: Iterable[Mapping[str, Any]], name: str) -> list[Exchange]:
-    """The exchanges of the bot ``name`` in a recording, in order: each ``request`` record
-    with the ``reply`` (or ``error``) record that answered it."""
-    exchanges: list[Exchange] = []
-    request: dict[str, Any] | None = None
-    for record in records:
-        kind = record.get("kind")
-        if kind == "request" and record.get("bot") == name:
-            request = dict(record)
-        elif request is not None and (
-            (kind == "reply" and record.get("bot") == name)
-            or (kind == "error" and record.get("source") == name)
-        ):
-            exchanges.append((request, dict(record)))
-            request = None
-    return exchanges
-
-
 class RecordedBot:
-    """Answers from a recording's replies, in order, checking that each request is the one
-    recorded (``requests`` and ``replies`` of one bot, in recorded order)."""
+    """A bot answered from a recording (its exchanges, ``onboard.loop.replies.exchanges_of``),
+    in order: a request that differs from the recorded one is noted in ``diverged`` and still
+    gets the recorded answer, so the replay's whole sequence of decisions can be compared."""
 
-    def __init__(self, name: str, exchanges: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    def __init__(self, name: str, exchanges: Sequence[Exchange]) -> None:
         self.name = name
-        self._exchanges = exchanges
-        self._next = 0
-        self.diverged: list[str] = []
+        self.replies = RecordedExchanges(exchanges, f"the {name} bot", strict=False)
+
+    @property
+    def diverged(self) -> list[str]:
+        return self.replies.diverged
 
     def ask(
         self, purpose: str, messages: Sequence[Message], schema: Mapping[str, Any] | None = None
     ) -> str:
-        if self._next >= len(self._exchanges):
-            self.diverged.append(f"the {self.name} bot was asked more than recorded")
-            raise LLMError(f"replay: the {self.name} bot was asked more than recorded")
-        request, answer = self._exchanges[self._next]
-        self._next += 1
-        what = request_difference(request, messages, purpose)
-        if what is not None:
-            self.diverged.append(f"{self.name} request {self._next} ({purpose}) differs: {what}")
-        if answer.get("kind") == "error":
-            raise LLMError(str(answer.get("message", "")))
-        return str(answer.get("text", ""))
+        return self.replies.answer(messages, purpose).text

@@ -19,8 +19,9 @@ from typing import Any
 from onboard.base.errors import RecordingError
 from onboard.loop.recorder import Recorder, read_recording
 from onboard.loop.recording import images_dir, read_header
+from onboard.loop.replies import exchanges_of
 from onboard.loop.skill import load_skill_text
-from onboard.replan.bots import ROLES, Bots, RecordedBot, recorded_exchanges
+from onboard.replan.bots import ROLES, Bots, RecordedBot
 from onboard.replan.episode import Corrections, run_code_episode
 from onboard.replan.names import CODE_COMMANDS
 from onboard.replan.sandbox import RunResult
@@ -108,7 +109,7 @@ def _dry_runner(records: list[dict[str, Any]]):  # type: ignore[no-untyped-def]
 
 
 def _bots(records: list[dict[str, Any]]) -> dict[str, RecordedBot]:
-    return {role: RecordedBot(role, recorded_exchanges(records, role)) for role in ROLES}
+    return {role: RecordedBot(role, exchanges_of(records, role)) for role in ROLES}
 
 
 def replay_code_recording(path: Path) -> tuple[list[str], list[str]]:
