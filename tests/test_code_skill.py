@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from onboard.base.errors import RecordingError, SkillError
+from onboard.base.errors import RecordingFormatError, SkillError
 from onboard.cli.main import main
 from onboard.loop.recording import images_dir
 from onboard.loop.skill import load_skill_text
@@ -92,14 +92,16 @@ def test_a_code_skill_s_recording_replays_from_its_recorded_looks(
     assert "replay reproduces" in capsys.readouterr().out
 
 
-def test_a_recording_of_the_loop_before_the_runner_is_refused_in_one_line(
+def test_a_format_2_code_episode_is_refused_in_one_line_naming_its_format(
     recorded: tuple[int, Path], tmp_path: Path
 ) -> None:
-    lines = recorded[1].read_text().splitlines()
+    # format 2 code episodes ran on ReplanVLM's own loop: their records are not the runner's
+    records = [json.loads(x) for x in recorded[1].read_text().splitlines()]
+    records[0]["format"] = 2
     old = tmp_path / "old.jsonl"
-    old.write_text("\n".join(x for x in lines if json.loads(x)["kind"] != "setup") + "\n")
+    old.write_text("".join(json.dumps(r) + "\n" for r in records))
     shutil.copytree(images_dir(recorded[1]), images_dir(old))
-    with pytest.raises(RecordingError, match="before code skills ran on the skill runner"):
+    with pytest.raises(RecordingFormatError, match="a format 2 code episode: it ran on Replan"):
         replay_code_recording(old)
 
 

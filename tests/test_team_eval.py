@@ -172,7 +172,7 @@ def test_same_seed_same_json_and_a_png(robot: RobotConfig, critics: Path, tmp_pa
 def test_task_run_records_an_episode_that_onboard_replay_reproduces(
     robot: RobotConfig, critics: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """About 2 s: ``onboard task run`` (ReAd-S, the task file's mode) writes a format 2 team
+    """About 2 s: ``onboard task run`` (ReAd-S, the task file's mode) writes a team
     recording; ``onboard replay`` re-runs it on the recorded task text, level and critic and
     reproduces its joint actions step by step; a changed critic is refused by its sha256."""
     root = tmp_path / "critics"

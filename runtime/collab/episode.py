@@ -1,5 +1,5 @@
 """One team episode: each environment step planned by a method, every exchange, check and
-step recorded (recording format 2, ``skill_kind = "team"``).
+step recorded (recording format 3, ``skill_kind = "team"``).
 
 Records, in order: ``header`` (when given: :func:`team_header`), ``start``, then per step a
 ``state`` (the text and the features), the method's ``request`` / ``reply`` (or ``error``),
@@ -124,7 +124,7 @@ def team_header(
     env: str,
     critic_file: Path | None,
 ) -> dict[str, Any]:
-    """The format 2 header of a team episode: the task file's text as its "skill", the
+    """The header of a team episode: the task file's text as its "skill", the
     level, seed and method, and the critic's file with its sha256."""
     return build_header(
         robot,

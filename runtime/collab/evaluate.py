@@ -134,7 +134,7 @@ class EvalSettings:
     constrained: bool | None = None
     #: where the task files' critic templates are resolved; None: the shipped models/
     critics_root: Path | None = None
-    #: write each episode's recording here (format 2, with its header); None: in memory
+    #: write each episode's recording here (with its header); None: in memory
     recordings: Path | None = None
 
 
@@ -289,7 +289,7 @@ def run_one(
     env: TeamEnv | None = None,  # type: ignore[type-arg]
     memory: TrialMemory | None = None,
 ) -> Episode:
-    """One episode, recorded at ``record`` (format 2 with its header; ``robot`` names the
+    """One episode, recorded at ``record`` (with its header; ``robot`` names the
     robot in it) or in memory; its NQ checked against the recording's request records.
     ``memory``: what the method carries across the trials of its cell (Reflexion's)."""
     chosen = method(method_name)

@@ -15,7 +15,7 @@ seed's errors as its ERRORS.md says), ``control`` (the stand-in with no planted 
 or an OpenAI-compatible URL. A disturbed episode (ReplanVLM in full, for Table V) has the
 gripper drop what it first holds (runtime/evaluation/disturb.py), logged with the twin's time;
 Table V scores the external corrections against those logs and the internal ones against the
-stand-in's log of the errors it planted. Every episode is recorded (format 2, images by hash)
+stand-in's log of the errors it planted. Every episode is recorded (images by hash)
 and replays.
 """
 

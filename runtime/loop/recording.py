@@ -1,9 +1,9 @@
-"""Recording format 2: a header that makes a recording replayable on its own, and images
+"""Recording format 3: a header that makes a recording replayable on its own, and images
 kept once by hash beside it.
 
-The first record of a format 2 recording is its header (docs/recordings.md)::
+The first record of a recording is its header (docs/recordings.md)::
 
-    {"kind": "header", "format": 2, "skill_kind": "person", "onboard": "0.1.0",
+    {"kind": "header", "format": 3, "skill_kind": "person", "onboard": "0.1.0",
      "robot": {...robot.toml, validated...}, "robot_root": "/home/robot",
      "skill": {"name": "engage", "toml": "<the skill file's text>", "file": ".../engage.toml"},
      "scenario": {...},                  # person skills; scene skills carry "task": {...}
@@ -13,7 +13,11 @@ The first record of a format 2 recording is its header (docs/recordings.md)::
 
 Replay reads the skill from ``skill.toml`` (``file`` is only where it came from) and checks
 each model file of ``models.files`` against the one it would use (:func:`check_models`).
-A header without ``format`` is format 1 (every recording made before this module).
+A header without ``format`` is format 1 (every recording made before this module). Format 3
+(issue 28) records times to the nanosecond, and a wall-clock run's as the loop's (each
+callback at the time it fell due), and runs code episodes as the code skill; format 2
+recordings replay, except code episodes, which ran on ReplanVLM's own loop and are refused
+(:data:`REPLAYS`).
 
 An image in a chat message (an OpenAI content part whose ``image_url`` is a base64 data URL)
 is recorded as a reference, its bytes kept in ``<recording stem>.images/<sha256>.<ext>``::
@@ -46,6 +50,7 @@ __all__ = [
     "FORMAT",
     "FORMAT_1_LAST",
     "IMAGE_REF",
+    "REPLAYS",
     "SKILL_KINDS",
     "Header",
     "Image",
@@ -59,8 +64,10 @@ __all__ = [
     "split_images",
 ]
 
-#: the format this onboard writes and replays
-FORMAT = 2
+#: the format this onboard writes
+FORMAT = 3
+#: the formats this onboard replays (a format 2 code episode is refused: replan/replay.py)
+REPLAYS = (2, 3)
 #: what kind of skill an episode ran: "person" (HRI: a scenario), "scene" (manipulation: a
 #: task), "code" (generated code, ReplanVLM: an instruction; its "skill" is the tasks file),
 #: "team" (several agents, ReAd: a task level; its "skill" is the team task file)
@@ -94,7 +101,7 @@ class Models(_Strict):
 
 
 class Header(_Strict):
-    """A format 2 header, validated (``read_header``)."""
+    """A header (format 2 or 3), validated (``read_header``)."""
 
     format: int
     skill_kind: str
@@ -180,15 +187,16 @@ def read_header(records: Sequence[Mapping[str, Any]], path: Path) -> Header:
     version = raw.get("format")
     if version is None:
         raise RecordingFormatError(
-            f"{path}: a format 1 recording (made before recording format {FORMAT}, by "
+            f"{path}: a format 1 recording (made before recording format 2, by "
             f"{FORMAT_1_LAST} or earlier): replay it with that version, or record the "
             f"episode again"
         )
-    if version != FORMAT:
+    if version not in REPLAYS:
         made_by = raw.get("onboard") or "another version"
+        replays = " and ".join(str(v) for v in REPLAYS)
         raise RecordingFormatError(
             f"{path}: a format {version!r} recording; this onboard ({_version()}) replays "
-            f"format {FORMAT} only: replay it with the onboard that made it ({made_by!s:.40})"
+            f"formats {replays}: replay it with the onboard that made it ({made_by!s:.40})"
         )
     fields = {k: v for k, v in raw.items() if k not in ("seq", "t", "wall", "kind")}
     try:

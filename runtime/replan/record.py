@@ -1,4 +1,4 @@
-"""The header of a code episode's recording (format 2, ``skill_kind = "code"``): robot.toml,
+"""The header of a code episode's recording (format 3, ``skill_kind = "code"``): robot.toml,
 the code skill it ran (its TOML, which a replay loads), the task, the options and the model
 files it ran with."""
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from onboard.base.errors import RecordingError
+from onboard.base.errors import RecordingError, RecordingFormatError
 from onboard.loop.recorder import Recorder, read_recording
 from onboard.loop.recording import images_dir, read_header
 from onboard.loop.replies import exchanges_of
@@ -119,10 +119,11 @@ def replay_code_recording(path: Path) -> tuple[list[str], list[str]]:
     header = read_header(records, path)
     start = next((r for r in records if r["kind"] == "setup"), None)
     end = next((r for r in records if r["kind"] == "outcome"), None)
-    if start is None and any(r["kind"] == "correction" or r["kind"] == "run" for r in records):
-        raise RecordingError(
-            f"{path}: a code episode of the loop before code skills ran on the skill runner "
-            "(no setup record): re-record it (onboard code do)"
+    if header.format < 3:
+        raise RecordingFormatError(
+            f"{path}: a format {header.format} code episode: it ran on ReplanVLM's own loop, "
+            "before code skills ran on the skill runner (format 3); record it again "
+            "(onboard code do)"
         )
     if start is None or end is None:
         raise RecordingError(f"{path}: not a complete code episode (no setup or outcome record)")
