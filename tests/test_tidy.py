@@ -34,7 +34,7 @@ from onboard.llm.types import ChatResult
 from onboard.loop.clock import VirtualClock
 from onboard.loop.engine import SkillRunner
 from onboard.loop.kind import Step
-from onboard.loop.recorder import MemoryRecorder
+from onboard.loop.recorder import MemoryRecorder, Recorder
 from onboard.loop.skill import Skill, load_skill
 from onboard.manip.arm_driver import ArmDriver
 from onboard.manip.commands import ARM_COMMANDS
@@ -42,6 +42,7 @@ from onboard.manip.goal import SceneGoal
 from onboard.manip.kind import SceneKind
 from onboard.manip.observation import SceneObservation
 from onboard.manip.perception import ScenePerception
+from onboard.manip.replay import replay_scene_recording
 from onboard.manip.resolve import ObjectResolver
 from onboard.manip.session import (
     SceneOptions,
@@ -184,12 +185,13 @@ def test_each_goal_succeeds_with_the_standin(
     assert trial.actions[-1] == "done" and trial.fallbacks == 0
 
 
-class KnockOff(MemoryRecorder):
-    """Records in memory; once the place of ``subject`` has passed its verification, the next
-    plan request knocks ``subject`` off its support in the twin (while the plan is asked)."""
+class KnockOff(Recorder):
+    """Records to ``path``; once the place of ``subject`` has passed its verification, the
+    next plan request knocks ``subject`` off its support in the twin (while the plan is
+    asked): a disturbance the recording holds only as the robot saw it."""
 
-    def __init__(self, hardware: Hardware, subject: str) -> None:
-        super().__init__()
+    def __init__(self, hardware: Hardware, subject: str, path: Path) -> None:
+        super().__init__(path)
         self.hardware, self.subject = hardware, subject
         self.placed = False
         self.knocked_at: int | None = None
@@ -206,14 +208,18 @@ class KnockOff(MemoryRecorder):
 
 def test_a_block_knocked_off_while_the_next_step_is_planned_is_noticed_and_put_back(
     robot: RobotConfig, tidy: Skill, tasks: dict[str, TidyTask], server: StandInServer,
-    hardware: Hardware,
+    hardware: Hardware, tmp_path: Path,
 ) -> None:  # fmt: skip
     task = tasks["stack"]
-    recorder = KnockOff(hardware, "red block")
     options = SceneOptions("virtual", constrained=True, latency=1.0, limit=90.0)
-    with ChatClient(robot.llm, base_url=server.base_url) as client:
+    path = tmp_path / "knocked.jsonl"
+    with (
+        ChatClient(robot.llm, base_url=server.base_url) as client,
+        KnockOff(hardware, "red block", path) as recorder,
+    ):
         outcome = run_scene_episode(robot, goal_skill(tidy, task.goal), HttpAsk(client),
-                                    recorder, hardware, detector(), options)  # fmt: skip
+                                    recorder, hardware, detector(), options,
+                                    task={"goal": task.goal})  # fmt: skip
     assert recorder.knocked_at is not None
     after = recorder.records[recorder.knocked_at :]
     noticed = [r for r in after if r["kind"] in ("check", "verify") and not r["ok"]]
@@ -223,6 +229,9 @@ def test_a_block_knocked_off_while_the_next_step_is_planned_is_noticed_and_put_b
     actions = [a for _, a in outcome.actions]
     assert actions.count("place") == 2 and actions[-1] == "done" and outcome.finished
     assert hardware.twin is not None and judge(hardware.twin, task, tidy).success
+    # the knock is in the recording as the robot saw it: the replay plays the looks back
+    recorded, replayed = replay_scene_recording(path)
+    assert recorded == replayed == actions
 
 
 def test_a_stop_reaches_the_arm_at_once_and_never_opens_a_closed_gripper(
@@ -343,9 +352,10 @@ quaternion_xyzw = {list(robot.hand_eye.quaternion_xyzw or ())}
         red, blue = now.objects["red block"].base, now.objects["blue block"].base
         across = math.dist(red.position[:2], blue.position[:2])
         assert across < 0.03 and red.position[2] > blue.position[2] + 0.02
-    # the run replays offline against the twin of the scene sim serve ran
-    assert main(["replay", str(record)]) == 2
-    assert "--scene" in capsys.readouterr().err
+    # the hardware run replays offline from what it recorded, with no arm, camera or twin;
+    # and again in a twin of the scene sim serve ran, when --scene names it
+    assert main(["replay", str(record)]) == 0
+    assert "replay reproduces the recorded action sequence" in capsys.readouterr().out
     assert main(["replay", str(record), "--scene", "blocks"]) == 0
     assert "replay reproduces the recorded action sequence" in capsys.readouterr().out
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from onboard.perception.scene_observer import SceneState, SeenObject
 
@@ -41,7 +44,17 @@ class SceneObservation:
     def to_record(self) -> dict[str, object]:
         return {
             "t": self.t,
-            "frame": self.frame,
             "holding": self.holding,
-            **self.scene.to_record(),
+            **self.scene.to_record(),  # its "frame": "base" or "camera"
+            "frame_index": self.frame,
+            **({"png": hashlib.sha256(self.png).hexdigest()} if self.png is not None else {}),
         }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], png: bytes | None = None) -> SceneObservation:
+        """The look :meth:`to_record` wrote (``png``: its camera frame as PNG, from the
+        recording's images folder)."""
+        holding = record.get("holding")
+        return cls(float(record["t"]), SceneState.from_record(record),
+                   None if holding is None else str(holding),
+                   int(record.get("frame_index", 0)), png)  # fmt: skip

@@ -20,11 +20,13 @@ from onboard.base.errors import RecordingError, ReplayDivergence
 from onboard.drivers.arm.config import SimArmConfig
 from onboard.drivers.camera.config import SimCameraConfig
 from onboard.grounding.embedder import MODEL_FILE
-from onboard.hri.replay import ReplayAsk, as_recording_error, read_episode
+from onboard.hri.replay import ReplayAsk, WorkArrivals, as_recording_error, read_episode
+from onboard.loop.engine import SkillRunner
 from onboard.loop.recorder import MemoryRecorder, with_images
 from onboard.loop.recording import Header, check_models
 from onboard.loop.skill import load_skill_text
 from onboard.manip.commands import ARM_COMMANDS
+from onboard.manip.playback import PlaybackArm, RecordedLooks
 from onboard.manip.session import SceneOptions, goal_skill, run_scene_episode, scene_hardware
 from onboard.perception.detector import Detector
 
@@ -51,8 +53,15 @@ def replay_scene(
     scene: str | None = None,
 ) -> tuple[list[str], list[str]]:
     """(recorded action sequence, replayed action sequence); raises ReplayDivergence.
-    ``scene`` replaces the task's (a run recorded on hardware names none)."""
+
+    A format 3 recording plays its own looks and arm completions back
+    (runtime/manip/playback.py): nothing is simulated, so a run on the wall clock, on
+    hardware or in a disturbed world replays as the robot saw it. ``scene`` (or a format 2
+    recording) runs it again in a twin of that scene instead (the task's by default; a run
+    recorded on hardware names none)."""
     task = header.task or {}
+    if scene is None and header.format >= 3:
+        return _play_back(path, header, records, end)
     scene = scene or task.get("scene")
     if not isinstance(scene, str) or not scene or scene == "None":
         raise RecordingError(
@@ -100,6 +109,49 @@ def replay_scene(
         outcome = run_scene_episode(
             robot, skill, ask, MemoryRecorder(), found, detector, replayed, task=task
         )
+    if ask.divergence:
+        raise ReplayDivergence(ask.divergence)
+    return [a for _, a in end["actions"]], [a for _, a in outcome.actions]
+
+
+def _play_back(
+    path: Path, header: Header, records: list[dict[str, Any]], end: dict[str, Any]
+) -> tuple[list[str], list[str]]:
+    robot = header.robot_config()
+    folder = bundled.detector_dir()
+    detector = Detector(folder / "model.onnx", folder / "classes.json")
+    check_models(
+        header, {"embedder": robot.embedder_dir / MODEL_FILE, "detector": detector.path}, path
+    )
+    skill = load_skill_text(header.skill.toml, f"{path} (skill {header.skill.name})",
+                            commands={"scene": ARM_COMMANDS})  # fmt: skip
+    task = header.task or {}
+    goal = task.get("goal")
+    if not isinstance(goal, str):
+        raise RecordingError(f"{path}: header: the task names no goal")
+    skill = goal_skill(skill, goal)
+    records = list(with_images(records, path))
+    options = header.options
+    wall = options.get("clock") == "wall"
+    ask = ReplayAsk(records, path, arrivals=wall)
+    first = next((r.get("t") for r in records if r["kind"] == "observation"), None)
+    replayed = SceneOptions(
+        clock="virtual",
+        constrained=bool(options.get("constrained", False)),
+        latency=ask.next_latency,
+        limit=float(options.get("limit", 300.0)),
+        look_every=float(options.get("look_every", 1.0)),
+        start=float(first) if wall and isinstance(first, (int, float)) else 0.0,
+    )
+
+    def on_runner(runner: SkillRunner) -> None:
+        ask.now = runner.clock.now
+        if wall:
+            runner.work_latency = WorkArrivals(records, runner.clock.now)
+
+    playback = (RecordedLooks(records, path), PlaybackArm(records))
+    outcome = run_scene_episode(robot, skill, ask, MemoryRecorder(), None, detector, replayed,
+                                on_runner=on_runner, task=task, playback=playback)  # fmt: skip
     if ask.divergence:
         raise ReplayDivergence(ask.divergence)
     return [a for _, a in end["actions"]], [a for _, a in outcome.actions]

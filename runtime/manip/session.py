@@ -34,6 +34,7 @@ from onboard.manip.goal import GoalCheck, SceneGoal
 from onboard.manip.kind import SceneKind
 from onboard.manip.observation import SceneObservation
 from onboard.manip.perception import ScenePerception
+from onboard.manip.playback import PlaybackArm, RecordedLooks
 from onboard.manip.resolve import ObjectResolver
 from onboard.manip.verify import Effects, EffectVerify, SceneCheck
 from onboard.perception.detector import Detector
@@ -60,6 +61,8 @@ class SceneOptions:
     limit: float = 300.0
     #: seconds between two looks at the table while nothing else looks
     look_every: float = 1.0
+    #: where the virtual clock starts (a replay of a wall-clock run: the run's first look)
+    start: float = 0.0
 
 
 def goal_skill(skill: Skill, goal: str) -> Skill:
@@ -103,46 +106,56 @@ def run_scene_episode(
     skill: Skill,
     ask: Ask,
     recorder: Recorder,
-    found: Hardware,
+    found: Hardware | None,
     detector: Detector,
     options: SceneOptions = SceneOptions(),
     on_runner: Callable[[SkillRunner], None] | None = None,
     task: Mapping[str, Any] | None = None,
+    playback: tuple[RecordedLooks, PlaybackArm] | None = None,
 ) -> Outcome:
     """Run ``skill`` (its goal already set: :func:`goal_skill`) until it ends, it is stopped,
     or ``options.limit`` seconds pass. ``on_runner`` sees the runner before it starts (tests
     and benchmarks); ``task`` is what the recording's header says the episode was asked
     (the request, the scene; by default the skill's goal). The goal check compiles the
-    skill's request (runtime/manip/goal.py)."""
-    if found.arm is None or found.camera is None:
+    skill's request (runtime/manip/goal.py). ``playback``: the looks and the arm's
+    completions of a recording instead of ``found`` (a replay: runtime/manip/playback.py)."""
+    if playback is None and (found is None or found.arm is None or found.camera is None):
         raise UsageError("a scene skill needs an arm and a camera")
     hand_eye = hand_eye_of(robot)  # before anything moves
-    clock = make_clock(options.clock)
-    twin = found.twin
+    clock = make_clock(options.clock, options.start)
+    twin = found.twin if found is not None else None
     virtual = isinstance(clock, VirtualClock)
     header = build_header(
         robot,
         skill,
         "scene",
         task=dict(task) if task is not None else {"goal": skill.goal},
-        options={k: v for k, v in options.__dict__.items() if k != "latency"},
+        options={k: v for k, v in options.__dict__.items() if k not in ("latency", "start")},
         latency=options.latency if isinstance(options.latency, float) else None,
         models={"embedder": robot.embedder_dir / MODEL_FILE, "detector": detector.path},
     )
     begin_recording(recorder, clock, robot.llm.api_key(), header)
-    elapsed = (lambda: twin.time) if (virtual and twin is not None) else None
-    driver = ArmDriver(found.arm, clock, elapsed=elapsed, record=recorder.write)
-    driver.home()
-    if twin is not None:
-        keep_time(clock, twin, virtual)
-    perception = ScenePerception(
-        found.camera,
-        detector,
-        SceneObserver(hand_eye, sides="base"),
-        clock.now,
-        holding=lambda: driver.holding,
-        images=skill.prompt.images,
-    )
+    driver: ArmDriver | PlaybackArm
+    if playback is not None:
+        looks, driver = playback
+        driver.clock = clock
+        look, look_latency = looks.look, looks.latency(clock.now)
+    else:
+        assert found is not None and found.arm is not None and found.camera is not None
+        elapsed = (lambda: twin.time) if (virtual and twin is not None) else None
+        arm = ArmDriver(found.arm, clock, elapsed=elapsed, record=recorder.write)
+        arm.home()
+        if twin is not None:
+            keep_time(clock, twin, virtual)
+        perception = ScenePerception(
+            found.camera,
+            detector,
+            SceneObserver(hand_eye, sides="base"),
+            clock.now,
+            holding=lambda: arm.holding,
+            images=skill.prompt.images,
+        )
+        driver, look, look_latency = arm, perception.look, (lambda: 0.0)
     mapper = make_mapper(robot, skill)
     resolver = ObjectResolver(mapper.embedder, near_tie=robot.mapping.near_tie)
     kind = SceneKind(skill, mapper, resolver)
@@ -160,7 +173,7 @@ def run_scene_episode(
         latency=options.latency,
         checks=[SceneCheck(skill, effects), GoalCheck(skill, goal)],
         verifiers=[EffectVerify(skill, effects)],
-        look=perception.look,
+        look=look,
         max_rounds=skill.max_rounds,
         on_finish=lambda _: clock.stop(),
         breaker_failures=robot.llm.breaker_failures,
@@ -169,11 +182,11 @@ def run_scene_episode(
     )
     if on_runner is not None:
         on_runner(runner)
-    _look_periodically(runner, perception, options.look_every)
+    _look_periodically(runner, look, options.look_every, look_latency)
 
     with on_stop_signals(stop_hooks(runner, ask, recorder), options.handle_signals):
         try:
-            runner.start(perception.look())
+            runner.start(look())
             clock.run(until=options.limit)
         finally:
             if not runner.finished:
@@ -210,8 +223,14 @@ def keep_time(clock: Clock, twin: object, virtual: bool) -> None:
     clock.post(tick)
 
 
-def _look_periodically(runner: SkillRunner, perception: ScenePerception, every: float) -> None:
-    """Perception posts a fresh look every ``every`` seconds (off the loop)."""
+def _look_periodically(
+    runner: SkillRunner,
+    take_look: Callable[[], SceneObservation],
+    every: float,
+    latency: Callable[[], float],
+) -> None:
+    """Perception posts a fresh look every ``every`` seconds (off the loop); ``latency``:
+    the virtual time a look takes (a replay's: when the recorded one came back)."""
     clock = runner.clock
 
     def look() -> None:
@@ -226,6 +245,6 @@ def _look_periodically(runner: SkillRunner, perception: ScenePerception, every: 
                 runner.observe(result)
             clock.call_later(every, look)
 
-        clock.submit(perception.look, seen, latency=0.0)
+        clock.submit(take_look, seen, latency=latency)
 
     clock.call_later(every, look)

@@ -16,9 +16,9 @@ hide in part are less sure: the centre is estimated from the part that shows.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 import numpy.typing as npt
@@ -68,15 +68,35 @@ class SeenObject:
         return [r.other for r in self.relations if r.kind == kind]
 
     def to_record(self) -> dict[str, object]:
+        """Everything the loop reads of it, exactly (a replay plays the look back from it)."""
         return {
             "name": self.name,
             "label": self.label,
-            "score": round(self.score, 3),
-            "box": [round(v, 1) for v in self.box],
-            "position": [round(float(v), 3) for v in self.position],
-            "size": round(self.size, 3),
+            "score": float(self.score),
+            "box": [float(v) for v in self.box],
+            "position": [float(v) for v in self.position],
+            "camera": [float(v) for v in self.camera],
+            "size": float(self.size),
             "relations": [[r.kind, r.other] for r in self.relations],
         }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> SeenObject:
+        """The object :meth:`to_record` wrote (a recording before format 3 has no camera
+        point: the base-frame one stands in)."""
+        x1, y1, x2, y2 = (float(v) for v in record["box"])
+        position = np.array([float(v) for v in record["position"]], dtype=np.float64)
+        camera = record.get("camera")
+        return cls(
+            name=str(record["name"]),
+            label=str(record["label"]),
+            score=float(record["score"]),
+            box=(x1, y1, x2, y2),
+            position=position,
+            camera=position if camera is None else np.array(camera, dtype=np.float64),
+            size=float(record["size"]),
+            relations=tuple(Relation(kind, str(other)) for kind, other in record["relations"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -133,6 +153,15 @@ class SceneState:
             "objects": [obj.to_record() for obj in self.objects],
             "unlocated": list(self.unlocated),
         }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> SceneState:
+        frame = record.get("frame", "base")
+        return cls(
+            objects=tuple(SeenObject.from_record(o) for o in record.get("objects", [])),
+            unlocated=tuple(str(x) for x in record.get("unlocated", [])),
+            frame="camera" if frame == "camera" else "base",
+        )
 
 
 def _article(label: str) -> str:

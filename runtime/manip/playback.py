@@ -1,0 +1,111 @@
+"""A scene episode's inputs played back from its recording (format 3): every look and every
+completion of an arm command, at the time the episode got it.
+
+The loop runs again with nothing behind it: no camera, detector, arm or twin. Each look the
+replay takes is the next look the episode recorded (its objects, relations and what the
+gripper held, exactly; its PNG from the images folder when the skill sends images), and each
+command the replay starts completes when the episode's did (the ``done`` record after the
+``transition`` that started it), or never, when it was cut short. So a run on the wall clock,
+on hardware, or with the world disturbed behind the robot's back (a block knocked off while
+a step is planned) replays as the robot saw it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from onboard.base.errors import ReplayDivergence
+from onboard.drivers.base import Args, Done, Running
+from onboard.loop.clock import Clock, Timer
+from onboard.loop.recording import images_dir
+from onboard.manip.commands import ARM_COMMANDS
+from onboard.manip.observation import SceneObservation
+
+__all__ = ["PlaybackArm", "RecordedLooks", "completions"]
+
+
+class RecordedLooks:
+    """The episode's looks, in the order it took them."""
+
+    def __init__(self, records: Sequence[dict[str, Any]], path: Path) -> None:
+        self.path = path
+        self._records = [r for r in records if r["kind"] == "observation"]
+        self._next = 0
+        #: when the last look handed out came back in the episode
+        self.last_t = 0.0
+
+    def look(self) -> SceneObservation:
+        if self._next >= len(self._records):
+            raise ReplayDivergence(
+                f"{self.path}: the replay looked more often than the episode did "
+                f"({len(self._records)} looks)"
+            )
+        record = self._records[self._next]
+        self._next += 1
+        self.last_t = float(record["t"])
+        return SceneObservation.from_record(record, self._png(record.get("png")))
+
+    def latency(self, now: Callable[[], float]) -> Callable[[], float]:
+        """A look's virtual latency, asked after it ran: until its recorded time."""
+        return lambda: max(0.0, self.last_t - now())
+
+    def _png(self, sha256: object) -> bytes | None:
+        if not isinstance(sha256, str):
+            return None
+        found = images_dir(self.path) / f"{sha256}.png"
+        return found.read_bytes() if found.is_file() else None
+
+
+def completions(records: Sequence[dict[str, Any]]) -> list[float | None]:
+    """For each command the episode started (one per ``transition``), when it completed
+    (its ``done`` record's time), or None: cut short by the next transition or the end."""
+    done_at: list[float | None] = []
+    for record in records:
+        if record["kind"] == "transition":
+            done_at.append(None)
+        elif record["kind"] == "done" and done_at and done_at[-1] is None:
+            done_at[-1] = float(record["t"])
+    return done_at
+
+
+class _Pending:
+    def __init__(self, timer: Timer | None) -> None:
+        self.timer = timer
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+
+class PlaybackArm:
+    """Implements :class:`~onboard.drivers.base.RobotDriver`: the k-th command started
+    completes at the time the episode's k-th did."""
+
+    def __init__(self, records: Sequence[dict[str, Any]], clock: Clock | None = None) -> None:
+        """``clock``: the replay's (set by the episode that plays it back)."""
+        self.clock = clock
+        self._done_at = completions(records)
+        self._started = 0
+
+    @property
+    def commands(self) -> frozenset[str]:
+        return ARM_COMMANDS
+
+    @property
+    def holding(self) -> str | None:
+        return None  # the recorded looks say what the gripper held
+
+    def start(self, command: str, args: Args, done: Done) -> Running:
+        k, self._started = self._started, self._started + 1
+        at = self._done_at[k] if k < len(self._done_at) else None
+        if at is None or self.clock is None:
+            return _Pending(None)
+        return _Pending(self.clock.call_at(at, done))
+
+    def stop(self) -> None:
+        """Nothing moves in a replay."""
+
+    def resume(self) -> None:
+        """Nothing moves in a replay."""
