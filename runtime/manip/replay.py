@@ -60,64 +60,18 @@ def replay_scene(
     recording) runs it again in a twin of that scene instead (the task's by default; a run
     recorded on hardware names none)."""
     task = header.task or {}
-    if scene is None and header.format >= 3:
-        return _play_back(path, header, records, end)
+    play_back = scene is None and header.format >= 3
     scene = scene or task.get("scene")
-    if not isinstance(scene, str) or not scene or scene == "None":
+    if not play_back and (not isinstance(scene, str) or not scene or scene == "None"):
         raise RecordingError(
             f"{path}: recorded on an arm that is not simulated, so its task names no scene: "
             "say which twin scene stands in for it (onboard replay REC --scene blocks)"
         )
-    recorded = header.robot_config()
-    robot = recorded.model_copy(
-        update={
-            "drivers": recorded.drivers.model_copy(
-                update={"arm": SimArmConfig(scene=Path(scene)), "camera": SimCameraConfig()}
-            )
-        }
-    )
-    folder = bundled.detector_dir()
-    detector = Detector(folder / "model.onnx", folder / "classes.json")
-    check_models(
-        header, {"embedder": robot.embedder_dir / MODEL_FILE, "detector": detector.path}, path
-    )
-    skill = load_skill_text(header.skill.toml, f"{path} (skill {header.skill.name})",
-                            commands={"scene": ARM_COMMANDS})  # fmt: skip
-    goal = task.get("goal")
-    if not isinstance(goal, str):
-        raise RecordingError(f"{path}: header: the task names no goal")
-    skill = goal_skill(skill, goal)
-    records = list(with_images(records, path))
-    ask = ReplayAsk(records, path)
-    options = header.options
-    replayed = SceneOptions(
-        clock="virtual",
-        constrained=bool(options.get("constrained", False)),
-        latency=ask.next_latency,
-        limit=float(options.get("limit", 300.0)),
-        look_every=float(options.get("look_every", 1.0)),
-    )
-    with scene_hardware(robot) as found:
-        assert found.twin is not None
-        # the set-up the recording says was done, in the same order, on a fresh twin of
-        # the same scene: the physics starts where it started
-        for name, position in (task.get("setup") or {}).items():
-            x, y, z = (float(v) for v in position)
-            found.twin.set_object_pose(str(name), (x, y, z))
-        if task.get("setup"):
-            found.twin.settle(float(task.get("settle", 0.5)))
-        outcome = run_scene_episode(
-            robot, skill, ask, MemoryRecorder(), found, detector, replayed, task=task
-        )
-    if ask.divergence:
-        raise ReplayDivergence(ask.divergence)
-    return [a for _, a in end["actions"]], [a for _, a in outcome.actions]
-
-
-def _play_back(
-    path: Path, header: Header, records: list[dict[str, Any]], end: dict[str, Any]
-) -> tuple[list[str], list[str]]:
     robot = header.robot_config()
+    if not play_back:
+        arm, camera = SimArmConfig(scene=Path(str(scene))), SimCameraConfig()
+        drivers = robot.drivers.model_copy(update={"arm": arm, "camera": camera})
+        robot = robot.model_copy(update={"drivers": drivers})
     folder = bundled.detector_dir()
     detector = Detector(folder / "model.onnx", folder / "classes.json")
     check_models(
@@ -125,14 +79,14 @@ def _play_back(
     )
     skill = load_skill_text(header.skill.toml, f"{path} (skill {header.skill.name})",
                             commands={"scene": ARM_COMMANDS})  # fmt: skip
-    task = header.task or {}
     goal = task.get("goal")
     if not isinstance(goal, str):
         raise RecordingError(f"{path}: header: the task names no goal")
     skill = goal_skill(skill, goal)
     records = list(with_images(records, path))
     options = header.options
-    wall = options.get("clock") == "wall"
+    # a wall-clock run played back: replies, checks and looks come when they came
+    wall = play_back and options.get("clock") == "wall"
     ask = ReplayAsk(records, path, arrivals=wall)
     first = next((r.get("t") for r in records if r["kind"] == "observation"), None)
     replayed = SceneOptions(
@@ -149,9 +103,22 @@ def _play_back(
         if wall:
             runner.work_latency = WorkArrivals(records, runner.clock.now)
 
-    playback = (RecordedLooks(records, path), PlaybackArm(records))
-    outcome = run_scene_episode(robot, skill, ask, MemoryRecorder(), None, detector, replayed,
-                                on_runner=on_runner, task=task, playback=playback)  # fmt: skip
+    if play_back:
+        playback = (RecordedLooks(records, path), PlaybackArm(records))
+        outcome = run_scene_episode(robot, skill, ask, MemoryRecorder(), None, detector,
+                                    replayed, on_runner, task, playback)  # fmt: skip
+    else:
+        with scene_hardware(robot) as found:
+            assert found.twin is not None
+            # the set-up the recording says was done, in the same order, on a fresh twin of
+            # the same scene: the physics starts where it started
+            for name, position in (task.get("setup") or {}).items():
+                x, y, z = (float(v) for v in position)
+                found.twin.set_object_pose(str(name), (x, y, z))
+            if task.get("setup"):
+                found.twin.settle(float(task.get("settle", 0.5)))
+            outcome = run_scene_episode(robot, skill, ask, MemoryRecorder(), found, detector,
+                                        replayed, on_runner, task)  # fmt: skip
     if ask.divergence:
         raise ReplayDivergence(ask.divergence)
     return [a for _, a in end["actions"]], [a for _, a in outcome.actions]
