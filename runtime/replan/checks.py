@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from onboard.base.errors import LLMError
-from onboard.loop.engine import Verdict
+from onboard.loop.engine import Check, Verdict
 from onboard.loop.kind import Observation, Step
 from onboard.replan import prompts
 from onboard.replan.allowlist import check as allowlist_check
@@ -216,11 +216,11 @@ def code_checks(
     record: Record,
     internal: bool,
     dry: DryRunner | None,
-) -> list[Any]:
+) -> list[Check]:
     """The checks of a code skill, in the seed's order: the form and the allow-list always;
     with internal correction the Inner Bot's match and, given ``dry``, the dry run and the
     comparison."""
-    checks: list[Any] = [Readable(final=internal), AllowList(final=internal)]
+    checks: list[Check] = [Readable(final=internal), AllowList(final=internal)]
     if not internal:
         return checks
     checks.append(PlanMatch(inner, instruction, record))

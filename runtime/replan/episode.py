@@ -37,7 +37,7 @@ from onboard.config import RobotConfig
 from onboard.llm.content import encode_image
 from onboard.llm.types import ChatResult, Message
 from onboard.loop.clock import VirtualClock
-from onboard.loop.engine import SkillRunner
+from onboard.loop.engine import SkillRunner, Verify
 from onboard.loop.recorder import Recorder
 from onboard.loop.skill import Skill, load_skill
 from onboard.replan.api import RobotAPI, call
@@ -308,7 +308,7 @@ def run_code_episode(
     decision = _Counted(bots.decision)
     driver = CodeDriver(world, clock, ledger)
     checks = code_checks(kind, decision, bots.inner, instruction, ledger, corrections.internal, dry)
-    verify: Any = (
+    verify: Verify = (
         ExtraVerify(bots.extra, instruction, driver, goal_images, goal_notes, text_only)
         if corrections.external
         else RunEnded(driver)
