@@ -330,3 +330,21 @@ def test_wall_run_leaves_what_falls_due_after_until(wall: WallClock) -> None:
     _later(0.4, release.set)
     wall.run(until=0.1)
     assert ran == []
+
+
+def test_wall_submitted_work_runs_at_the_time_it_was_submitted(wall: WallClock) -> None:
+    # as on the virtual clock: what the work reads of the episode clock does not depend on
+    # how long a loaded worker took to get to it
+    seen: list[tuple[str, float]] = []
+
+    def work() -> float:
+        time.sleep(0.2)
+        return wall.now()
+
+    def submit() -> None:
+        seen.append(("submitted", wall.now()))
+        wall.submit(work, lambda result, took: (seen.append(("read", result)), wall.stop()))
+
+    wall.call_at(0.05, submit)
+    wall.run(until=30.0)
+    assert seen == [("submitted", 0.05), ("read", 0.05)]

@@ -1,14 +1,13 @@
 """Every recording replays (issue 28, item 4): a corpus of at least 200 recordings made in
 this test run, while a busy loop holds one core, across every kind (person, scene, code,
-team), both clocks (virtual, and wall for person episodes on short scenarios and one scene
-episode), and every fault
-mode of the hostile loopback endpoint; each replayed with what ``onboard replay`` runs
-(``replay_recording``) and its action sequence compared with the recorded one.
+team), both clocks (virtual; wall for the shipped person-object scenario with Engage's
+critic, short person episodes and one scene episode) and every fault mode of the hostile
+loopback endpoint; each replayed with what ``onboard replay`` runs (``replay_recording``)
+and its action sequence compared with the recorded one.
 
 The stand-in LLMs and the hostile endpoint are loopback HTTP servers that see only the
-requests. The corpus is built once (about a minute on 2 cores) and shared by the tests here.
+requests. The corpus is built once (about 100 s on 2 cores) and shared by the tests here.
 """
-
 from __future__ import annotations
 
 import json
@@ -130,17 +129,21 @@ def _person_virtual(
 
 
 def _person_wall(robot: RobotConfig, folder: Path) -> list[Made]:
-    """Short wall-clock episodes, four at a time: the stand-in, then each fault mode."""
+    """Wall-clock episodes, four at a time: the shipped person-object scenario (about 30 s:
+    the critic times a look held on the episode clock, off the loop), short ones against
+    the stand-in, then against each fault mode."""
     skill = load_robot_skill(robot, "engage")
     mapper = make_mapper(robot, skill, Embedder(robot.embedder_dir))
     (folder / "short.toml").write_text(SHORT, encoding="utf-8")
-    scenario = load_scenario(folder / "short.toml")
+    short = load_scenario(folder / "short.toml")
+    shipped = load_scenario(bundled.skills_dir() / "scenarios" / "person-object.toml")
     faulty = _faulty(robot)
 
     def one(endpoint: str, index: int) -> Made:
+        scenario = shipped if index < 0 else short
         path = folder / f"person-wall-{endpoint}-{index}.jsonl"
         server: StandInServer | FaultServer = (
-            StandInServer(seed=index, noise=0.0, latency=0.2)
+            StandInServer(seed=abs(index), noise=0.0, latency=0.2)
             if endpoint == "standin"
             else FaultServer(modes=["ok", endpoint, "ok", endpoint], drip=0.05, late=2.0)
         )
@@ -154,7 +157,7 @@ def _person_wall(robot: RobotConfig, folder: Path) -> list[Made]:
                         EpisodeOptions(clock="wall"))  # fmt: skip
         return Made(path, "person", "wall", endpoint)
 
-    jobs = [("standin", i) for i in range(4)] + [(mode, 0) for mode in MODES]
+    jobs = [("standin", -1)] + [("standin", i) for i in range(4)] + [(m, 0) for m in MODES]
     with ThreadPoolExecutor(4) as pool:
         return list(pool.map(lambda job: one(*job), jobs))
 

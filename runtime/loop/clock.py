@@ -178,8 +178,11 @@ class WallClock(_Loop):
     loop got to it. The loop runs callbacks in the order they fell due, so what a callback
     records and schedules depends only on that order and those times, which the recording
     keeps: a replay that delivers the recorded inputs at their recorded times runs the same
-    callbacks in the same order, however late a loaded controller ran them. Off the loop
-    (worker threads, a signal) the time is the monotonic clock's."""
+    callbacks in the same order, however late a loaded controller ran them. Submitted work
+    runs at the time it was submitted, as on the virtual clock, where time stands still while
+    it runs: a critic timing a look, or perception stamping a frame, reads that time, which a
+    replay reproduces. Elsewhere off the loop (a signal, a driver's own thread) the time is
+    the monotonic clock's."""
 
     def __init__(self, workers: int = 2) -> None:
         super().__init__()
@@ -188,11 +191,15 @@ class WallClock(_Loop):
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="onboard-io")
         self._loop_thread: int | None = None
         self._due: float | None = None
+        self._work = threading.local()  # a worker's: when its work was submitted
 
     def now(self) -> float:
         due = self._due
         if due is not None and threading.get_ident() == self._loop_thread:
             return due
+        submitted: float | None = getattr(self._work, "submitted", None)
+        if submitted is not None:
+            return submitted
         return time.monotonic() - self._origin
 
     def _push(self, timer: Timer) -> None:
@@ -210,10 +217,13 @@ class WallClock(_Loop):
 
         def run() -> None:
             result: T | BaseException
+            self._work.submitted = began
             try:
                 result = work()
             except Exception as exc:
                 result = exc
+            finally:
+                self._work.submitted = None
             self.post(lambda: done(result, self.now() - began))
 
         self._pool.submit(run)

@@ -43,7 +43,7 @@ class SceneObservation:
 
     def to_record(self) -> dict[str, object]:
         return {
-            "t": self.t,
+            "seen_at": self.t,  # when the frame was taken; the record's t is when it came
             "holding": self.holding,
             **self.scene.to_record(),  # its "frame": "base" or "camera"
             "frame_index": self.frame,
@@ -55,6 +55,6 @@ class SceneObservation:
         """The look :meth:`to_record` wrote (``png``: its camera frame as PNG, from the
         recording's images folder)."""
         holding = record.get("holding")
-        return cls(float(record["t"]), SceneState.from_record(record),
+        return cls(float(record.get("seen_at", record["t"])), SceneState.from_record(record),
                    None if holding is None else str(holding),
                    int(record.get("frame_index", 0)), png)  # fmt: skip
