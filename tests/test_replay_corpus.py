@@ -8,6 +8,7 @@ and its action sequence compared with the recorded one.
 The stand-in LLMs and the hostile endpoint are loopback HTTP servers that see only the
 requests. The corpus is built once (about 100 s on 2 cores) and shared by the tests here.
 """
+
 from __future__ import annotations
 
 import json
