@@ -33,7 +33,14 @@ from onboard.loop.recording import Header, check_models, read_header
 from onboard.loop.replies import RecordedExchanges, exchanges_by_id
 from onboard.loop.skill import Skill, load_skill_text
 
-__all__ = ["ReplayAsk", "WorkArrivals", "as_recording_error", "read_episode", "replay"]
+__all__ = [
+    "ReplayAsk",
+    "ReplayTiming",
+    "WorkArrivals",
+    "as_recording_error",
+    "read_episode",
+    "replay",
+]
 
 T = TypeVar("T")
 
@@ -78,6 +85,27 @@ class ReplayAsk:
         self, purpose: str, messages: Sequence[Message], schema: dict[str, Any] | None
     ) -> ChatResult:
         return self.replies.answer(messages, purpose)
+
+
+class ReplayTiming:
+    """When a recording's inputs come back in its replay. A virtual-clock run's replies come
+    after their recorded latencies and its checks at once, as they did; a wall-clock run's
+    replay starts its clock at the run's first look and delivers each reply, check and
+    verification at the time it arrived (:class:`ReplayAsk` ``arrivals``,
+    :class:`WorkArrivals`)."""
+
+    def __init__(self, header: Header, records: Sequence[dict[str, Any]], path: Path) -> None:
+        self.records = records
+        self.wall = header.options.get("clock") == "wall"
+        self.ask = ReplayAsk(records, path, arrivals=self.wall)
+        first = next((r.get("t") for r in records if r["kind"] == "observation"), None)
+        self.start = float(first) if self.wall and isinstance(first, (int, float)) else 0.0
+
+    def attach(self, runner: SkillRunner) -> None:
+        """Give the replay's runner (and clock) to what times the inputs."""
+        self.ask.now = runner.clock.now
+        if self.wall:
+            runner.work_latency = WorkArrivals(self.records, runner.clock.now)
 
 
 class WorkArrivals:
@@ -199,12 +227,11 @@ def _replay(path: Path) -> tuple[list[str], list[str]]:
     check_models(header, local, path)
     scenario = Scenario.model_validate(header.scenario)
     records = list(with_images(records, path))
-    wall = header.options.get("clock") == "wall"
-    ask = ReplayAsk(records, path, arrivals=wall)
-    first = next((r.get("t") for r in records if r["kind"] == "observation"), None)
+    timing = ReplayTiming(header, records, path)
+    ask = timing.ask
     options = EpisodeOptions(
         clock="virtual",
-        start=float(first) if wall and isinstance(first, (int, float)) else 0.0,
+        start=timing.start,
         action_text=_flag(header.options, "action_text", path),
         second_stage=_flag(header.options, "second_stage", path),
         constrained=_flag(header.options, "constrained", path),
@@ -214,9 +241,7 @@ def _replay(path: Path) -> tuple[list[str], list[str]]:
     stop = _stop_as_recorded(end)
 
     def on_runner(runner: SkillRunner) -> None:
-        ask.now = runner.clock.now
-        if wall:  # each check and verification takes the time it took in the run
-            runner.work_latency = WorkArrivals(records, runner.clock.now)
+        timing.attach(runner)
         if stop is not None:
             stop(runner)
 

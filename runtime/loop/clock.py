@@ -189,18 +189,13 @@ class WallClock(_Loop):
         self._origin = time.monotonic()
         self._wake = threading.Condition()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="onboard-io")
-        self._loop_thread: int | None = None
-        self._due: float | None = None
-        self._work = threading.local()  # a worker's: when its work was submitted
+        #: per thread, the time it runs at: a callback's due time on the loop, a worker's
+        #: submission time (unset elsewhere: the monotonic clock's)
+        self._running = threading.local()
 
     def now(self) -> float:
-        due = self._due
-        if due is not None and threading.get_ident() == self._loop_thread:
-            return due
-        submitted: float | None = getattr(self._work, "submitted", None)
-        if submitted is not None:
-            return submitted
-        return time.monotonic() - self._origin
+        at: float | None = getattr(self._running, "at", None)
+        return at if at is not None else time.monotonic() - self._origin
 
     def _push(self, timer: Timer) -> None:
         with self._wake:
@@ -217,20 +212,19 @@ class WallClock(_Loop):
 
         def run() -> None:
             result: T | BaseException
-            self._work.submitted = began
+            self._running.at = began
             try:
                 result = work()
             except Exception as exc:
                 result = exc
             finally:
-                self._work.submitted = None
+                self._running.at = None
             self.post(lambda: done(result, self.now() - began))
 
         self._pool.submit(run)
 
     def run(self, until: float) -> None:
         """Run callbacks as they fall due until ``until`` seconds or :meth:`stop`."""
-        self._loop_thread = threading.get_ident()
         while True:
             with self._wake:
                 if self._stopped:
@@ -246,11 +240,11 @@ class WallClock(_Loop):
                     wait = until - now if when is None else min(when, until) - now
                     self._wake.wait(timeout=max(0.0, wait))
                     continue
-            self._due = timer.when
+            self._running.at = timer.when
             try:
                 timer.callback()
             finally:
-                self._due = None
+                self._running.at = None
 
     def stop(self) -> None:
         with self._wake:

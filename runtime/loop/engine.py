@@ -848,19 +848,20 @@ class SkillRunner:
         """Re-ask within the decision's rounds (its replans, when counted apart), else fall
         back; True when that took over."""
         self._queue = []
-        replan = self._rounds < self.max_rounds if self.max_replans is None else None
-        if action != self.skill.fallback and replan is None and not verdict.final:
-            replan = self._replan_left()
+        fallback = action == self.skill.fallback
+        if self.max_replans is None:
+            replan, rounds = self._rounds < self.max_rounds, self._rounds + 1
+        else:  # a replan starts the check rounds afresh
+            replan, rounds = not fallback and not verdict.final and self._replan_left(), 0
         if replan:
             self.events.disarm()
-            self._request_plan("verification failed", 0 if self.max_replans is not None
-                               else self._rounds + 1)  # fmt: skip
+            self._request_plan("verification failed", rounds)
             return True
-        if action != self.skill.fallback and verdict.final:
+        if not fallback and verdict.final:
             self._ending = verdict.feedback
             self._fall_back(verdict.feedback)
             return True
-        if action != self.skill.fallback:
+        if not fallback:
             self._fall_back(f"verification failed: {verdict.feedback}")
             return True
         self.record("rounds_spent", action=action, rounds=self._rounds)

@@ -23,7 +23,7 @@ from onboard.loop.recording import images_dir
 from onboard.manip.commands import ARM_COMMANDS
 from onboard.manip.observation import SceneObservation
 
-__all__ = ["PlaybackArm", "RecordedLooks", "completions"]
+__all__ = ["PlaybackArm", "RecordedLooks", "ScenePlayback", "completions"]
 
 
 class RecordedLooks:
@@ -83,8 +83,7 @@ class PlaybackArm:
     """Implements :class:`~onboard.drivers.base.RobotDriver`: the k-th command started
     completes at the time the episode's k-th did."""
 
-    def __init__(self, records: Sequence[dict[str, Any]], clock: Clock | None = None) -> None:
-        """``clock``: the replay's (set by the episode that plays it back)."""
+    def __init__(self, records: Sequence[dict[str, Any]], clock: Clock) -> None:
         self.clock = clock
         self._done_at = completions(records)
         self._started = 0
@@ -100,12 +99,21 @@ class PlaybackArm:
     def start(self, command: str, args: Args, done: Done) -> Running:
         k, self._started = self._started, self._started + 1
         at = self._done_at[k] if k < len(self._done_at) else None
-        if at is None or self.clock is None:
-            return _Pending(None)
-        return _Pending(self.clock.call_at(at, done))
+        return _Pending(None if at is None else self.clock.call_at(at, done))
 
     def stop(self) -> None:
         """Nothing moves in a replay."""
 
     def resume(self) -> None:
         """Nothing moves in a replay."""
+
+
+class ScenePlayback:
+    """A recording's looks and arm, as a scene episode plays them back on its clock."""
+
+    def __init__(self, records: Sequence[dict[str, Any]], path: Path) -> None:
+        self.records = records
+        self.looks = RecordedLooks(records, path)
+
+    def arm(self, clock: Clock) -> PlaybackArm:
+        return PlaybackArm(self.records, clock)

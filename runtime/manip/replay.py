@@ -20,13 +20,12 @@ from onboard.base.errors import RecordingError, ReplayDivergence
 from onboard.drivers.arm.config import SimArmConfig
 from onboard.drivers.camera.config import SimCameraConfig
 from onboard.grounding.embedder import MODEL_FILE
-from onboard.hri.replay import ReplayAsk, WorkArrivals, as_recording_error, read_episode
-from onboard.loop.engine import SkillRunner
+from onboard.hri.replay import ReplayTiming, as_recording_error, read_episode
 from onboard.loop.recorder import MemoryRecorder, with_images
 from onboard.loop.recording import Header, check_models
 from onboard.loop.skill import load_skill_text
 from onboard.manip.commands import ARM_COMMANDS
-from onboard.manip.playback import PlaybackArm, RecordedLooks
+from onboard.manip.playback import ScenePlayback
 from onboard.manip.session import SceneOptions, goal_skill, run_scene_episode, scene_hardware
 from onboard.perception.detector import Detector
 
@@ -85,28 +84,22 @@ def replay_scene(
     skill = goal_skill(skill, goal)
     records = list(with_images(records, path))
     options = header.options
-    # a wall-clock run played back: replies, checks and looks come when they came
-    wall = play_back and options.get("clock") == "wall"
-    ask = ReplayAsk(records, path, arrivals=wall)
-    first = next((r.get("t") for r in records if r["kind"] == "observation"), None)
+    # played back, a wall-clock run's replies, checks and looks come when they came; run
+    # again in a twin, the twin's time decides
+    timing = ReplayTiming(header if play_back else _virtual(header), records, path)
+    ask = timing.ask
     replayed = SceneOptions(
         clock="virtual",
         constrained=bool(options.get("constrained", False)),
         latency=ask.next_latency,
         limit=float(options.get("limit", 300.0)),
         look_every=float(options.get("look_every", 1.0)),
-        start=float(first) if wall and isinstance(first, (int, float)) else 0.0,
+        start=timing.start,
     )
-
-    def on_runner(runner: SkillRunner) -> None:
-        ask.now = runner.clock.now
-        if wall:
-            runner.work_latency = WorkArrivals(records, runner.clock.now)
-
     if play_back:
-        playback = (RecordedLooks(records, path), PlaybackArm(records))
         outcome = run_scene_episode(robot, skill, ask, MemoryRecorder(), None, detector,
-                                    replayed, on_runner, task, playback)  # fmt: skip
+                                    replayed, timing.attach, task,
+                                    ScenePlayback(records, path))  # fmt: skip
     else:
         with scene_hardware(robot) as found:
             assert found.twin is not None
@@ -118,7 +111,13 @@ def replay_scene(
             if task.get("setup"):
                 found.twin.settle(float(task.get("settle", 0.5)))
             outcome = run_scene_episode(robot, skill, ask, MemoryRecorder(), found, detector,
-                                        replayed, on_runner, task)  # fmt: skip
+                                        replayed, timing.attach, task)  # fmt: skip
     if ask.divergence:
         raise ReplayDivergence(ask.divergence)
     return [a for _, a in end["actions"]], [a for _, a in outcome.actions]
+
+
+def _virtual(header: Header) -> Header:
+    """The header as a virtual-clock run's: a twin re-run keeps its own time."""
+    options = {**header.options, "clock": "virtual"}
+    return header.model_copy(update={"options": options})

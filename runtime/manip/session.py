@@ -34,7 +34,7 @@ from onboard.manip.goal import GoalCheck, SceneGoal
 from onboard.manip.kind import SceneKind
 from onboard.manip.observation import SceneObservation
 from onboard.manip.perception import ScenePerception
-from onboard.manip.playback import PlaybackArm, RecordedLooks
+from onboard.manip.playback import PlaybackArm, ScenePlayback
 from onboard.manip.resolve import ObjectResolver
 from onboard.manip.verify import Effects, EffectVerify, SceneCheck
 from onboard.perception.detector import Detector
@@ -111,7 +111,7 @@ def run_scene_episode(
     options: SceneOptions = SceneOptions(),
     on_runner: Callable[[SkillRunner], None] | None = None,
     task: Mapping[str, Any] | None = None,
-    playback: tuple[RecordedLooks, PlaybackArm] | None = None,
+    playback: ScenePlayback | None = None,
 ) -> Outcome:
     """Run ``skill`` (its goal already set: :func:`goal_skill`) until it ends, it is stopped,
     or ``options.limit`` seconds pass. ``on_runner`` sees the runner before it starts (tests
@@ -137,9 +137,8 @@ def run_scene_episode(
     begin_recording(recorder, clock, robot.llm.api_key(), header)
     driver: ArmDriver | PlaybackArm
     if playback is not None:
-        looks, driver = playback
-        driver.clock = clock
-        look, look_latency = looks.look, looks.latency(clock.now)
+        driver = playback.arm(clock)
+        look, look_latency = playback.looks.look, playback.looks.latency(clock.now)
     else:
         assert found is not None and found.arm is not None and found.camera is not None
         elapsed = (lambda: twin.time) if (virtual and twin is not None) else None

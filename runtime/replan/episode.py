@@ -26,6 +26,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from string import Template
 from typing import Any, Literal
 
@@ -177,8 +178,6 @@ def twin_dry_runner(robot: RobotConfig, fixtures: str) -> DryRunner:
 
 def code_skill(path: str | None = None) -> Skill:
     """The code skill: the shipped skills/code.toml, or the file at ``path``."""
-    from pathlib import Path
-
     found = Path(path) if path is not None else bundled.skills_dir() / "code.toml"
     return load_skill(found, (), {"code": CODE_COMMANDS})
 
@@ -313,14 +312,13 @@ def run_code_episode(
         if corrections.external
         else RunEnded(driver)
     )
-    looks = iter(range(1_000_000))
 
-    def look() -> CodeObservation:
+    def look(purpose: str = "after") -> CodeObservation:
         frame, state = world.look()
         image = None  # text only: the scene goes as text, no image is made
         if not text_only and frame is not None:
             image = frame if isinstance(frame, bytes) else encode_image(frame, image_format)
-        return CodeObservation(world.now(), state, image, "before" if next(looks) == 0 else "after")
+        return CodeObservation(world.now(), state, image, purpose)
 
     runner = SkillRunner(
         skill,
@@ -340,7 +338,7 @@ def run_code_episode(
         check_looks=False,
         on_finish=lambda _: clock.stop(),
     )
-    runner.start(look())
+    runner.start(look("before"))
     clock.run(until=math.inf)
     if not runner.finished:
         runner.stop("the loop ran out of events")
