@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from onboard.collab.names import TEAM_COMMANDS
 from onboard.config import RobotConfig
 from onboard.grounding.embedder import Embedder
 from onboard.grounding.mapping import ActionMapper, Cues, Lexicon
@@ -20,7 +21,12 @@ def load_robot_skill(robot: RobotConfig, name_or_path: str) -> Skill:
     path = Path(name_or_path)
     if not path.suffix:
         path = robot.skills_dir / f"{name_or_path}.toml"
-    commands = {"person": SimRobot.COMMANDS, "scene": ARM_COMMANDS, "code": CODE_COMMANDS}
+    commands = {
+        "person": SimRobot.COMMANDS,
+        "scene": ARM_COMMANDS,
+        "code": CODE_COMMANDS,
+        "team": TEAM_COMMANDS,
+    }
     return load_skill(path, robot.drivers.robot.perception, commands)
 
 

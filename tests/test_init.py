@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = [
     "code.toml",
     "engage.toml",
+    "team.toml",
     "tidy.toml",
     "scenarios/person-environment.toml",
     "scenarios/person-object.toml",

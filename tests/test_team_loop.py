@@ -32,12 +32,11 @@ from test_cli import onboard
 from onboard.base.errors import ReplayDivergence, UsageError
 from onboard.collab.episode import TeamOutcome, TeamSettings, run_team_episode, team_header
 from onboard.collab.methods import method
-from onboard.collab.refine import CriticCheck, LegalCheck, TeamObservation
+from onboard.collab.refine import CriticCheck, LegalCheck, TeamObservation, steps_of
 from onboard.collab.replay import replay_team_episode
 from onboard.config import LLMConfig, RobotConfig
 from onboard.llm.client import ChatClient
 from onboard.loop.engine import Check
-from onboard.loop.kind import Step
 from onboard.loop.recorder import MemoryRecorder, Recorder, read_recording
 from onboard.testing.loopback import LoopbackServer, OwnedHTTPServer
 from onboard.testing.standin_server import completion_json
@@ -312,8 +311,10 @@ def test_read_s_refines_on_the_local_advantage() -> None:
     assert len(bob) == 1 + 3
     assert (outcome.vetoes, outcome.failed, outcome.fallbacks, outcome.ood_flags) == (4, 1, 1, 0)
     assert outcome.queries == len(requests(recorder)) == len(server.bodies) == 8
-    fallback = [r for r in recorder.records if r["kind"] == "fallback"]
-    assert [f["actions"] for f in fallback] == [{"Bob": "WAIT"}]
+    # the fallback chose among the refused: none scored above WAIT
+    chosen = [r["chosen"] for r in recorder.records if r["kind"] == "fallback_choice"]
+    assert chosen == [{"Bob": "WAIT"}]
+    assert sum(r["kind"] == "fallback" for r in recorder.records) == 1
 
 
 def test_read_j_reads_a_malformed_reply_as_a_failed_proposal() -> None:
@@ -329,7 +330,7 @@ def test_read_j_reads_a_malformed_reply_as_a_failed_proposal() -> None:
     assert "Alice, Bob: 'EXECUTE NAME Alice ACTION JUMP NAME Bob ACTION WAIT' -> unusable " \
         "reply: unknown action 'JUMP' for Alice" in asked[1]  # fmt: skip
     assert (outcome.failed, outcome.vetoes, outcome.fallbacks) == (1, 0, 0)
-    checks = [r for r in recorder.records if r["kind"] == "check"]
+    checks = [r for r in recorder.records if r["kind"] == "check" and r["check"] == "critic"]
     # Q(s, a) - Q(s, w) / gamma with c(s) = -0.3 at the start: 2 - 0.3 + 0.3 / 0.9
     assert checks[0]["score"] == pytest.approx(2.0 - 0.3 + 0.3 / 0.9)
     assert "step 0: Alice: MOVE red_cube, Bob: MOVE blue_cube -> score 2.03, accepted" in asked[2]
@@ -398,7 +399,8 @@ def test_central_plan_asks_once_a_step_with_the_history_of_all_agents() -> None:
     assert "score" not in asked[1]
     steps = [r for r in recorder.records if r["kind"] == "env_step"]
     assert steps[0]["feedback"] == {"Bob": "MOVE green_cube failed: Bob cannot reach green_cube"}
-    assert not [r for r in recorder.records if r["kind"] == "check"]
+    # only the reply's form is checked: no legality, no critic
+    assert {r["check"] for r in recorder.records if r["kind"] == "check"} == {"reply"}
 
 
 def test_an_out_of_distribution_score_is_unknown_not_a_verdict() -> None:
@@ -407,8 +409,8 @@ def test_an_out_of_distribution_score_is_unknown_not_a_verdict() -> None:
         outcome, env, recorder = episode(server, "read_s", critic)
     assert env.ran[0] == {"Alice": "WAIT", "Bob": "MOVE blue_cube"}  # WAIT passed unjudged
     assert outcome.vetoes == 0 and outcome.ood_flags == 2 * outcome.steps
-    check = next(r for r in recorder.records if r["kind"] == "check")
-    assert check["ood"] and check["ok"] and check["feedback"].startswith("score unknown")
+    check = next(r for r in recorder.records if r["kind"] == "check" and r["check"] == "critic")
+    assert check["unjudged"] and check["ok"] and check["feedback"].startswith("score unknown")
 
 
 def test_read_methods_need_a_critic() -> None:
@@ -453,7 +455,7 @@ def test_a_refused_score_is_shown_under_its_threshold(
 ) -> None:
     check = CriticCheck(FixedCritic(value), AGENTS, VOCABULARY, "sequential", epsilon)
     observation = TeamObservation(0, "", np.zeros(4, dtype=np.float32))
-    verdict = check.check([Step("WAIT", {"agent": "Alice"})], observation)
+    verdict = check.check(steps_of({"Alice": "WAIT"}), observation)
     assert not verdict.ok
     assert verdict.feedback == f"score {shown} (under the threshold {epsilon:.2f})"
 
@@ -610,11 +612,11 @@ def test_read_loops_on_the_shipped_tasks(
     accepted = [r for r in records if r["kind"] == "check" and r["check"] == "critic" and r["ok"]]
     assert accepted
     if name == "read_s":
-        assert all("WAIT" not in r["actions"].values() for r in accepted)
+        assert all("WAIT" not in r["steps"][0]["args"].values() for r in accepted)
     infeasible = [r for r in records if r["kind"] == "check" and r["check"] == "legal"]
     for check in infeasible:
         step = next(r for r in records if r["kind"] == "env_step" and r["seq"] > check["seq"])
-        for agent, action in check["actions"].items():
+        for agent, action in check["steps"][0]["args"].items():
             reason = check["feedback"]
             if agent in reason or action in reason:
                 assert step["joint"][agent] != action or action == "WAIT"
@@ -672,7 +674,7 @@ def test_a_critic_that_knows_no_state_vetoes_nothing(standin: str, tmp_path: Pat
     with ChatClient(LLMConfig(base_url=standin, model="team-standin")) as llm:
         outcome = run_team_episode(env, method("read_s"), llm, critic, settings, recorder, 2)
     scored = [r for r in recorder.records if r["kind"] == "check" and r["check"] == "critic"]
-    assert scored and all(r["ok"] and r["ood"] for r in scored)
+    assert scored and all(r["ok"] and r["unjudged"] for r in scored)
     assert outcome.vetoes == 0 and outcome.ood_flags == len(scored)
 
 

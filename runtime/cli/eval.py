@@ -149,6 +149,24 @@ def _evaluate_code(robot: RobotConfig, args: argparse.Namespace) -> int:
     return eval_command(robot, _parser().parse_args(argv))
 
 
+def _evaluate_team(robot: RobotConfig, args: argparse.Namespace) -> int:
+    """``onboard eval team --task T``: ``onboard task eval T --trials N`` (``--level`` and
+    ``--method`` narrow it to one cell row or column; without --task, every shipped task)."""
+    from onboard.cli.main import _parser
+    from onboard.cli.task import eval_command
+
+    if args.scenarios or args.goals is not None:
+        raise UsageError("a team skill is evaluated on task levels: no --scenario, no --goals")
+    argv = ["task", "eval", *([args.task] if args.task else ["--all"])]
+    argv += ["--trials", str(args.trials)]
+    for flag, value in (("--levels", args.level), ("--methods", args.method),
+                        ("--llm", args.llm), ("--seed", args.seed),
+                        ("--recordings", args.record)):  # fmt: skip
+        if value is not None:
+            argv += [flag, str(value)]
+    return eval_command(robot, _parser().parse_args(argv))
+
+
 def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     if args.trials < 1:
         raise UsageError(f"--trials {args.trials}: must be 1 or more")
@@ -157,6 +175,11 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     skill = with_critic(load_robot_skill(robot, args.skill), args.critic)
     if skill.kind == "code":
         return _evaluate_code(robot, args)
+    if skill.kind == "team":
+        return _evaluate_team(robot, args)
+    if args.task or args.level or args.method:
+        raise UsageError(f"{skill.name} is not a team skill: --task, --level and --method are "
+                         "for team skills")  # fmt: skip
     if skill.kind == "scene":
         from onboard.cli.eval_tidy import evaluate_tidy_command
 

@@ -171,6 +171,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--record", type=Path, help="recording path (default: recordings/...)")
     p.add_argument("--goal", help='scene skills: the request ("put the red block on the blue one")')
     p.add_argument("--scene", help="scene skills on the sim arm: a shipped scene or a file")
+    _team_options(p)
     p.set_defaults(func=_run)
 
     p = add("eval")
@@ -189,6 +190,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int)
     p.add_argument("--record", type=Path, help="write every episode under this folder")
     p.add_argument("--json", action="store_true")
+    _team_options(p)
     p.set_defaults(func=_eval)
 
     p = add("replay")
@@ -408,6 +410,12 @@ def _code_api(args: argparse.Namespace) -> int:
     from onboard.cli.code_run import api_command
 
     return api_command()
+
+
+def _team_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", help="team skills: a task name in tasks/ (sweep_floor) or a file")
+    p.add_argument("--level", help="team skills: the task level (default: the task file's first)")
+    p.add_argument("--method", help="team skills: a team method (default: read_s or read_j)")
 
 
 def _task_run(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from onboard.config import RobotConfig
 from onboard.loop.paths import inside, safe_name
 from onboard.loop.skill import Skill
 
-__all__ = ["keep_quota", "run", "run_scene"]
+__all__ = ["keep_quota", "run", "run_scene", "run_team"]
 
 
 def run(robot: RobotConfig, args: argparse.Namespace) -> int:
@@ -39,6 +39,11 @@ def run(robot: RobotConfig, args: argparse.Namespace) -> int:
         from onboard.cli.run_code import run_code
 
         return run_code(robot, skill, args)
+    if skill.kind == "team":
+        return run_team(robot, args)
+    if args.task or args.level or args.method:
+        raise UsageError(f"{skill.name} is not a team skill: --task, --level and --method are "
+                         "for team skills")  # fmt: skip
     if args.goal or args.scene:
         raise UsageError(f"{skill.name} is a person skill: --goal and --scene are for scene skills")
     scenario = load_scenario(find_scenario(args.scenario, robot.skills_dir / "scenarios"))
@@ -69,6 +74,25 @@ def run(robot: RobotConfig, args: argparse.Namespace) -> int:
     code = episode_exit_code(outcome, verdict.success)
     print(f"exit {int(code)}: {TABLE[code][0]}")
     return code
+
+
+def run_team(robot: RobotConfig, args: argparse.Namespace) -> int:
+    """One episode of the team skill (``onboard run team --task sweep_floor``): the same as
+    ``onboard task run TASK [--level L] [--method M]``."""
+    from onboard.cli.main import _parser
+    from onboard.cli.task import run_command
+
+    if args.task is None:
+        raise UsageError("a team skill runs a task: give --task (a name in tasks/ or a file)")
+    if args.goal or args.scene or args.clock:
+        raise UsageError("a team skill takes --task, --level and --method, not --goal, --scene "
+                         "or --clock (it runs on the virtual clock)")  # fmt: skip
+    argv = ["task", "run", args.task]
+    for flag, value in (("--level", args.level), ("--method", args.method),
+                        ("--llm", args.llm), ("--record", args.record)):  # fmt: skip
+        if value is not None:
+            argv += [flag, str(value)]
+    return run_command(robot, _parser().parse_args(argv))
 
 
 def run_scene(robot: RobotConfig, skill: Skill, args: argparse.Namespace) -> int:

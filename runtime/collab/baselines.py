@@ -45,15 +45,16 @@ the schema, which has no room for it); dialogue messages and reflections are fre
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
-from onboard.base.errors import LLMError, LLMReplyError
+from onboard.base.errors import LLMError
 from onboard.collab.methods import (
+    Dialogue,
     EpisodeLog,
     Method,
-    Plan,
+    Request,
     StepSeen,
+    TeamAsk,
     TrialMemory,
     Turn,
     register,
@@ -64,11 +65,8 @@ from onboard.collab.prompts import (
     agent_request,
     joint_request,
     proposal_text,
-    read_reply,
 )
-from onboard.collab.refine import Decision, LegalCheck, TeamAsk, refine, steps_of
 from onboard.llm.types import Message
-from onboard.loop.kind import Attempt
 
 __all__ = ["BASELINES", "observation_lines", "one_line"]
 
@@ -159,25 +157,6 @@ def _trajectory(
     return entries if whole else entries[-limit:] if limit else []
 
 
-class _Capture:
-    """A TeamAsk that keeps the reply texts (ReAct's thought is in the reply)."""
-
-    def __init__(self, inner: TeamAsk) -> None:
-        self.inner = inner
-        self.texts: list[str] = []
-
-    def ask(
-        self,
-        purpose: str,
-        messages: Sequence[Message],
-        schema: Mapping[str, Any] | None,
-        agents: Sequence[str],
-    ) -> str:
-        text = self.inner.ask(purpose, messages, schema, agents)
-        self.texts.append(text)
-        return text
-
-
 def _thought(text: str) -> str:
     for line in text.splitlines():
         if line.strip().lower().startswith("thought:"):
@@ -188,31 +167,21 @@ def _thought(text: str) -> str:
 # -- ReAct, Reflexion ----------------------------------------------------------------------
 
 
-def _react_step(turn: Turn, extra: Sequence[str]) -> list[Decision]:
-    agents = list(turn.env.agents)
-    thoughts: dict[int, str] = turn.log.notes.setdefault("thoughts", {})
-    feedback = [*extra, *_last_observation(turn)]
-    history = _trajectory(turn, thoughts)
-    capture = _Capture(turn.ask)
-
-    def build(refused_now: Sequence[Attempt]) -> list[Message]:
+def _react_request(extra: Callable[[Turn], list[str]]) -> Request:
+    def request(turn: Turn, asked: Sequence[str]) -> list[Message]:
+        thoughts: dict[int, str] = turn.log.notes.setdefault("thoughts", {})
         return joint_request(
-            turn.situation, agents, history=history, history_note=REACT_NOTE,
-            feedback=feedback, constrained=turn.settings.constrained,
+            turn.situation, asked, history=_trajectory(turn, thoughts), history_note=REACT_NOTE,
+            feedback=[*extra(turn), *_last_observation(turn)],
+            constrained=turn.settings.constrained,
             reply_note="" if turn.settings.constrained else THOUGHT, system=REACT_SYSTEM,
         )  # fmt: skip
 
-    decision = refine(
-        purpose="plan_joint", asked=agents, build=build, schema=turn.schema(agents),
-        llm=capture, vocabulary=turn.env.vocabulary, observation=turn.observation(),
-        legal=None, critic=None, limit=0, refined=False, refused=[], record=turn.record,
-    )  # fmt: skip
-    thoughts[turn.step] = _thought(capture.texts[-1]) if capture.texts else ""
-    return [decision]
+    return request
 
 
-def _react(turn: Turn) -> list[Decision]:
-    return _react_step(turn, ())
+def _heard_thought(turn: Turn, text: str) -> None:
+    turn.log.notes.setdefault("thoughts", {})[turn.step] = _thought(text)
 
 
 def _reflections(memory: TrialMemory | None) -> list[str]:
@@ -222,8 +191,8 @@ def _reflections(memory: TrialMemory | None) -> list[str]:
     return [f"Reflection {first + i}: {text}" for i, text in enumerate(memory.recent())]
 
 
-def _reflexion(turn: Turn) -> list[Decision]:
-    return _react_step(turn, _reflections(turn.log.trials))
+def _trial_reflections(turn: Turn) -> list[str]:
+    return _reflections(turn.log.trials)
 
 
 def _reflect(turn: Turn, success: bool) -> None:
@@ -255,23 +224,12 @@ def _reflect(turn: Turn, success: bool) -> None:
 # -- MindAgent -----------------------------------------------------------------------------
 
 
-def _mindagent(turn: Turn) -> list[Decision]:
-    agents = list(turn.env.agents)
-    feedback = _last_observation(turn)
-    history = _trajectory(turn)
-
-    def build(refused_now: Sequence[Attempt]) -> list[Message]:
-        return joint_request(
-            turn.situation, agents, history=history, history_note=DISPATCH_NOTE,
-            feedback=feedback, constrained=turn.settings.constrained, system=DISPATCHER,
-        )  # fmt: skip
-
-    decision = refine(
-        purpose="plan_joint", asked=agents, build=build, schema=turn.schema(agents),
-        llm=turn.ask, vocabulary=turn.env.vocabulary, observation=turn.observation(),
-        legal=None, critic=None, limit=0, refined=False, refused=[], record=turn.record,
+def _mindagent_request(turn: Turn, asked: Sequence[str]) -> list[Message]:
+    return joint_request(
+        turn.situation, asked, history=_trajectory(turn), history_note=DISPATCH_NOTE,
+        feedback=_last_observation(turn), constrained=turn.settings.constrained,
+        system=DISPATCHER,
     )  # fmt: skip
-    return [decision]
 
 
 # -- RoCo ----------------------------------------------------------------------------------
@@ -304,98 +262,74 @@ def _disturbance_note(turn: Turn) -> list[str]:
     ]
 
 
-def _roco(last_only: bool, told: bool) -> Plan:
-    def plan(turn: Turn) -> list[Decision]:
+def _roco_base(turn: Turn, told: bool) -> list[str]:
+    return [*(_disturbance_note(turn) if told else []), *_last_observation(turn)]
+
+
+def _roco_plan(turn: Turn, last_only: bool, told: bool, said: Sequence[str]) -> list[Message]:
+    """The last speaker's request for the EXECUTE plan, after the round's dialogue ``said``
+    and this step's feasibility feedback so far."""
+    agents = list(turn.env.agents)
+    last = agents[-1]
+    others = ", ".join(a for a in agents if a != last)
+    return joint_request(
+        turn.situation, agents, history=_roco_history(turn, last_only), history_note=ROCO_NOTE,
+        feedback=[*_roco_base(turn, told), *turn.physical, *said],
+        constrained=turn.settings.constrained, reply_note=SUMMARISE.format(agent=last),
+        system=ROCO_SYSTEM.format(agent=last, others=others),
+    )  # fmt: skip
+
+
+def _roco(last_only: bool, told: bool) -> tuple[Request, Dialogue]:
+    """RoCo's plan request (without a dialogue), and its dialogue: every agent but the last
+    speaks in turn, one request each (an agent whose request fails is left out), then the
+    plan is asked with what they said."""
+
+    def request(turn: Turn, asked: Sequence[str]) -> list[Message]:
+        return _roco_plan(turn, last_only, told, [])
+
+    def dialogue(turn: Turn, ask: TeamAsk) -> list[Message]:
         agents = list(turn.env.agents)
-        speakers, last = agents[:-1], agents[-1]
-        legal = LegalCheck(turn.env)
         history = _roco_history(turn, last_only)
-        base = [*(_disturbance_note(turn) if told else []), *_last_observation(turn)]
-        physical: list[str] = []  # this step's feasibility feedback, every round's
-        decision = Decision(actions={}, how="fallback")
-        plan_run: dict[str, str] = {}
+        base = _roco_base(turn, told)
         said: list[str] = []
-        for round_ in range(turn.settings.limit + 1):
-            said = []
-            for agent in speakers:
-                others = ", ".join(a for a in agents if a != agent)
-                messages = agent_request(
-                    turn.situation, agent, history=history, history_note=ROCO_NOTE,
-                    feedback=[*base, *physical, *said],
-                    reply_note=SPEAK.format(agent=agent, others=others),
-                    system=ROCO_SYSTEM.format(agent=agent, others=others),
-                )  # fmt: skip
-                decision.requests += 1
-                try:
-                    text = turn.ask.ask("dialogue", messages, None, [agent])
-                except LLMError:
-                    continue  # the error is recorded; the others go on without its message
-                said.append(f"[{agent}] {one_line(text)}")
-            others = ", ".join(a for a in agents if a != last)
-            messages = joint_request(
-                turn.situation, agents, history=history, history_note=ROCO_NOTE,
-                feedback=[*base, *physical, *said], constrained=turn.settings.constrained,
-                reply_note=SUMMARISE.format(agent=last),
-                system=ROCO_SYSTEM.format(agent=last, others=others),
+        for agent in agents[:-1]:
+            others = ", ".join(a for a in agents if a != agent)
+            messages = agent_request(
+                turn.situation, agent, history=history, history_note=ROCO_NOTE,
+                feedback=[*base, *turn.physical, *said],
+                reply_note=SPEAK.format(agent=agent, others=others),
+                system=ROCO_SYSTEM.format(agent=agent, others=others),
             )  # fmt: skip
-            decision.requests += 1
-            actions, reason = _execute_plan(turn, messages, agents)
-            if actions is None:
-                decision.failed += 1
-                turn.record("proposal", round=round_, agents=agents, ok=False, reason=reason)
-                physical.append(f"[{last}] plan not read: {reason}")
-                continue
-            turn.record("proposal", round=round_, agents=agents, ok=True, actions=actions)
-            reasons = legal.reasons(steps_of(actions), turn.observation())
-            lines = [f"{a}: {actions[a]} is infeasible: {r}" for a, r in reasons.items()]
-            feedback = "; ".join(lines)
-            turn.record("check", check=legal.name, actions=actions, ok=not reasons,
-                        feedback=feedback, score=None, ood=False)  # fmt: skip
-            decision.entries.append((proposal_text(actions), feedback))
-            if not reasons:
-                plan_run, decision.how = actions, "accepted"
-                break
-            decision.failed += 1
-            physical += lines
-            plan_run = {a: WAIT if a in reasons else x for a, x in actions.items()}
-        if decision.how == "fallback":
-            plan_run = plan_run or {a: WAIT for a in agents}
-            decision.why = f"{decision.requests} requests gave no feasible plan"
-            turn.record("fallback", actions=plan_run, why=decision.why)
-        decision.actions = plan_run
-        turn.log.notes.setdefault("dialogue", {})[turn.step] = said
-        return [decision]
+            try:
+                text = ask.ask("dialogue", messages, None, [agent])
+            except LLMError:
+                continue  # the error is recorded; the others go on without its message
+            said.append(f"[{agent}] {one_line(text)}")
+        turn.said = said
+        return _roco_plan(turn, last_only, told, said)
 
-    return plan
+    return request, dialogue
 
 
-def _execute_plan(
-    turn: Turn, messages: list[Message], agents: Sequence[str]
-) -> tuple[dict[str, str] | None, str]:
-    """The last speaker's EXECUTE plan, or None and why it could not be had."""
-    try:
-        text = turn.ask.ask("plan_joint", messages, turn.schema(agents), agents)
-    except LLMError as exc:
-        return None, f"no reply ({one_line(str(exc), 120)})"
-    try:
-        return read_reply(text, agents, turn.env.vocabulary), ""
-    except LLMReplyError as exc:
-        return None, str(exc)
+def _roco_method(name: str, description: str, last_only: bool, told: bool) -> Method:
+    request, dialogue = _roco(last_only, told)
+    return Method(name, description, request, refined=True, legal=True, dialogue=dialogue)
 
+
+_REFLEXION = _react_request(_trial_reflections)
 
 BASELINES = (
     Method("react", "ReAct: a thought then the joint action, the last step's feedback as "
-           "the observation", _react, critic=False),
+           "the observation", _react_request(lambda _: []), heard=_heard_thought),
     Method("reflexion", "Reflexion: ReAct plus a reflection after each failed trial, carried "
-           "into the next trials", _reflexion, critic=False, finish=_reflect),
+           "into the next trials", _REFLEXION, finish=_reflect, heard=_heard_thought),
     Method("mindagent", "MindAgent: a central dispatcher assigns every agent's action, the "
-           "environment's feedback carried", _mindagent, critic=False),
-    Method("roco", "RoCo: dialogue, then an EXECUTE plan checked against the environment "
-           "and re-planned with its physical feedback", _roco(False, False), critic=False),
-    Method("roco_l", "RoCo-L: RoCo with only the last round's history", _roco(True, False),
-           critic=False),
-    Method("roco_p", "RoCo-P: RoCo told about the disturbance", _roco(False, True),
-           critic=False),
+           "environment's feedback carried", _mindagent_request),
+    _roco_method("roco", "RoCo: dialogue, then an EXECUTE plan checked against the environment "
+                 "and re-planned with its physical feedback", False, False),
+    _roco_method("roco_l", "RoCo-L: RoCo with only the last round's history", True, False),
+    _roco_method("roco_p", "RoCo-P: RoCo told about the disturbance", False, True),
 )  # fmt: skip
 for _baseline in BASELINES:
     register(_baseline)

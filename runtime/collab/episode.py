@@ -1,107 +1,60 @@
-"""One team episode: each environment step planned by a method, every exchange, check and
-step recorded (recording format 3, ``skill_kind = "team"``).
+"""One team episode (ReAd, seed 000) as a team skill on the loop every skill runs.
 
-Records, in order: ``header`` (when given: :func:`team_header`), ``start``, then per step a
-``state`` (the text and the features), the method's ``request`` / ``reply`` (or ``error``),
-``proposal``, ``check`` (the critic's ``score`` and ``ood`` flag), ``fallback`` records, and
-the ``env_step`` (the joint action, reward, feedback), a ``disturbance`` after the step at
-which the environment was re-initialised (``disturb_at``); the method's closing requests
-(Reflexion's reflection) and ``end`` with the outcome. NQ is the number of ``request``
-records: every dialogue message and reflection is one.
+::
+
+    observe (the environment's state: text and the critic's features)
+      -> propose: the method's request (one agent's action for ReAd-S, every agent's else;
+         RoCo's dialogue before it)
+      -> check: the reply's form -> the environment's legality -> the critic's score; a
+         refused proposal is asked again with its reason, at most ``refine_limit`` times,
+         then the best refused proposal the critic scored above WAIT, or WAIT
+      -> act: the agents' actions gathered; once every agent chose, the environment steps
+      -> ends: the task done (success) or the step limit reached (failure)
+
+The skill (skills/team.toml) runs on :class:`~onboard.loop.engine.SkillRunner`: the method's
+request is the kind's plan prompt and its ``Ask`` (runtime/collab/kind.py), the checks are its
+``Check`` s (runtime/collab/refine.py), the environment is its driver
+(runtime/collab/driver.py), refinements are rounds. This module sets it up on a virtual clock
+and reads the episode back as a :class:`TeamOutcome` (the tables' terms).
+
+Records (recording format 3, ``skill_kind = "team"``): ``header`` (when given:
+:func:`team_header`), ``setup`` (the method, seed, agents, vocabulary), ``state`` at each step,
+each ``request`` / ``reply`` (or ``error``; NQ is the number of request records: every dialogue
+message and reflection is one), the loop's ``mapping``, ``check``, ``reask``, ``fallback``,
+``fallback_choice`` and ``transition`` records, each ``env_step`` (the joint action, reward,
+feedback), a ``disturbance`` after the step at which the environment was re-initialised
+(``disturb_at``), the loop's ``end``, the method's closing requests (Reflexion's reflection),
+and the ``outcome``.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
+from functools import cache
 from pathlib import Path
-from typing import Any, Protocol, cast
+from string import Template
+from typing import Any
 
-from onboard.base.errors import CriticError, LLMError, UsageError
-from onboard.collab.methods import (
-    EnvView,
-    EpisodeLog,
-    Method,
-    StepSeen,
-    TeamSettings,
-    TrialMemory,
-    Turn,
-)
-from onboard.collab.prompts import WAIT, HistoryEntry
+from onboard import bundled
+from onboard.base.errors import CriticError, UsageError
+from onboard.collab.driver import TeamDriver
+from onboard.collab.kind import PlanAsk, RecordedAsk, TeamFigures, TeamKind, TeamLedger, team_checks
+from onboard.collab.methods import EnvView, Method, TeamSettings, TrialMemory, Turn
+from onboard.collab.names import TEAM_COMMANDS
 from onboard.collab.refine import CriticView
 from onboard.config import RobotConfig
-from onboard.llm.types import Completes, Message
+from onboard.llm.types import Completes
+from onboard.loop.clock import VirtualClock
+from onboard.loop.engine import SkillRunner, Verdict
+from onboard.loop.kind import Observation
 from onboard.loop.recorder import Recorder
 from onboard.loop.recording import SkillText, build_header
+from onboard.loop.skill import Skill, load_skill
 
 __all__ = ["RecordedAsk", "TeamFigures", "TeamOutcome", "TeamSettings", "run_team_episode",
-           "team_header"]  # fmt: skip
-
-
-class Resettable(Protocol):
-    """An environment the disturbance can re-initialise mid-episode (TeamEnv.reset_to)."""
-
-    def reset_to(self, seed: int) -> None: ...
-
-
-class RecordedAsk:
-    """Asks ``llm`` and records the exchange: a ``request`` record (NQ counts these), then a
-    ``reply`` or an ``error`` record."""
-
-    def __init__(self, llm: Completes, recorder: Recorder) -> None:
-        self.llm = llm
-        self.recorder = recorder
-        self.requests = 0
-        #: the response_format form a schema goes in, when the client says (ChatClient does)
-        self.form: str | None = getattr(llm, "structured_output", None)
-
-    def ask(
-        self,
-        purpose: str,
-        messages: Sequence[Message],
-        schema: Mapping[str, Any] | None,
-        agents: Sequence[str],
-    ) -> str:
-        self.requests += 1
-        form = {"structured_output": self.form} if schema is not None and self.form else {}
-        self.recorder.write("request", id=self.requests, purpose=purpose, agents=list(agents),
-                            messages=[dict(m) for m in messages], schema=schema,
-                            constrained=schema is not None, **form)  # fmt: skip
-        began = time.perf_counter()
-        try:
-            result = self.llm.complete(messages, schema)
-        except LLMError as exc:
-            self.recorder.write("error", id=self.requests, source="llm", purpose=purpose,
-                                message=str(exc))  # fmt: skip
-            raise
-        self.recorder.write("reply", id=self.requests, purpose=purpose, text=result.text,
-                            latency=round(time.perf_counter() - began, 4),
-                            tokens=[result.prompt_tokens, result.completion_tokens],
-                            finish_reason=result.finish_reason)  # fmt: skip
-        return result.text
-
-
-@dataclass
-class TeamFigures:
-    """An episode's figures: SR comes from ``success``, ES is ``steps``, NQ is ``queries``
-    (the request records). ``vetoes``: proposals the critic refused for their score;
-    ``failed``: proposals refused as unreadable or infeasible; ``fallbacks``: decisions that
-    ended without an accepted proposal; ``ood_flags``: scores the critic could not vouch for
-    (accepted unjudged)."""
-
-    success: bool
-    steps: int
-    queries: int
-    vetoes: int
-    fallbacks: int
-    ood_flags: int
-    failed: int
-    reward: float
-
-    def figures(self) -> dict[str, Any]:
-        """The figures alone (a subclass's other fields left out)."""
-        return {f.name: getattr(self, f.name) for f in fields(TeamFigures)}
+           "team_header", "team_skill"]  # fmt: skip
 
 
 @dataclass
@@ -110,8 +63,19 @@ class TeamOutcome(TeamFigures):
 
     joint_actions: list[dict[str, str]] = field(default_factory=list)
 
+    def figures(self) -> dict[str, Any]:
+        """The figures alone (the joint actions left out)."""
+        return {f.name: getattr(self, f.name) for f in fields(TeamFigures)}
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@cache
+def team_skill(path: str | None = None) -> Skill:
+    """The team skill: the shipped skills/team.toml, or the file at ``path``."""
+    found = Path(path) if path is not None else bundled.skills_dir() / "team.toml"
+    return load_skill(found, (), {"team": TEAM_COMMANDS})
 
 
 def team_header(
@@ -152,8 +116,10 @@ def run_team_episode(
     header: Mapping[str, Any] | None = None,
     disturb_at: int | None = None,
     memory: TrialMemory | None = None,
+    skill: Skill | None = None,
 ) -> TeamOutcome:
-    """Run ``method`` on ``env`` reset with ``seed`` until success or the step limit.
+    """Run ``method`` on ``env`` reset with ``seed`` until success or the step limit, as the
+    team skill (the shipped one unless ``skill`` is given; see the module's docstring).
 
     ``disturb_at=n``: the disturbance of the seed's Table 1: once the action of step n has
     run (and the episode is not over), the environment is re-initialised with ``seed``
@@ -162,7 +128,7 @@ def run_team_episode(
     ``turn.log.disturbed_at`` (RoCo-P). ``memory``: what the method keeps across the episodes
     of one evaluation cell (Reflexion's reflections); the evaluation passes the same object
     to each episode of the cell, in order."""
-    if method.critic and critic is None:
+    if method.critic is not None and critic is None:
         raise UsageError(f"method {method.name} scores proposals with a critic: give it one")
     known = getattr(critic, "vocabulary", None)  # a critic's card names its vocabulary
     if known is not None and list(known) != list(env.vocabulary):
@@ -177,6 +143,9 @@ def run_team_episode(
         if not callable(getattr(env, "reset_to", None)):
             raise UsageError(f"{type(env).__name__} cannot be re-initialised mid-episode "
                              "(no reset_to): no disturbance test on it")  # fmt: skip
+    skill = skill or team_skill()
+    limit = settings.limit if method.refined else 0
+    skill = _for_task(skill, settings, limit)
     if header is not None:
         recorder.write("header", **header)
     env.reset(seed)
@@ -185,48 +154,51 @@ def run_team_episode(
         extra["disturb_at"] = disturb_at
     if memory is not None:
         extra["trial_memory"] = {"reflections": list(memory.reflections), "keep": memory.keep}
-    recorder.write("start", method=method.name, task=settings.task.name, seed=seed,
+    recorder.write("setup", method=method.name, task=settings.task.name, seed=seed,
                    agents=list(env.agents), vocabulary=list(env.vocabulary),
                    feature_names=list(env.feature_names), **settings.options(),
                    **extra)  # fmt: skip
-    ask = RecordedAsk(llm, recorder)
-    outcome = TeamOutcome(False, 0, 0, 0, 0, 0, 0, 0.0)
-    history: list[HistoryEntry] = []
-    log = EpisodeLog(trials=memory)
-    limit = settings.task.step_limit
-    while not env.done and env.steps < limit:
-        step = env.steps
-        state, features = env.describe(), env.features()
-        recorder.write("state", step=step, text=state,
-                       features=[float(x) for x in features])  # fmt: skip
-        turn = Turn(env, settings, ask, critic, recorder.write, step, state, features, history,
-                    log)  # fmt: skip
-        decisions = method.plan(turn)
-        joint = {agent: WAIT for agent in env.agents}
-        for decision in decisions:
-            joint.update(decision.actions)
-            outcome.vetoes += decision.vetoes
-            outcome.failed += decision.failed
-            outcome.fallbacks += decision.how == "fallback"
-            outcome.ood_flags += decision.ood
-            history.extend(HistoryEntry(step, p, o) for p, o in decision.entries)
-        result = env.step(joint)
-        recorder.write("env_step", step=step, features=[float(x) for x in features],
-                       joint=joint, reward=float(result.reward),
-                       done=bool(result.done), success=bool(result.success),
-                       feedback=dict(result.feedback))  # fmt: skip
-        outcome.joint_actions.append(joint)
-        log.steps.append(StepSeen(step, joint, dict(result.feedback), float(result.reward)))
-        if step == disturb_at and not env.done:
-            cast(Resettable, env).reset_to(seed)
-            log.disturbed_at = step
-            recorder.write("disturbance", step=step, seed=seed, text=env.describe())
+    recorded = RecordedAsk(llm, recorder)
+    turn = Turn(env, settings, recorded, critic, recorder.write)
+    turn.log.trials = memory
+    ledger = TeamLedger(recorder, method, turn)
+    turn.record = ledger
+    clock = VirtualClock()
+    ask = PlanAsk(method, turn, recorded)
+    kind = TeamKind(method, turn, ask)
+    driver = TeamDriver(turn, method, clock, seed, disturb_at)
+
+    def ends(_: Observation) -> Verdict | None:
+        if env.success:
+            return Verdict(True, "the task is done")
+        if env.done or env.steps >= settings.task.step_limit:
+            return Verdict(False, f"the task is not done after {env.steps} steps")
+        return None
+
+    runner = SkillRunner(
+        skill, clock, driver, ask, kind, ledger,
+        action_text=False, second_stage=False, constrained=settings.constrained, latency=0.0,
+        checks=team_checks(method, turn), max_rounds=limit, fallback_plan=kind.fallback_plan,
+        ends=ends, on_finish=lambda _: clock.stop(),
+    )  # fmt: skip
+    driver.seen = runner.observe
+    recorder.write("state", step=turn.step, text=turn.state,
+                   features=[float(x) for x in turn.features])  # fmt: skip
+    runner.start(turn.observation())
+    clock.run(until=math.inf)
+    if not runner.finished:
+        runner.stop("the loop ran out of events")
     if method.finish is not None:
-        state, features = env.describe(), env.features()
-        end = Turn(env, settings, ask, critic, recorder.write, env.steps, state, features,
-                   history, log)  # fmt: skip
-        method.finish(end, bool(env.success))
+        method.finish(turn, bool(env.success))
+    outcome = TeamOutcome(**asdict(ledger.figures), joint_actions=driver.joint_actions)
     outcome.success, outcome.steps = bool(env.success), int(env.steps)
-    outcome.queries, outcome.reward = ask.requests, float(env.reward_total)
-    recorder.write("end", finished=outcome.success, outcome=outcome.to_json())
+    outcome.queries, outcome.reward = recorded.requests, float(env.reward_total)
+    recorder.write("outcome", finished=outcome.success, outcome=outcome.to_json())
     return outcome
+
+
+def _for_task(skill: Skill, settings: TeamSettings, rounds: int) -> Skill:
+    from dataclasses import replace
+
+    goal = Template(skill.goal).safe_substitute(goal=settings.task.description.strip())
+    return replace(skill, goal=goal, max_rounds=rounds)

@@ -386,7 +386,7 @@ def run_cells(
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="onboard-critic-")))
         critics = Critics(settings.critics_root, scratch, settings.seed)
         for cell in cells:
-            if method(cell.method).critic:
+            if method(cell.method).critic is not None:
                 critics.get(tasks[cell.task], cell.level, cell.critic)
         done = 0
         for cell in cells:

@@ -1,10 +1,10 @@
-"""The team methods by name: how each plans one environment step.
+"""The team methods by name: what each asks at one decision, and which checks refine it.
 
 ====================  =========================================================================
-``read_s``            ReAd-S: the agents in task order, one request each; the local advantage
+``read_s``            ReAd-S: the agents in task order, one decision each; the local advantage
                       of each proposal after the agents chosen before it; under epsilon it goes
                       back with its score, at most ``refine_limit`` re-asks per agent
-``read_j``            ReAd-J: one request for the joint action; the joint advantage
+``read_j``            ReAd-J: one decision for the joint action; the joint advantage
                       ``Q(s, a) - Q(s, w) / gamma``; refined the same way
 ``read_s_single``     ReAd-S without refinement (the seed's single-step ablation): the first
                       proposal of each agent runs, scored for the history
@@ -14,14 +14,17 @@
                       runs them as WAIT and says why)
 ====================  =========================================================================
 
-A method is a ``plan(turn) -> list[Decision]`` (the step's decisions; the joint action is
-their actions together, WAIT for any agent none chose), and optionally a ``finish(turn,
-success)`` the runner calls once the episode is over (Reflexion's reflection). What a loop
+A method is declared, not a loop: the request it builds from the episode so far
+(:class:`Turn`), whether a decision is one agent's or the joint action, the checks that refine
+it (the environment's legality, the critic's score, as the loop's checks:
+onboard.collab.refine), and optionally a ``finish(turn, success)`` asked once the episode is
+over (Reflexion's reflection) and a ``dialogue`` its ask holds before each plan (RoCo). The
+team kind (onboard.collab.kind) runs every method on the loop every skill runs. What a method
 keeps across the steps of one episode is the turn's :class:`EpisodeLog` (every step's joint
 action and physical feedback, the disturbance, the method's own notes); what it keeps across
 the episodes of one evaluation cell is a :class:`TrialMemory` the evaluation passes to each
-episode. The baselines with their own loops (onboard.collab.baselines) add themselves with
-:func:`register` when this module is imported.
+episode. The baselines (onboard.collab.baselines) add themselves with :func:`register` when
+this module is imported.
 """
 
 from __future__ import annotations
@@ -42,15 +45,7 @@ from onboard.collab.prompts import (
     joint_request,
     reply_schema,
 )
-from onboard.collab.refine import (
-    CriticCheck,
-    CriticView,
-    Decision,
-    LegalCheck,
-    TeamAsk,
-    TeamObservation,
-    refine,
-)
+from onboard.collab.refine import CriticView, TeamObservation
 from onboard.llm.types import Message
 from onboard.loop.kind import Attempt
 
@@ -59,9 +54,11 @@ __all__ = [
     "EnvView",
     "EpisodeLog",
     "Method",
+    "Request",
     "StepSeen",
     "StepView",
     "TaskView",
+    "TeamAsk",
     "TeamSettings",
     "TrialMemory",
     "Turn",
@@ -216,29 +213,73 @@ class EpisodeLog:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
+class TeamAsk(Protocol):
+    """One recorded LLM exchange: the reply text, or LLMError (onboard.collab.kind.RecordedAsk)."""
+
+    def ask(
+        self,
+        purpose: str,
+        messages: Sequence[Message],
+        schema: Mapping[str, Any] | None,
+        agents: Sequence[str],
+    ) -> str: ...
+
+
 @dataclass
 class Turn:
-    """One environment step as a method sees it."""
+    """The team episode as a method sees it at the current environment step: what earlier
+    steps left (``history``, ``log``) and what this step has gathered so far (the actions
+    chosen, the refused proposals, RoCo's physical feedback and dialogue)."""
 
     env: EnvView
     settings: TeamSettings
     ask: TeamAsk
     critic: CriticView | None
     record: Callable[..., None]
-    step: int
-    state: str
-    features: npt.NDArray[np.float32]
     #: earlier steps' lines for ## History, oldest first
-    history: Sequence[HistoryEntry] = field(default_factory=list)
-    #: the episode so far (shared by every turn of the episode)
+    history: list[HistoryEntry] = field(default_factory=list)
+    #: the episode so far
     log: EpisodeLog = field(default_factory=EpisodeLog)
+    #: this step: the actions chosen (ReAd-S: the agents before the one asked)
+    chosen: dict[str, str] = field(default_factory=dict)
+    #: this step: every refused proposal, shared by the agents of the step (ReAd-S)
+    refused: list[Attempt] = field(default_factory=list)
+    #: this step: each proposal and what came of it, for the ## History of later steps
+    entries: list[tuple[str, str]] = field(default_factory=list)
+    #: this step: the feasibility feedback of every round (RoCo)
+    physical: list[str] = field(default_factory=list)
+    #: this step: the last round's dialogue (RoCo), None when the method holds none
+    said: list[str] | None = None
+    state: str = ""
+    features: npt.NDArray[np.float32] = field(default_factory=lambda: np.zeros(0, np.float32))
+
+    def __post_init__(self) -> None:
+        self.look()
+
+    @property
+    def step(self) -> int:
+        return int(self.env.steps)
+
+    def look(self) -> None:
+        """What the environment shows now (at the start, and after each step)."""
+        self.state, self.features = self.env.describe(), self.env.features()
+
+    def next_step(self, step: int) -> None:
+        """Step ``step`` ran: its entries join the history; what the next step gathers starts
+        empty."""
+        self.history.extend(HistoryEntry(step, p, o) for p, o in self.entries)
+        if self.said is not None:
+            self.log.notes.setdefault("dialogue", {})[step] = self.said
+        self.chosen, self.refused, self.entries, self.physical = {}, [], [], []
+        self.said = None
+        self.look()
 
     @property
     def situation(self) -> Situation:
         return Situation(self.settings.task, self.state, self.env.vocabulary)
 
-    def observation(self, chosen: Mapping[str, str] | None = None) -> TeamObservation:
-        return TeamObservation(self.step, self.state, self.features, dict(chosen or {}))
+    def observation(self) -> TeamObservation:
+        return TeamObservation(self.step, self.state, self.features, dict(self.chosen))
 
     def recent(self) -> Sequence[HistoryEntry]:
         return self.history[-self.settings.history_limit :] if self.settings.history_limit else []
@@ -248,27 +289,41 @@ class Turn:
             return None
         return reply_schema({agent: self.env.agent_actions(agent) for agent in agents})
 
-    def critic_check(self, mode: Literal["sequential", "joint"]) -> CriticCheck:
-        if self.critic is None:
-            raise UsageError("this method scores proposals with a critic: give it one")
-        return CriticCheck(
-            self.critic, self.env.agents, self.env.vocabulary, mode, self.settings.threshold
-        )
 
-
-Plan = Callable[[Turn], list[Decision]]
+#: a decision's request: the turn, then the agents asked
+Request = Callable[[Turn, Sequence[str]], list[Message]]
 #: called once the episode is over: the turn holds the last state, then whether it succeeded
 Finish = Callable[[Turn, bool], None]
+#: RoCo's dialogue before each plan: asks the other agents, returns the plan's request
+Dialogue = Callable[[Turn, TeamAsk], list[Message]]
 
 
 @dataclass(frozen=True)
 class Method:
     name: str
     description: str
-    plan: Plan
-    #: whether it needs a critic
-    critic: bool
+    request: Request
+    #: the critic's score of a proposal: the local (``sequential``) or joint advantage
+    critic: Literal["sequential", "joint"] | None = None
+    #: refused proposals are asked again (the rounds: the task's refine_limit); else the
+    #: first proposal runs
+    refined: bool = False
+    #: the environment checks each proposal's feasibility before it runs
+    legal: bool = False
+    #: one decision per agent, in task order (ReAd-S); else one for all agents
+    per_agent: bool = False
+    #: the purpose of its plan requests in the recording
+    purpose: str = "plan_joint"
     finish: Finish | None = None
+    #: read a reply's text besides its actions (ReAct's thought)
+    heard: Callable[[Turn, str], None] | None = None
+    dialogue: Dialogue | None = None
+
+    def asked(self, turn: Turn) -> list[str]:
+        """The agents a decision asks now: the next to choose, or all."""
+        if not self.per_agent:
+            return list(turn.env.agents)
+        return [next(a for a in turn.env.agents if a not in turn.chosen)]
 
 
 def _score_note(threshold: float) -> str:
@@ -278,73 +333,27 @@ def _score_note(threshold: float) -> str:
     )
 
 
-def _read_s(refined: bool) -> Plan:
-    def plan(turn: Turn) -> list[Decision]:
-        critic = turn.critic_check("sequential")
-        legal = LegalCheck(turn.env)
-        chosen: dict[str, str] = {}
-        refused: list[Attempt] = []
-        decisions = []
-        note = _score_note(turn.settings.threshold)
-        for agent in turn.env.agents:
-
-            def build(
-                refused_now: Sequence[Attempt], agent: str = agent, chosen: dict[str, str] = chosen
-            ) -> list[Message]:
-                return agent_request(
-                    turn.situation, agent, history=turn.recent(), history_note=note,
-                    chosen=chosen, refused=refused_now, constrained=turn.settings.constrained,
-                )  # fmt: skip
-
-            decision = refine(
-                purpose="plan_agent", asked=[agent], build=build, schema=turn.schema([agent]),
-                llm=turn.ask, vocabulary=turn.env.vocabulary,
-                observation=turn.observation(chosen), legal=legal, critic=critic,
-                limit=turn.settings.limit, refined=refined, refused=refused, record=turn.record,
-            )  # fmt: skip
-            chosen.update(decision.actions)
-            decisions.append(decision)
-        return decisions
-
-    return plan
-
-
-def _read_j(refined: bool) -> Plan:
-    def plan(turn: Turn) -> list[Decision]:
-        agents = list(turn.env.agents)
-        note = _score_note(turn.settings.threshold)
-
-        def build(refused_now: Sequence[Attempt]) -> list[Message]:
-            return joint_request(
-                turn.situation, agents, history=turn.recent(), history_note=note,
-                refused=refused_now, constrained=turn.settings.constrained,
-            )  # fmt: skip
-
-        decision = refine(
-            purpose="plan_joint", asked=agents, build=build, schema=turn.schema(agents),
-            llm=turn.ask, vocabulary=turn.env.vocabulary, observation=turn.observation(),
-            legal=LegalCheck(turn.env), critic=turn.critic_check("joint"),
-            limit=turn.settings.limit, refined=refined, refused=[], record=turn.record,
-        )  # fmt: skip
-        return [decision]
-
-    return plan
-
-
-def _central_plan(turn: Turn) -> list[Decision]:
-    agents = list(turn.env.agents)
-
-    def build(refused_now: Sequence[Attempt]) -> list[Message]:
-        return joint_request(
-            turn.situation, agents, history=turn.recent(), constrained=turn.settings.constrained
-        )
-
-    decision = refine(
-        purpose="plan_joint", asked=agents, build=build, schema=turn.schema(agents),
-        llm=turn.ask, vocabulary=turn.env.vocabulary, observation=turn.observation(),
-        legal=None, critic=None, limit=0, refined=False, refused=[], record=turn.record,
+def _agent_request(turn: Turn, asked: Sequence[str]) -> list[Message]:
+    (agent,) = asked
+    return agent_request(
+        turn.situation, agent, history=turn.recent(),
+        history_note=_score_note(turn.settings.threshold), chosen=turn.chosen,
+        refused=turn.refused, constrained=turn.settings.constrained,
     )  # fmt: skip
-    return [decision]
+
+
+def _joint_request(turn: Turn, asked: Sequence[str]) -> list[Message]:
+    return joint_request(
+        turn.situation, asked, history=turn.recent(),
+        history_note=_score_note(turn.settings.threshold), refused=turn.refused,
+        constrained=turn.settings.constrained,
+    )  # fmt: skip
+
+
+def _central_request(turn: Turn, asked: Sequence[str]) -> list[Message]:
+    return joint_request(
+        turn.situation, asked, history=turn.recent(), constrained=turn.settings.constrained
+    )
 
 
 METHODS: dict[str, Method] = {}
@@ -358,15 +367,17 @@ def register(entry: Method) -> Method:
 
 
 register(Method("read_s", "ReAd-S: sequential plans refined on the local advantage",
-                _read_s(refined=True), critic=True))  # fmt: skip
+                _agent_request, critic="sequential", refined=True, legal=True, per_agent=True,
+                purpose="plan_agent"))  # fmt: skip
 register(Method("read_j", "ReAd-J: joint plans refined on the joint advantage",
-                _read_j(refined=True), critic=True))  # fmt: skip
+                _joint_request, critic="joint", refined=True, legal=True))  # fmt: skip
 register(Method("read_s_single", "ReAd-S single-step: scored for the history, not refined",
-                _read_s(refined=False), critic=True))  # fmt: skip
+                _agent_request, critic="sequential", legal=True, per_agent=True,
+                purpose="plan_agent"))  # fmt: skip
 register(Method("read_j_single", "ReAd-J single-step: scored for the history, not refined",
-                _read_j(refined=False), critic=True))  # fmt: skip
+                _joint_request, critic="joint", legal=True))  # fmt: skip
 register(Method("central_plan", "Central Plan: one joint request per step, no critic",
-                _central_plan, critic=False))  # fmt: skip
+                _central_request))  # fmt: skip
 
 
 def registered() -> dict[str, Method]:

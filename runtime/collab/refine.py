@@ -1,28 +1,31 @@
-"""The checks on a team proposal, on the loop's check seam, and the refinement around them.
+"""The checks on a team proposal, on the loop's check seam, and the fallback that chooses
+among the refused.
 
-A proposal is one action per agent asked, as :class:`~onboard.loop.kind.Step` s (``action`` the
-vocabulary's text, ``args["agent"]`` the agent). Two checks look at it, in this order:
+A proposal is one ``choose`` step whose arguments are one action per agent asked (``{"Alice":
+"MOVE red_cube"}``); a reply that cannot be read is a step too, carrying why (``?feedback``)
+and what it showed (``?proposal``). The checks look at it in this order:
 
+- :class:`ReplyCheck`: refuses an unreadable reply (or none) with its reason, so it is asked
+  again like any refused proposal, never run;
 - :class:`LegalCheck`: the environment's ``legal()``; an infeasible action is refused with the
-  environment's reason and never reaches the critic;
+  environment's reason and never reaches the critic. Without refinement (the single-step
+  methods) it amends instead: the proposal runs with its infeasible actions as WAIT;
 - :class:`CriticCheck`: the critic's score, the local advantage of the agent after the agents
   chosen before it (ReAd-S), or the joint advantage ``Q(s, a) - Q(s, w) / gamma`` (ReAd-J);
-  under epsilon it is refused with its score. A score the critic flags out of distribution is
-  *unknown*: the proposal passes, flagged (``CriticVerdict.ood``), never judged on it.
+  under epsilon it is refused with its score (``refuse=False``: scored for the history, never
+  refused). A score the critic flags out of distribution is *unknown*: the proposal passes,
+  unjudged (``Verdict.unjudged``), never judged on it.
 
-:func:`refine` is one decision (one agent's action for ReAd-S, the joint action for ReAd-J):
-ask, read, check; a refused proposal goes back in the next request with its reason (an
-:class:`~onboard.loop.kind.Attempt` under "Refused this step"), at most ``limit`` re-asks. When
-they are spent, the fallback: the refused proposal the critic scored highest if it scores
-above doing nothing (every agent asked WAITs), else WAIT. An infeasible proposal or an
-unreadable reply is never a fallback: what the checks refused for a reason other than its
-score never runs. Without refinement (the single-step methods) the first proposal runs as
-it is, scored for the history; an infeasible action in it is replaced by WAIT.
+A refused proposal goes back in the next request with its reason (an
+:class:`~onboard.loop.kind.Attempt` under "Refused this step"), at most ``refine_limit``
+re-asks (the loop's rounds). When they are spent, :func:`best_refused`: the refused proposal
+the critic scored highest if it scores above doing nothing (every agent asked WAITs), else the
+skill's fallback (WAIT). An infeasible proposal or an unreadable reply is never chosen: what
+the checks refused for a reason other than its score never runs.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -30,25 +33,29 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from onboard.base.errors import LLMError, LLMReplyError
-from onboard.collab.prompts import WAIT, proposal_text, read_reply
-from onboard.llm.types import Message
+from onboard.collab.prompts import WAIT
 from onboard.loop.engine import Verdict
-from onboard.loop.kind import Attempt, Step
+from onboard.loop.kind import Attempt, Observation, Step
 
 __all__ = [
+    "CHOOSE",
     "CriticCheck",
-    "CriticVerdict",
     "CriticView",
-    "Decision",
     "LegalCheck",
     "LegalView",
+    "ReplyCheck",
     "Scored",
-    "TeamAsk",
     "TeamObservation",
-    "refine",
+    "actions_of",
+    "best_refused",
     "steps_of",
+    "unreadable",
 ]
+
+#: the action a proposal is: its arguments are the agents' actions
+CHOOSE = "choose"
+#: an unreadable reply's step arguments (no agent is named so: names start with a letter)
+WHY, SHOWN = "?feedback", "?proposal"
 
 Features = npt.NDArray[np.float32]
 
@@ -79,18 +86,6 @@ class LegalView(Protocol):
     def legal(
         self, agent: str, action: str, chosen: Mapping[str, str] | None = None
     ) -> str | None: ...
-
-
-class TeamAsk(Protocol):
-    """One recorded LLM exchange: the reply text, or LLMError (onboard.collab.episode)."""
-
-    def ask(
-        self,
-        purpose: str,
-        messages: Sequence[Message],
-        schema: Mapping[str, Any] | None,
-        agents: Sequence[str],
-    ) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -126,11 +121,35 @@ class TeamObservation:
 
 
 def steps_of(actions: Mapping[str, str]) -> list[Step]:
-    return [Step(action, {"agent": agent}) for agent, action in actions.items()]
+    """A proposal as the loop's plan: one ``choose`` step."""
+    return [Step(CHOOSE, dict(actions))]
 
 
-def _actions_of(steps: Sequence[Step]) -> dict[str, str]:
-    return {step.args["agent"]: step.action for step in steps}
+def unreadable(proposal: str, feedback: str) -> list[Step]:
+    """A reply that could not be read, as a plan the :class:`ReplyCheck` refuses."""
+    return [Step(CHOOSE, {SHOWN: proposal, WHY: feedback})]
+
+
+def actions_of(steps: Sequence[Step]) -> dict[str, str]:
+    """The agents' actions a plan proposes (none for an unreadable reply)."""
+    return {
+        agent: action
+        for step in steps
+        if step.action == CHOOSE and WHY not in step.args
+        for agent, action in step.args.items()
+    }
+
+
+class ReplyCheck:
+    """Refuses a reply that could not be read (or never came), with why."""
+
+    name = "reply"
+
+    def check(self, steps: Sequence[Step], observation: Observation) -> Verdict:
+        for step in steps:
+            if WHY in step.args:
+                return Verdict(False, step.args[WHY])
+        return Verdict(True)
 
 
 class LegalCheck:
@@ -138,8 +157,13 @@ class LegalCheck:
 
     name = "legal"
 
-    def __init__(self, env: LegalView) -> None:
+    def __init__(self, env: LegalView, *, amend: bool = False, lines: bool = False) -> None:
+        """``amend``: a proposal with infeasible actions runs with them as WAIT (the
+        single-step methods); ``lines``: the feedback is one line per infeasible action,
+        ``Alice: MOVE x is infeasible: <why>`` (RoCo's physical feedback)."""
         self.env = env
+        self.amend = amend
+        self.lines = lines
 
     def reasons(self, steps: Sequence[Step], observation: TeamObservation) -> dict[str, str]:
         """The infeasible actions' reasons, by agent: each action after the actions chosen
@@ -147,32 +171,32 @@ class LegalCheck:
         the environment would run them: an infeasible one as WAIT)."""
         chosen = dict(observation.chosen)
         found = {}
-        for step in steps:
-            agent = step.args["agent"]
-            reason = self.env.legal(agent, step.action, dict(chosen))
+        for agent, action in actions_of(steps).items():
+            reason = self.env.legal(agent, action, dict(chosen))
             if reason is not None:
                 found[agent] = reason
-            chosen[agent] = step.action if reason is None else WAIT
+            chosen[agent] = action if reason is None else WAIT
         return found
 
     def check(self, steps: Sequence[Step], observation: Any) -> Verdict:
         reasons = self.reasons(steps, observation)
         if not reasons:
             return Verdict(True)
-        return Verdict(False, "infeasible: " + "; ".join(reasons.values()))
-
-
-@dataclass(frozen=True)
-class CriticVerdict(Verdict):
-    """A critic's verdict; ``ood``: the score is unknown (the state is outside the critic's
-    training range), so the proposal passed unjudged."""
-
-    ood: bool = False
+        actions = actions_of(steps)
+        if self.lines:
+            lines = (f"{a}: {actions[a]} is infeasible: {r}" for a, r in reasons.items())
+            feedback = "\n".join(lines)
+        else:
+            feedback = "infeasible: " + "; ".join(reasons.values())
+        amend = None
+        if self.amend:
+            amend = tuple(steps_of({a: WAIT if a in reasons else x for a, x in actions.items()}))
+        return Verdict(False, feedback, amend=amend)
 
 
 class CriticCheck:
     """The critic's score against ``epsilon``: local advantage (``sequential``, ReAd-S) or
-    joint advantage (``joint``, ReAd-J)."""
+    joint advantage (``joint``, ReAd-J); ``refuse=False``: scored, never refused."""
 
     name = "critic"
 
@@ -183,15 +207,18 @@ class CriticCheck:
         vocabulary: Sequence[str],
         mode: Literal["sequential", "joint"],
         epsilon: float,
+        *,
+        refuse: bool = True,
     ) -> None:
         self.critic = critic
         self.agents = tuple(agents)
         self.index = {action: i for i, action in enumerate(vocabulary)}
         self.mode = mode
         self.epsilon = epsilon
+        self.refuse = refuse
 
     def score(self, steps: Sequence[Step], observation: TeamObservation) -> Scored:
-        actions = _actions_of(steps)
+        actions = actions_of(steps)
         if self.mode == "joint":
             joint = [self.index[actions.get(agent, WAIT)] for agent in self.agents]
             return self.critic.joint_advantage(observation.features, joint)
@@ -205,22 +232,22 @@ class CriticCheck:
         prefix = [self.index[observation.chosen[a]] for a in before]
         return self.critic.local_advantage(observation.features, prefix, self.index[action])
 
-    def check(self, steps: Sequence[Step], observation: Any) -> CriticVerdict:
+    def check(self, steps: Sequence[Step], observation: Any) -> Verdict:
         score = self.score(steps, observation)
         value = float(score.value)
         if score.ood:
-            return CriticVerdict(
+            return Verdict(
                 True, f"score unknown (state outside the critic's training range; {value:.2f} "
-                "not trusted)", value, ood=True,
+                "not trusted)", value, unjudged=True,
             )  # fmt: skip
         if value < self.epsilon:
-            return CriticVerdict(
-                False,
+            return Verdict(
+                not self.refuse,
                 f"score {_shown_under(value, self.epsilon)} (under the threshold "
                 f"{self.epsilon:.2f})",
                 value,
             )
-        return CriticVerdict(True, f"score {value:.2f}", value)
+        return Verdict(True, f"score {value:.2f}", value)
 
 
 def _shown_under(value: float, threshold: float) -> str:
@@ -233,149 +260,26 @@ def _shown_under(value: float, threshold: float) -> str:
     return f"{value:.3e}"
 
 
-@dataclass
-class Decision:
-    """What one decision chose, and what it took."""
-
-    actions: dict[str, str]
-    #: "accepted": a proposal passed; "first": the single-step methods' first proposal ran
-    #: unrefined; "fallback": none passed (``why``)
-    how: Literal["accepted", "first", "fallback"]
-    score: float | None = None
-    ood: bool = False
-    #: requests made for the decision (the first and each re-ask)
-    requests: int = 0
-    #: proposals the critic refused for their score
-    vetoes: int = 0
-    #: proposals refused as unreadable or infeasible
-    failed: int = 0
-    why: str = ""
-    #: each proposal and what came of it, for the ## History of later steps
-    entries: list[tuple[str, str]] = field(default_factory=list)
-
-
-def refine(
-    *,
-    purpose: str,
+def best_refused(
+    refused: Sequence[Attempt],
+    critic: CriticCheck,
     asked: Sequence[str],
-    build: Callable[[Sequence[Attempt]], list[Message]],
-    schema: Mapping[str, Any] | None,
-    llm: TeamAsk,
-    vocabulary: Sequence[str],
     observation: TeamObservation,
-    legal: LegalCheck | None,
-    critic: CriticCheck | None,
-    limit: int,
-    refined: bool,
-    refused: list[Attempt],
     record: Callable[..., None],
-) -> Decision:
-    """One decision for the agents ``asked``. ``build(refused)`` makes each request from the
-    step's refused proposals so far; ``refused`` is the step's list, appended to here (ReAd-S
-    shares it between the agents of a step). ``refined``: re-ask a refused proposal, at most
-    ``limit`` times; otherwise the first proposal runs (infeasible actions as WAIT)."""
-    decision = Decision(actions={}, how="fallback")
-    vetoed: list[tuple[float, dict[str, str]]] = []
-    for round_ in range(limit + 1 if refined else 1):
-        decision.requests += 1
-        actions, failure = _propose(llm, purpose, build(refused), schema, asked, vocabulary)
-        if failure is not None:
-            decision.failed += 1
-            refused.append(failure)
-            record("proposal", round=round_, agents=list(asked), ok=False,
-                   reason=failure.feedback)  # fmt: skip
-            continue
-        record("proposal", round=round_, agents=list(asked), ok=True, actions=actions)
-        steps = steps_of(actions)
-        proposal = proposal_text(actions)
-        if legal is not None:
-            reasons = legal.reasons(steps, observation)
-            if reasons:
-                verdict = legal.check(steps, observation)
-                record("check", check=legal.name, actions=actions, ok=False,
-                       feedback=verdict.feedback, score=None, ood=False)  # fmt: skip
-                decision.failed += 1
-                refused.append(Attempt(proposal, verdict.feedback))
-                decision.entries.append((proposal, verdict.feedback))
-                if refined:
-                    continue
-                actions = {a: WAIT if a in reasons else x for a, x in actions.items()}
-                decision.why = verdict.feedback
-                return _finish(decision, actions, "fallback", critic, observation, record)
-        if critic is None:
-            decision.entries.append((proposal, ""))
-            return _finish(decision, actions, "accepted" if refined else "first", None,
-                           observation, record)  # fmt: skip
-        verdict = critic.check(steps, observation)
-        record("check", check=critic.name, actions=actions, ok=verdict.ok,
-               feedback=verdict.feedback, score=verdict.score, ood=verdict.ood)  # fmt: skip
-        decision.score, decision.ood = verdict.score, verdict.ood
-        if verdict.ok or not refined:
-            word = "accepted" if verdict.ok else "ran unrefined"
-            decision.entries.append((proposal, f"{verdict.feedback}, {word}"))
-            decision.actions, decision.how = actions, "accepted" if refined else "first"
-            return decision
-        decision.vetoes += 1
-        refused.append(Attempt(proposal, verdict.feedback, verdict.score))
-        decision.entries.append((proposal, f"{verdict.feedback}, refused"))
-        vetoed.append((float(verdict.score or 0.0), actions))
-    decision.why = f"{decision.requests} proposals refused"
+) -> tuple[dict[str, str], bool]:
+    """The fallback of a decision whose rounds are spent: of the proposals the critic refused
+    (those with a score), the highest scored (the first of equals) if it scores above every
+    agent asked WAITing, else the WAITs; with whether the critic could not judge the choice."""
     wait = {agent: WAIT for agent in asked}
-    if critic is None or not vetoed:
-        return _finish(decision, wait, "fallback", critic, observation, record)
+    wait_score = critic.score(steps_of(wait), observation)
+    vetoed = [(float(a.score), actions_of(a.steps)) for a in refused if a.score is not None]
+    if not vetoed:
+        record("fallback_choice", best=None, wait_score=float(wait_score.value), chosen=wait,
+               ood=bool(wait_score.ood))  # fmt: skip
+        return wait, bool(wait_score.ood)
     best_score, best = max(vetoed, key=lambda pair: pair[0])
-    wait_score = float(critic.score(steps_of(wait), observation).value)
-    chosen = best if best_score > wait_score else wait
-    record("fallback_choice", best=best, best_score=best_score, wait_score=wait_score,
-           chosen=chosen)  # fmt: skip
-    return _finish(decision, chosen, "fallback", critic, observation, record)
-
-
-_ENDPOINT = re.compile(r"^LLM at \S+: ")
-
-
-def _propose(
-    llm: TeamAsk,
-    purpose: str,
-    messages: list[Message],
-    schema: Mapping[str, Any] | None,
-    asked: Sequence[str],
-    vocabulary: Sequence[str],
-) -> tuple[dict[str, str], Attempt | None]:
-    """The proposal of one exchange, or the failed proposal: no reply, or one that cannot be
-    read (the reason without the endpoint's URL: it means nothing to the model, and a port
-    differs between runs)."""
-    who = ", ".join(asked)
-    try:
-        text = llm.ask(purpose, messages, schema, asked)
-    except LLMReplyError as exc:
-        return {}, Attempt(f"{who}: (reply refused)", f"unusable reply: {_bare(exc)}")
-    except LLMError as exc:
-        return {}, Attempt(f"{who}: (no reply)", f"no reply: {_bare(exc)}")
-    try:
-        return read_reply(text, asked, vocabulary), None
-    except LLMReplyError as exc:
-        shown = " ".join(text.split())[:60]
-        return {}, Attempt(f"{who}: {shown!r}", f"unusable reply: {exc}")
-
-
-def _bare(exc: LLMError) -> str:
-    return _ENDPOINT.sub("", str(exc))
-
-
-def _finish(
-    decision: Decision,
-    actions: dict[str, str],
-    how: Literal["accepted", "first", "fallback"],
-    critic: CriticCheck | None,
-    observation: TeamObservation,
-    record: Callable[..., None],
-) -> Decision:
-    decision.actions, decision.how = actions, how
-    if how == "fallback":
-        record("fallback", actions=actions, why=decision.why)
-        if critic is not None:
-            score = critic.score(steps_of(actions), observation)
-            decision.score, decision.ood = float(score.value), bool(score.ood)
-        decision.entries.append((proposal_text(actions), "fallback"))
-    return decision
+    chosen = best if best_score > float(wait_score.value) else wait
+    ood = bool(critic.score(steps_of(chosen), observation).ood)
+    record("fallback_choice", best=best, best_score=best_score,
+           wait_score=float(wait_score.value), chosen=chosen, ood=ood)  # fmt: skip
+    return chosen, ood

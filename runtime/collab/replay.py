@@ -63,7 +63,7 @@ def replay_team_episode(
     )
     llm = RecordedExchanges(exchanges_by_id(records), str(path), check_schema=True)
     # a disturbed episode is disturbed again; a trial memory is the one the episode began with
-    start = next((r for r in records if r.get("kind") == "start"), {})
+    start = next((r for r in records if r.get("kind") == "setup"), {})
     disturb_at = start.get("disturb_at")
     kept = start.get("trial_memory")
     memory = None
@@ -74,6 +74,8 @@ def replay_team_episode(
         int(options["seed"]), disturb_at=None if disturb_at is None else int(disturb_at),
         memory=memory,
     )  # fmt: skip
+    if llm.diverged:  # the loop takes a failed exchange for no reply: the first says what
+        raise ReplayDivergence(llm.diverged[0])
     recorded = [dict(r["joint"]) for r in records if r.get("kind") == "env_step"]
     for step, (was, now) in enumerate(zip(recorded, outcome.joint_actions, strict=False)):
         if was != now:

@@ -112,6 +112,9 @@ class Verdict:
     #: eye contact before speaking to a person not looking); the runner checks it like any
     #: plan and runs it, once per proposal, before it asks again
     amend: tuple[Step, ...] | None = None
+    #: the check could not judge (a critic outside the states it was trained on): the
+    #: proposal passes unjudged, and the check record says so
+    unjudged: bool = False
 
 
 class GoalGate(Protocol):
@@ -143,6 +146,12 @@ class GoalGate(Protocol):
     def judgement(self, text: str) -> Verdict:
         """The verifier model's reply read: ok lets the end step run."""
         ...
+
+
+#: a plan a decision's refused proposals offer instead of the skill's fallback (or None)
+FallbackPlan = Callable[[Sequence[Attempt], Observation], "list[Step] | None"]
+#: whether what is seen ends the episode: ok in success, not ok in failure, None: go on
+Ends = Callable[[Observation], "Verdict | None"]
 
 
 class Check(Protocol):
@@ -244,6 +253,8 @@ class SkillRunner:
         max_replans: int | None = None,
         check_looks: bool = True,
         work_latency: Callable[[], float] | None = None,
+        fallback_plan: FallbackPlan | None = None,
+        ends: Ends | None = None,
     ) -> None:
         """``look`` takes a fresh observation for the verifiers (a new camera frame), and for
         the checks unless ``check_looks`` is False (the checks then judge a proposal against
@@ -253,7 +264,14 @@ class SkillRunner:
         with no motion. ``max_replans``: replans counted apart from check rounds (see the
         module docstring); None: a replan is one more round. ``work_latency``: on the
         virtual clock, how long each piece of off-loop work (a check, a verification) takes,
-        asked in order (a replay of a wall-clock run answers from the recording); None: none."""
+        asked in order (a replay of a wall-clock run answers from the recording); None: none.
+        ``fallback_plan``: when a decision's rounds are spent, a plan its refused proposals
+        offer instead of the skill's fallback (ReAd: the one the critic scored highest, if it
+        beats doing nothing), or None for the fallback; it is not checked again.
+        ``ends``: asked once each action has completed and passed its verification, with
+        what is seen then: an ok verdict ends the episode through the end action (the task's
+        own success, as the environment reports it), a failed one stops it (a step limit),
+        None goes on."""
         self.skill = skill
         self.clock = clock
         self.driver = driver
@@ -273,6 +291,8 @@ class SkillRunner:
         self.max_replans = max_replans
         self.check_looks = check_looks
         self.work_latency = work_latency
+        self.fallback_plan = fallback_plan
+        self.ends = ends
         self.outcome = Outcome()
         #: per decision: (stimulus -> request sent, reply received -> action started), seconds
         self.decision_overhead: list[tuple[float, float]] = []
@@ -680,7 +700,8 @@ class SkillRunner:
             for name, verdict in verdicts:
                 self.record("check", check=name, actions=[s.action for s in steps],
                             steps=[s.to_record() for s in steps], ok=verdict.ok,
-                            feedback=verdict.feedback, score=verdict.score)  # fmt: skip
+                            feedback=verdict.feedback, score=verdict.score,
+                            **({"unjudged": True} if verdict.unjudged else {}))  # fmt: skip
                 if not verdict.ok:
                     self.outcome.refused[name] = self.outcome.refused.get(name, 0) + 1
                     then(verdict)
@@ -715,6 +736,14 @@ class SkillRunner:
                 self.stop(ending)
                 return
             self._ending = ending  # once more, to make safe what moved since, then end
+        instead = None
+        if self.fallback_plan is not None and self._ending is None:
+            instead = self.fallback_plan(list(self._history), self.observation)
+        if instead:
+            self.record("fallback_plan", steps=[s.to_record() for s in instead])
+            self._queue = list(instead[1:])
+            self._begin(instead[0], f"fallback: {why}")
+            return
         self._begin(Step(self.skill.fallback), f"fallback: {why}")
 
     def _begin(self, step: Step, reason: str) -> None:
@@ -815,6 +844,13 @@ class SkillRunner:
         """The current action finished and passed its verification."""
         if self._ending is not None and self.current == self.skill.fallback:
             self.stop(self._ending)  # the robot is safe: the episode ends with its cause
+            return
+        ending = self.ends(self.observation) if self.ends is not None else None
+        if ending is not None:
+            if ending.ok:
+                self._begin(Step(self.skill.end), ending.feedback or "the goal holds")
+            else:
+                self.stop(ending.feedback)
             return
         if self._deferred is not None:
             steps, phrase, rounds = self._deferred
@@ -922,7 +958,7 @@ class SkillRunner:
 
 def _attempt(steps: Sequence[Step], verdict: Verdict) -> Attempt:
     proposal = ", then ".join(s.text() for s in steps)
-    return Attempt(proposal, verdict.feedback or "refused", verdict.score)
+    return Attempt(proposal, verdict.feedback or "refused", verdict.score, tuple(steps))
 
 
 def _jsonable(value: object) -> object:

@@ -80,6 +80,8 @@ class Attempt:
     proposal: str
     feedback: str
     score: float | None = None
+    #: the refused plan's steps (a kind's fallback may choose among them)
+    steps: tuple[Step, ...] = ()
 
     def to_record(self) -> dict[str, object]:
         return {"proposal": self.proposal, "score": self.score, "feedback": self.feedback}

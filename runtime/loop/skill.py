@@ -42,8 +42,9 @@ OBSERVED_FIELDS = {"X_a": "activity", "X_g": "gaze"}
 #: What a skill observes and how its replies read (runtime/loop/kind.py): a person as text,
 #: replies onto action names; a scene seen by the camera, replies onto actions with
 #: arguments bound to the objects in view; or a scene the reply answers with a plan and a
-#: program (generated code, ReplanVLM: runtime/replan/kind.py).
-SkillKindName = Literal["person", "scene", "code"]
+#: program (generated code, ReplanVLM: runtime/replan/kind.py); or a team task the reply
+#: answers with one action per agent (ReAd: runtime/collab/kind.py).
+SkillKindName = Literal["person", "scene", "code", "team"]
 #: The arguments a scene action may take: the object it acts on, where it goes.
 Param = Literal["object", "target"]
 
@@ -446,7 +447,7 @@ def _check(
 
 
 def _check_kind(spec: SkillFile, problem: ProblemAt) -> Iterable[Problem]:
-    if spec.skill.kind != "code" and spec.prompt.ack is None:
+    if spec.skill.kind not in ("code", "team") and spec.prompt.ack is None:
         yield problem(("prompt", "ack"), f"a {spec.skill.kind} skill needs the model's ack")
     if spec.skill.kind == "person":
         if spec.prompt.second_stage is None:
@@ -455,13 +456,14 @@ def _check_kind(spec: SkillFile, problem: ProblemAt) -> Iterable[Problem]:
             if action.params:
                 yield problem(("actions", name, "params"), "only scene skills take params")
         return
-    if spec.skill.kind == "code":
+    if spec.skill.kind in ("code", "team"):
         for name, action in spec.actions.items():
             if action.params:
                 yield problem(("actions", name, "params"), "only scene skills take params")
         if spec.scene is not None:
-            yield problem(("scene",), "a code skill sees the scene the robot API perceives: "
-                          "no [scene] table")  # fmt: skip
+            sees = {"code": "the scene the robot API perceives", "team": "its environment's state"}
+            yield problem(("scene",), f"a {spec.skill.kind} skill sees "
+                          f"{sees[spec.skill.kind]}: no [scene] table")  # fmt: skip
         return
     scene = spec.scene
     if scene is None:
@@ -526,7 +528,7 @@ def _check_actions(
         for i, nxt in enumerate(action.next or []):
             if nxt not in spec.actions:
                 yield problem((*key, "next", i), f"unknown action {nxt!r}")
-        if not action.references and spec.skill.kind != "code":
+        if not action.references and spec.skill.kind not in ("code", "team"):
             yield problem((*key, "references"), "a reply is mapped onto actions by their "
                           "references: give at least one")  # fmt: skip
         for i, ref in enumerate(action.references):
