@@ -317,6 +317,29 @@ def test_read_s_refines_on_the_local_advantage() -> None:
     assert sum(r["kind"] == "fallback" for r in recorder.records) == 1
 
 
+def test_when_the_rounds_are_spent_the_best_refused_proposal_runs_if_it_beats_waiting() -> None:
+    # epsilon 1.5: even a useful MOVE (advantage 1.0) is refused; WAIT's advantage is 0
+    script = {"Alice": [text(Alice="MOVE red_cube")], "Bob": [text(Bob="WAIT")]}
+    settings = TeamSettings(Task(), "only", epsilon=1.5)
+    env, recorder = CubeRelay(), MemoryRecorder()
+    with ScriptedTeam(**script) as server, client(server) as llm:
+        outcome = run_team_episode(env, method("read_s"), llm, HandCritic(), settings,
+                                   recorder, seed=3)  # fmt: skip
+        alice = server.users("Alice")
+    # Alice: refused 3 times (refine_limit 2), then her best refused proposal runs; Bob's WAIT
+    # scores no better than WAIT itself, so WAIT runs
+    assert env.ran[0] == {"Alice": "MOVE red_cube", "Bob": "WAIT"}
+    choices = [r for r in recorder.records if r["kind"] == "fallback_choice"]
+    assert choices[0]["chosen"] == {"Alice": "MOVE red_cube"}
+    assert choices[0]["best_score"] == 1.0 and choices[0]["wait_score"] == 0.0
+    assert choices[1]["chosen"] == {"Bob": "WAIT"}
+    plan = next(r for r in recorder.records if r["kind"] == "fallback_plan")
+    assert plan["steps"] == [{"action": "choose", "args": {"Alice": "MOVE red_cube"}}]
+    # the next step's history says the choice was a fallback, not accepted
+    assert "step 0: Alice: MOVE red_cube -> fallback" in alice[3]
+    assert outcome.fallbacks == 2 * outcome.steps and outcome.vetoes >= 3
+
+
 def test_read_j_reads_a_malformed_reply_as_a_failed_proposal() -> None:
     joint = [
         text(Alice="JUMP", Bob="WAIT"),

@@ -63,7 +63,8 @@ def replay_team_episode(
     )
     llm = RecordedExchanges(exchanges_by_id(records), str(path), check_schema=True)
     # a disturbed episode is disturbed again; a trial memory is the one the episode began with
-    start = next((r for r in records if r.get("kind") == "setup"), {})
+    # the episode's setup (recordings made before the team ran on the runner: its "start")
+    start = next((r for r in records if r.get("kind") in ("setup", "start") and "method" in r), {})
     disturb_at = start.get("disturb_at")
     kept = start.get("trial_memory")
     memory = None
