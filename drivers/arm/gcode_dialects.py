@@ -7,12 +7,15 @@ Marlin 2.1 (MarlinFirmware/Marlin):
   syncs, ``M115`` reports ``Cap:EMERGENCY_PARSER``;
 - answers ``ok``; an error is ``Error:<text>`` *then* ``ok``; an unknown command is
   ``echo:Unknown command: "M3"`` then ``ok`` (an error here, never success); with line
-  numbers, a bad line is answered ``Error:...``, ``Resend: N``, ``ok``;
+  numbers (on by default), a bad line is answered ``Error:...``, ``Resend: N``, ``ok`` (some
+  2.0.x builds send no ``ok`` there: :mod:`~onboard.drivers.arm.gcode_link` handles both);
 - ``echo:busy: processing`` every 2 s while a command blocks: a keepalive;
-- a motion is done when ``M400`` is answered; position is ``M114``; ``G28`` homes;
-  ``M204 S`` sets acceleration;
+- a motion is done when ``M400`` is answered; position is ``M114`` (the position Marlin
+  believes: a move clamped to the soft endstops, or dropped before homing with
+  ``NO_MOTION_BEFORE_HOMING``, shows there); ``G28`` homes; ``M204 S`` sets acceleration;
 - the recoverable stop is ``M410`` (quickstop): it empties the planner but not the command
-  queue, so a move line answered after it gets a second ``M410``. ``M112`` kills the board:
+  queue, so a move line answered after it gets a second ``M410``; mid-motion it loses the
+  position (motion.cpp: "most likely out of sync"), so the driver requires ``G28`` after it. ``M112`` kills the board:
   it prints ``Error:Printer halted. kill() called!`` and answers nothing until it is reset or
   power-cycled (``M999`` cannot undo a kill). The driver sends ``M112`` only from
   :meth:`~onboard.drivers.arm.gcode.GcodeArm.emergency_stop`, never on a timeout. With
