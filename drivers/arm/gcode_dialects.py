@@ -15,10 +15,11 @@ Marlin 2.1 (MarlinFirmware/Marlin):
   ``NO_MOTION_BEFORE_HOMING``, shows there); ``G28`` homes; ``M204 S`` sets acceleration;
 - the recoverable stop is ``M410`` (quickstop): it empties the planner but not the command
   queue, so a move line answered after it gets a second ``M410``; mid-motion it loses the
-  position (motion.cpp: "most likely out of sync"), so the driver requires ``G28`` after it. ``M112`` kills the board:
-  it prints ``Error:Printer halted. kill() called!`` and answers nothing until it is reset or
-  power-cycled (``M999`` cannot undo a kill). The driver sends ``M112`` only from
-  :meth:`~onboard.drivers.arm.gcode.GcodeArm.emergency_stop`, never on a timeout. With
+  position (motion.cpp: "most likely out of sync"), so the driver requires ``G28`` after it.
+  ``M112`` kills the board: it prints ``Error:Printer halted. kill() called!`` and answers
+  nothing until it is reset or power-cycled (``M999`` cannot undo a kill). The driver sends
+  ``M112`` only from :meth:`~onboard.drivers.arm.gcode.GcodeArm.emergency_stop`, never on a
+  timeout. With
   ``EMERGENCY_PARSER`` (off in stock builds) both act the moment they arrive; without it,
   when Marlin reads the line (it reads during ``M400`` too, while its 4-line command queue
   has room; a numbered line waits its turn): build the firmware with it.
