@@ -19,10 +19,9 @@ Marlin 2.1 (MarlinFirmware/Marlin):
   ``M112`` kills the board: it prints ``Error:Printer halted. kill() called!`` and answers
   nothing until it is reset or power-cycled (``M999`` cannot undo a kill). The driver sends
   ``M112`` only from :meth:`~onboard.drivers.arm.gcode.GcodeArm.emergency_stop`, never on a
-  timeout. With
-  ``EMERGENCY_PARSER`` (off in stock builds) both act the moment they arrive; without it,
-  when Marlin reads the line (it reads during ``M400`` too, while its 4-line command queue
-  has room; a numbered line waits its turn): build the firmware with it.
+  timeout. With ``EMERGENCY_PARSER`` (off in stock builds) both act the moment they arrive;
+  without it, when Marlin reads the line (it reads during ``M400`` too, while its 4-line
+  command queue has room; a numbered line waits its turn): build the firmware with it.
 
 GRBL 1.1 (gnea/grbl, doc/markdown/interface.md and commands.md):
 
