@@ -17,9 +17,11 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import serial
 from arm_harness import BLOCKS, BOUND, require, wait_until
 
 from onboard.drivers.emulators.serve import Served, serve
@@ -95,9 +97,18 @@ def sim_serve() -> Iterator[Served]:
         thread.join(BOUND)
 
 
+@dataclass
+class Raw:
+    """A raw JAKA client's command and status connections, and where sim serve listens."""
+
+    commands: JsonSocket
+    status: JsonSocket
+    served: Served
+
+
 @pytest.fixture
-def jaka() -> Iterator[tuple[JsonSocket, JsonSocket]]:
-    """A raw client's command and status connections, powered on and enabled."""
+def jaka() -> Iterator[Raw]:
+    """A raw client of sim serve's JAKA controller, powered on and enabled."""
     with sim_serve() as served:
         commands, status = JsonSocket(served.jaka), JsonSocket(served.status)
         try:
@@ -106,7 +117,7 @@ def jaka() -> Iterator[tuple[JsonSocket, JsonSocket]]:
                 if commands.ask("get_robot_state")["power"] == "powered_on":
                     break
             commands.ask("enable_robot")
-            yield commands, status
+            yield Raw(commands, status, served)
         finally:
             commands.close()
             status.close()
@@ -116,18 +127,16 @@ def tcp(commands: JsonSocket) -> list[float]:
     return [float(v) for v in commands.ask("get_tcp_pos")["tcp_pos"]]
 
 
-def test_a_raw_clients_first_move_runs(jaka: tuple[JsonSocket, JsonSocket]) -> None:
-    commands, _ = jaka
+def test_a_raw_clients_first_move_runs(jaka: Raw) -> None:
+    commands = jaka.commands
     start = tcp(commands)
     target = [*start[:2], start[2] - 30.0, *start[3:]]
     commands.ask("end_move", endPosition=target)
     wait_until(lambda: abs(tcp(commands)[2] - target[2]) < 2.0, "the tool went 30 mm down")
 
 
-def test_a_raw_clients_failed_move_shows_on_the_status_stream(
-    jaka: tuple[JsonSocket, JsonSocket],
-) -> None:
-    commands, status = jaka
+def test_a_raw_clients_failed_move_shows_on_the_status_stream(jaka: Raw) -> None:
+    commands, status = jaka.commands, jaka.status
     start = tcp(commands)
     commands.ask("end_move", endPosition=[3000.0, *start[1:]])  # 3 m away: out of reach
 
@@ -137,3 +146,66 @@ def test_a_raw_clients_failed_move_shows_on_the_status_stream(
     wait_until(failed, "the status stream shows the motion error")
     pushed = status.next()
     assert pushed["errcode"] != "0x0" and "reach" in pushed["errmsg"], pushed
+
+
+# -- the G-code boards, with raw clients written from the firmwares' documented protocols --------
+
+
+class Board:
+    """A raw serial client: lines out, the board's lines (without line ends) in."""
+
+    def __init__(self, path: str) -> None:
+        self.port = serial.serial_for_url(path, timeout=BOUND)
+
+    def close(self) -> None:
+        self.port.close()
+
+    def line(self) -> str:
+        raw = self.port.readline()
+        require(raw.endswith(b"\n"), "the board printed a line")
+        return raw.decode("ascii", errors="replace").strip()
+
+    def until(self, last: str) -> list[str]:
+        lines = [self.line()]
+        while not lines[-1].startswith(last):
+            lines.append(self.line())
+        return lines
+
+    def command(self, text: str) -> list[str]:
+        """Send a line; what the board printed up to its ``ok`` (an error fails the test)."""
+        self.port.write(text.encode() + b"\n")
+        lines = self.until("ok")
+        assert not any(x.lower().startswith("error") for x in lines), (text, lines)
+        return lines
+
+
+def test_raw_gcode_clients_move_the_shared_twin(jaka: Raw) -> None:
+    """Marlin (reprap.org G-code: ``G28``, ``G1``, ``M400``; ``start`` at boot) and GRBL 1.1
+    (its interface.md: the banner, ``$H``, ``G1``, ``G4 P0``), each after a JAKA move: every
+    board's first motion runs on the arm the others also drive."""
+    commands, served = jaka.commands, jaka.served
+    start = tcp(commands)
+    commands.ask("end_move", endPosition=[*start[:2], start[2] - 20.0, *start[3:]])
+    wait_until(lambda: abs(tcp(commands)[2] - (start[2] - 20.0)) < 2.0, "JAKA moved the tool")
+    assert served.marlin and served.grbl
+    marlin = Board(served.marlin)
+    try:
+        marlin.until("start")  # the board reset when the port opened
+        marlin.command("M110 N0")
+        marlin.command("G28")
+        x, y, z = tcp(commands)[:3]
+        marlin.command(f"G1 X{x:.2f} Y{y:.2f} Z{z - 30:.2f} F3000")
+        marlin.command("M400")
+        assert abs(tcp(commands)[2] - (z - 30)) < 2.0, "Marlin's first move did not run"
+    finally:
+        marlin.close()
+    grbl = Board(served.grbl)
+    try:
+        grbl.until("Grbl 1.1")  # homing enabled: it boots in alarm
+        grbl.command("$H")
+        x, y, z = tcp(commands)[:3]
+        grbl.command(f"G1 X{x:.3f} Y{y:.3f} Z{z - 30:.3f} F3000")  # machine zero: the base
+        grbl.command("G4 P0")
+        assert abs(tcp(commands)[2] - (z - 30)) < 2.0, "GRBL's first move did not run"
+    finally:
+        grbl.close()
