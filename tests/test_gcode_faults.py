@@ -41,7 +41,6 @@ from onboard.drivers.emulators.marlin_pty import MarlinEmulator
 
 #: homing on (GRBL boots in alarm), max rates of an arm rather than GRBL's 500 mm/min
 GRBL = {22: 1.0, 110: 12000.0, 111: 12000.0, 112: 12000.0}
-QUICK = 2.0  # s: the answer timeout where the old driver waited for an answer never sent
 
 
 @pytest.fixture
@@ -108,7 +107,7 @@ def _away(arm: GcodeArm) -> None:
 
 def test_grbl_state_while_homing_is_the_last_known_position(backend: SimArm) -> None:
     emulator = grbl(backend)
-    with driven(emulator, "grbl", timeout=QUICK) as arm:
+    with driven(emulator, "grbl") as arm:
         _away(arm)
         known = arm.state().pose
         twin = backend.twin
@@ -130,7 +129,7 @@ def test_grbl_state_while_homing_is_the_last_known_position(backend: SimArm) -> 
 
 def test_grbl_stop_during_homing_sends_ctrl_x(backend: SimArm) -> None:
     emulator = grbl(backend)
-    with driven(emulator, "grbl", timeout=QUICK) as arm:
+    with driven(emulator, "grbl") as arm:
         _away(arm)
         twin = backend.twin
         with twin.hold_at(twin.snapshot.step + 2) as gate:
@@ -138,7 +137,7 @@ def test_grbl_stop_during_homing_sends_ctrl_x(backend: SimArm) -> None:
             mover.start()
             wait_until(lambda: gate.reached and emulator.state_name == "Home", "homing runs")
             arm.stop()  # GRBL ignores '!' while homing: only a reset stops it
-            stopped = backend.wait_stopped(QUICK)
+            stopped = backend.wait_stopped(BOUND)
             gate.release()
         assert stopped, "the homing went on after stop()"
         mover.join(BOUND)
@@ -156,7 +155,7 @@ def test_grbl_stop_during_homing_sends_ctrl_x(backend: SimArm) -> None:
 def test_grbl_soft_limit_alarm_is_reset_reported_and_cleared_by_home(backend: SimArm) -> None:
     # soft limits: machine space is [-$13x, 0]; homed, the tool is at -1 mm ($27 pull-off)
     emulator = GrblEmulator(backend, settings={**GRBL, 20: 1.0})
-    with driven(emulator, "grbl", timeout=QUICK) as arm:
+    with driven(emulator, "grbl") as arm:
         arm.home()
         here = arm.state().pose
         with pytest.raises(ArmError, match=r"ALARM:2 \(soft limit"):
@@ -175,7 +174,7 @@ def test_grbl_soft_limit_alarm_is_reset_reported_and_cleared_by_home(backend: Si
 
 def test_grbl_hard_limit_alarm_is_reset_and_cleared_by_home(backend: SimArm) -> None:
     # a move the twin cannot do is the machine running into its end: ALARM:1
-    with driven(grbl(backend), "grbl", timeout=QUICK) as arm:
+    with driven(grbl(backend), "grbl") as arm:
         arm.home()
         with pytest.raises(ArmError, match=r"ALARM:1 \(hard limit"):
             arm.move_to(Pose(3.0, 0.0, 0.3), 0.5)
@@ -264,9 +263,7 @@ def test_marlin_resend_with_or_without_ok_after_it(backend: SimArm, ok_after_res
         here = backend.state().pose
         target = replace(here, z=here.z - 0.02)
         port = NoisyPort(emulator.path, corrupt=f"Z{target.z * 1000:.3f}")
-        config = GcodeArmConfig(
-            url=emulator.path, line_numbers=True, timeout=QUICK, grip_settle=0.0
-        )
+        config = GcodeArmConfig(url=emulator.path, line_numbers=True, grip_settle=0.0)
         with GcodeArm(config, port=port) as arm:
             arm.move_to(target, 0.2)
             assert port.corrupted == 1

@@ -312,7 +312,8 @@ class GcodeArm(Device):
     def state(self) -> ArmState:
         """Where the tool is. Marlin answers ``M114`` only between motions: while one runs,
         the last known position, with ``moving=True`` and ``extra["stale"] = 1``; GRBL's
-        ``?`` is answered at any time."""
+        ``?`` is answered at any time but while homing (the last known position then).
+        ``error`` names an alarm, a halt, a lost link, or a lost position (home() first)."""
         link = self.link
         stale = (
             link.lost is not None
