@@ -216,11 +216,7 @@ def test_grbl_reconnect_that_reboots_the_board_requires_homing(backend: SimArm) 
     emulator = grbl(backend)
     with driven(emulator, "grbl", unlock_on_connect=True) as arm:
         down(arm)  # $X at the first connect: the machine's zero is where it booted
-        # reconnect() is close() then connect(): the board (an Arduino) resets when the port
-        # opens; the emulator sees the close first, so that the reopen is a reset
-        arm.close()
-        wait_until(lambda: not emulator.connected, "the board saw the port close")
-        arm.connect()
+        arm.reconnect()  # the port reopens: the board (an Arduino) resets, its position zero
         require(emulator.boots == 2, "the reopen rebooted the board")
         with pytest.raises(ArmError, match=r"home\(\).*restarted"):
             down(arm)
