@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -51,6 +52,12 @@ def twin_arm(scene: Path = BLOCKS) -> Iterator[SimArm]:
             yield arm
         finally:
             arm.close()
+
+
+def unnumbered(line: str) -> str:
+    """A G-code line as written before its line number and checksum (``N5 G1 X1*42``)."""
+    match = re.fullmatch(r"N\d+ (.*)\*\d+", line.strip())
+    return match.group(1) if match else line.strip()
 
 
 def require(happened: bool, what: str, timeout: float = BOUND) -> None:

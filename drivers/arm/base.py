@@ -47,7 +47,9 @@ class Arm(Protocol):
     (``home``, ``move_to``, ``move_joints``, ``grip``) after it, until ``resume()``. So a stop
     that lands just before a motion starts is never lost, and only a caller that means to
     move again after a stop does so. ``connect``, ``reconnect`` and ``close`` leave the
-    latch as it is.
+    latch as it is. A driver whose controller lost its position (a stop that cannot keep it,
+    a reboot, an alarm) refuses moves until ``home()``, with ``state().error`` naming
+    ``home()``.
     """
 
     def connect(self) -> None: ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["GCODE_DEFAULTS", "ArmConfig", "GcodeArmConfig", "JakaArmConfig", "SimArmConfig"]
 
@@ -47,8 +47,22 @@ class GcodeArmConfig(BaseModel):
     )
     timeout: Annotated[float, Field(gt=0, description="seconds to wait for one answer")] = 2.0
     motion_timeout: Annotated[
-        float, Field(gt=0, description="upper bound (s) for a homing or a queued motion")
+        float, Field(gt=0, description="upper bound (s) for a homing or a motion, never extended")
     ] = 120.0
+    silence_timeout: Annotated[
+        float,
+        Field(
+            gt=0,
+            description="s a controller that has sent keepalives (Marlin's echo:busy) may say "
+            "nothing while a motion runs",
+        ),
+    ] = 10.0
+    reach_tolerance: Annotated[
+        float, Field(gt=0, description="m: a move the firmware reports ending farther raises")
+    ] = 0.005
+    joint_tolerance: Annotated[
+        float, Field(gt=0, description="rad: a joint move reported ending farther raises")
+    ] = 0.01
     in_flight: Annotated[int, Field(ge=1, le=32, description="lines awaiting ok at once")] = 4
     rx_buffer: Annotated[
         int, Field(ge=16, description="bytes of the controller's serial buffer (both: 128)")
@@ -76,13 +90,17 @@ class GcodeArmConfig(BaseModel):
     home_command: str | None = Field(default=None, description="None: G28 (Marlin), $H (GRBL)")
     startup: tuple[str, ...] = ("G21", "G90")
     acceleration: bool = Field(
-        default=True, description="set_acceleration writes M204 S (Marlin) or $120-$122 (GRBL)"
+        default=True,
+        description="set_acceleration writes M204 S (Marlin) or, where the cap is lower than "
+        "the board's own value, $120-$122 (GRBL; the board's values are written back on close)",
     )
     boot_timeout: Annotated[
         float, Field(ge=0, description="seconds to wait for the boot banner after opening")
     ] = 5.0
-    line_numbers: bool = Field(
-        default=False, description="Marlin: N<n> ... *<checksum> on every line, one in flight"
+    line_numbers: bool | None = Field(
+        default=None,
+        description="N<n> ... *<checksum> on every line, one in flight; None: on for Marlin "
+        "(off for GRBL, which has no resend)",
     )
     unlock_on_connect: bool = Field(
         default=False, description="GRBL: send $X when it boots in alarm (else home() first)"
@@ -90,6 +108,18 @@ class GcodeArmConfig(BaseModel):
     hold_timeout: Annotated[
         float, Field(gt=0, description="GRBL: seconds a feed hold may take to come to rest")
     ] = 5.0
+
+    @field_validator("grip_on", "grip_off", "home_command", "startup")
+    @classmethod
+    def _one_line_each(cls, value: str | tuple[str, ...] | None) -> str | tuple[str, ...] | None:
+        for line in (value,) if isinstance(value, str) else value or ():
+            bad = next((c for c in line if ord(c) < 0x20 or ord(c) >= 0x7F), None)
+            if bad is not None:
+                raise ValueError(
+                    f"{line!r} has the control character {bad!r}: give one G-code line of "
+                    "printable ASCII (several lines go in startup, one each)"
+                )
+        return value
 
     @model_validator(mode="after")
     def _axes_the_dialect_has(self) -> GcodeArmConfig:
@@ -104,11 +134,25 @@ class GcodeArmConfig(BaseModel):
             raise ValueError(f"joint_axes {self.joint_axes!r} names an axis twice")
         if self.line_numbers and self.dialect != "marlin":
             raise ValueError("line_numbers: only Marlin checks line numbers and checksums")
+        if self.dialect == "grbl":  # GRBL acts on these wherever they fall in a line
+            for key in ("grip_on", "grip_off", "home_command", "startup"):
+                value = getattr(self, key)
+                for line in (value,) if isinstance(value, str) else value or ():
+                    if set(line) & set("?!~"):
+                        raise ValueError(
+                            f"{key} {line!r}: GRBL takes '?', '!' and '~' as real-time "
+                            "commands (status, feed hold, resume) wherever they are in a line"
+                        )
         return self
 
     def default(self, key: str) -> Any:
         """A key of :data:`GCODE_DEFAULTS` for this dialect."""
         return GCODE_DEFAULTS[self.dialect][key]
+
+    @property
+    def numbered(self) -> bool:
+        """Lines go out numbered and checksummed (``line_numbers``, or the dialect's default)."""
+        return self.dialect == "marlin" if self.line_numbers is None else self.line_numbers
 
     @property
     def baud(self) -> int:

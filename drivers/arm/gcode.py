@@ -14,10 +14,19 @@ What the driver sends, in millimetres and mm/min (SI in the API)::
     home:                          G28 + M400 (Marlin) | $H (GRBL)
     grip:                          grip_on / grip_off (Marlin M106 S255 / M107, GRBL M3 / M5),
                                    sent at connect once (grip_off) to check the firmware has it
-    position:                      M114 (Marlin, not while moving) | ? (GRBL, any time)
-    acceleration:                  M204 S (Marlin) | $120-$122 when they change (GRBL)
-    stop():                        M410 (Marlin) | feed hold !, then reset (GRBL)
+    position:                      M114 (Marlin, not while moving) | ? (GRBL, any time but
+                                   while homing); read back after every move (reach check)
+    acceleration:                  M204 S (Marlin) | $120-$122 lowered to the cap where
+                                   higher, put back on close (GRBL)
+    stop():                        M410 (Marlin) | feed hold !, then reset; ctrl-x while
+                                   homing (GRBL)
     emergency_stop():              M112 (Marlin: halts the board until reset) | ctrl-x (GRBL)
+
+Moves are refused ("home() before the next motion") once the position is lost: Marlin's
+M410 stopped a motion, the controller rebooted (a reconnect that resets the board), or GRBL
+raised an alarm; a successful ``home()`` clears it. After every move the position the firmware
+reports is checked against the target (``reach_tolerance``, ``joint_tolerance``): Marlin
+clamps a move to its soft endstops, or drops it before homing, and says so only in an echo.
 
 Answers are matched to lines in order by :class:`~onboard.drivers.arm.gcode_link.SerialLink`;
 the dialect (:mod:`~onboard.drivers.arm.gcode_dialects`) says what each line from the
@@ -29,7 +38,9 @@ stopped; ``reconnect()`` reopens it (without homing).
 after it until ``resume()`` (the check and the write share the write lock, so a stop either
 comes before a motion line on the wire and the line is refused, or after it and the motion
 call raises). A timeout also stops the machine recoverably, never with ``M112``; on Marlin the
-link then needs ``reconnect()``.
+link then needs ``reconnect()``. A motion is bounded by ``motion_timeout`` whatever the
+controller says meanwhile; Marlin's keepalives (``echo:busy``) only allow ``silence_timeout``
+between two of them.
 """
 
 from __future__ import annotations
@@ -88,6 +99,14 @@ def fixed(letter: str, value: float, digits: int = 3) -> str:
     return letter + text
 
 
+#: commands that move the machine (the position is in doubt until one is seen to end)
+_MOVES = frozenset({"G0", "G1", "G2", "G3", "G28", "G29", "G30", "$H"})
+
+
+def _head(line: str) -> str:
+    return line.split()[0].upper() if line.strip() else ""
+
+
 class GcodeArm(Device):
     """An :class:`~onboard.drivers.arm.base.Arm` over a G-code serial link.
 
@@ -101,10 +120,13 @@ class GcodeArm(Device):
         self.link = SerialLink(
             url=config.url,
             baudrate=config.baud,
-            in_flight=1 if config.line_numbers else config.in_flight,
+            in_flight=1 if config.numbered else config.in_flight,
             rx_buffer=config.rx_buffer,
             classify=self.dialect.classify,
             on_status=self.dialect.on_status,
+            on_alarm=self.dialect.on_alarm,
+            on_boot=self._on_boot,
+            resync=self.dialect.resync if config.numbered else None,
             port=port,
         )
         self._counter_lock = threading.Lock()
@@ -113,10 +135,32 @@ class GcodeArm(Device):
         self._motions = 0
         self._gripper_closed = False
         self._position: dict[str, float] = {}
+        self._homing = False
+        self._connecting = False
+        self._connected_before = False
+        self._at_rest = True  # no motion sent since the last one was seen to end
+        #: why the position is lost (moves are refused until home()), or None
+        self._home_first: str | None = None
 
     @property
     def gripper_closed(self) -> bool:
         return self._gripper_closed
+
+    @property
+    def homing(self) -> bool:
+        return self._homing
+
+    def regrip(self) -> None:
+        self.command(self.config.grip_codes[0])
+        self._gripper_closed = True
+
+    def _on_boot(self) -> None:
+        """The controller restarted (reader thread): its outputs are off; unless the driver
+        reset it (a reset it waits for) or is connecting, it lost its position too."""
+        self._gripper_closed = False
+        expected, self.dialect.resetting = self.dialect.resetting, False
+        if not (expected or self._connecting):
+            self._home_first = "the controller restarted: its position is lost"
 
     # -- link -----------------------------------------------------------------------------
 
@@ -125,14 +169,21 @@ class GcodeArm(Device):
         lines and switch the gripper output off. Does not home."""
         if self.link.is_open:
             return
+        self._connecting = True
         self.link.open()
         try:
-            self.dialect.connect()
+            if self.dialect.connect() and self._connected_before:
+                self._home_first = (
+                    "the controller restarted when the link was reopened: its position is lost"
+                )
+            self._connected_before = True
             if not self.dialect.locked:
                 self._prepare()
         except ArmError:
             self.close()
             raise
+        finally:
+            self._connecting = False
 
     def _prepare(self) -> None:
         """The startup lines and the gripper check: G-code a locked controller (GRBL in
@@ -156,7 +207,16 @@ class GcodeArm(Device):
         self._gripper_closed = False
 
     def close(self) -> None:
-        self.link.close()
+        """Put back the controller settings the driver changed (GRBL's accelerations), if
+        the link still takes lines, then close it."""
+        link = self.link
+        if link.is_open and not (link.lost or link.halted or link.desync):
+            try:
+                for line in self.dialect.restore_lines():
+                    self.command(line)
+            except ArmError as exc:
+                log.warning("GcodeArm: could not put the controller's settings back: %s", exc)
+        link.close()
 
     def reconnect(self) -> None:
         """Close and reopen the link (after a timeout or a lost link). Does not home."""
@@ -166,10 +226,17 @@ class GcodeArm(Device):
     # -- the Arm --------------------------------------------------------------------------
 
     def home(self) -> None:
+        """Home (G28 / $H); success clears a lost position and an old alarm."""
         self._check_latch()
         locked = self.dialect.locked
-        self._run(self.dialect.home_lines(), motion=self.config.motion_timeout)
+        self._homing = True
+        try:
+            self._run(self.dialect.home_lines(), motion=self.config.motion_timeout)
+        finally:
+            self._homing = False
         self._position = {}
+        self.link.alarm = None
+        self._home_first = None
         if locked:
             self._prepare()
 
@@ -178,11 +245,13 @@ class GcodeArm(Device):
         x, y, z = (round(v * 1000.0, 3) for v in pose.position())
         words = [fixed(a, v) for a, v in zip("XYZ", (x, y, z), strict=True)]
         line = f"G1 {' '.join(words)} {fixed('F', feed, 0)}"
+        self._check_latch()
+        self._check_position()
         if not {"X", "Y", "Z"} <= self._position.keys() and self._motions == 0:
             self.state()  # where from, for the time the move may take
         distance = self._distance_mm((x, y, z))
-        self._motion(line, distance / feed)
-        self._position.update(X=x, Y=y, Z=z)
+        said = self._motion(line, distance / feed)
+        self._check_reach(line, dict(zip("XYZ", (x, y, z), strict=True)), said)
 
     def move_joints(self, joints: tuple[float, ...], speed: float | None = None) -> None:
         axes = self.config.joint_axes
@@ -196,13 +265,16 @@ class GcodeArm(Device):
         feed = self._joint_feed(speed)
         words = " ".join(fixed(a, d) for a, d in zip(axes, degrees, strict=False))
         used = axes[: len(joints)]
+        line = f"G1 {words} {fixed('F', feed, 0)}"
+        self._check_latch()
+        self._check_position()
         if not set(used) <= self._position.keys() and self._motions == 0:
             self.state()  # where from, for the time the move may take
         travel = max(
             abs(d - self._position.get(a, d + 360.0)) for a, d in zip(used, degrees, strict=True)
         )
-        self._motion(f"G1 {words} {fixed('F', feed, 0)}", travel / feed)
-        self._position.update(zip(used, degrees, strict=True))
+        said = self._motion(line, travel / feed)
+        self._check_reach(line, dict(zip(used, degrees, strict=True)), said)
 
     def grip(self, close: bool) -> None:
         code = self.config.grip_codes[0 if close else 1]
@@ -218,6 +290,11 @@ class GcodeArm(Device):
         raise until :meth:`resume`. Never ``M112``."""
         self._latched.set()  # before the count: see _run
         self._stop_count += 1
+        if self.dialect.stop_loses_position and not self._at_rest:
+            self._home_first = (
+                "M410 (quickstop) stopped a motion: Marlin's position is likely out of step "
+                "with the steppers"
+            )
         self.dialect.stop()
 
     def emergency_stop(self) -> None:
@@ -235,9 +312,14 @@ class GcodeArm(Device):
     def state(self) -> ArmState:
         """Where the tool is. Marlin answers ``M114`` only between motions: while one runs,
         the last known position, with ``moving=True`` and ``extra["stale"] = 1``; GRBL's
-        ``?`` is answered at any time."""
+        ``?`` is answered at any time but while homing (the last known position then).
+        ``error`` names an alarm, a halt, a lost link, or a lost position (home() first)."""
         link = self.link
-        stale = link.lost is not None or (self._motions > 0 and not self.dialect.live_position)
+        stale = (
+            link.lost is not None
+            or self._homing  # GRBL answers no '?' while homing; Marlin no M114
+            or (self._motions > 0 and not self.dialect.live_position)
+        )
         if not stale:
             self._position.update(self.dialect.position())
         p = self._position
@@ -253,7 +335,7 @@ class GcodeArm(Device):
             gripper_closed=self._gripper_closed,
             moving=moving,
             stopped=self._latched.is_set(),
-            error=self.dialect.error,
+            error=self.dialect.error or self._lost_position(),
             last_command=link.last_written,
             extra={
                 "garbage_lines": float(link.garbage_lines),
@@ -287,9 +369,48 @@ class GcodeArm(Device):
         """Send a program, keeping at most ``in_flight`` lines awaiting their answer."""
         self._run(lines, timeout=timeout)
 
-    def _motion(self, line: str, minutes: float) -> None:
+    def _motion(self, line: str, minutes: float) -> list[str]:
         self._check_latch()
-        self._run([line, *self.dialect.sync_lines], motion=self._motion_timeout(minutes))
+        return self._run([line, *self.dialect.sync_lines], motion=self._motion_timeout(minutes))
+
+    def _lost_position(self) -> str | None:
+        if self._home_first is None:
+            return None
+        return f"GcodeArm: home() before the next motion: {self._home_first}"
+
+    def _check_position(self) -> None:
+        """Refuse a move while the position is lost (until home())."""
+        reason = self._home_first or self.link.alarm
+        if reason is not None:
+            raise ArmError(f"GcodeArm: home() before the next motion: {reason}")
+
+    def _check_reach(self, line: str, target: dict[str, float], said: list[str]) -> None:
+        """Read the position back and raise if an axis is farther from ``target`` than the
+        tolerance: the firmware clamped the move (Marlin's soft endstops) or dropped it (Marlin
+        before homing); ``said`` holds what it printed meanwhile."""
+        reached = self.dialect.position()
+        self._position.update(reached)
+        linear = [a for a in target if a in "XYZ"]
+        joint = [a for a in target if a not in "XYZ"]
+        off_mm = math.dist([target[a] for a in linear], [reached.get(a, math.inf) for a in linear])
+        off_deg = max((abs(target[a] - reached.get(a, math.inf)) for a in joint), default=0.0)
+        tolerance_mm = self.config.reach_tolerance * 1000.0
+        tolerance_deg = math.degrees(self.config.joint_tolerance)
+        if off_mm <= tolerance_mm and off_deg <= tolerance_deg:
+            return
+        where = " ".join(f"{a}:{reached[a]:.3f}" for a in target if a in reached)
+        echo = [s for s in said if s.lower().startswith(("echo:", "error:", "[msg:"))]
+        why = (
+            f"it said {'; '.join(echo)!r}"
+            if echo
+            else "it clamped the move (soft endstops or limits) or dropped it"
+        )
+        raise ArmError(
+            f"GcodeArm: {line!r} did not reach its target: the firmware reports {where} "
+            f"({off_mm:.1f} mm, {off_deg:.2f} deg off; reach_tolerance "
+            f"{self.config.reach_tolerance} m, joint_tolerance {self.config.joint_tolerance} "
+            f"rad); {why}"
+        )
 
     def _run(
         self, lines: list[str], *, timeout: float | None = None, motion: float | None = None
@@ -307,23 +428,43 @@ class GcodeArm(Device):
         moving = motion is not None
         slow = max(each, motion or 0.0)
         guard: Callable[[], None] | None = self._check_latch if moving else None
+        deadline = time.monotonic() + self.config.motion_timeout if moving else None
+        silence = self.config.silence_timeout if moving else None
+        if any(_head(line) in _MOVES or _head(line).startswith("$J") for line in lines):
+            self._at_rest = False
         with self._counter_lock:
             self._motions += moving
         try:
             pending = [self.link.send(line, slow, guard) for line in lines]
             info: list[str] = []
             for p in pending:
-                head = p.line.split()[0].upper() if p.line.strip() else ""
-                info += self.link.wait(p, slow if head in self.dialect.blocking else each)
+                head = _head(p.line)
+                blocking = head in self.dialect.blocking
+                info += self.link.wait(
+                    p,
+                    slow if blocking else each,
+                    deadline=deadline,
+                    silence=silence if blocking else None,
+                )
                 if moving and head in ("G0", "G1") and self._stop_count != stops:
                     self.dialect.stop_again()
             if moving:
-                self.dialect.after_sync(slow)
+                left = slow if deadline is None else max(0.0, deadline - time.monotonic())
+                self.dialect.after_sync(min(slow, left))
+                self._at_rest = True
         except ArmTimeout:
             if self._stop_count == stops:
                 self.dialect.on_timeout()
+                if moving and self.dialect.stop_loses_position:
+                    self._home_first = "a motion timed out and was stopped with M410"
+                bound = deadline is not None and time.monotonic() > deadline
+                what = (
+                    f"was not done within motion_timeout ({self.config.motion_timeout:g} s)"
+                    if bound
+                    else "had no answer in time"
+                )
                 raise ArmTimeout(
-                    f"GcodeArm: no answer to {lines[0]!r} in time; the machine was stopped "
+                    f"GcodeArm: {lines[0]!r} {what}; the machine was stopped "
                     f"({'feed hold and reset' if self.config.dialect == 'grbl' else 'M410'}), "
                     "call reconnect() before the next command"
                 ) from None

@@ -7,18 +7,21 @@ Marlin 2.1 (MarlinFirmware/Marlin):
   syncs, ``M115`` reports ``Cap:EMERGENCY_PARSER``;
 - answers ``ok``; an error is ``Error:<text>`` *then* ``ok``; an unknown command is
   ``echo:Unknown command: "M3"`` then ``ok`` (an error here, never success); with line
-  numbers, a bad line is answered ``Error:...``, ``Resend: N``, ``ok``;
+  numbers (on by default), a bad line is answered ``Error:...``, ``Resend: N``, ``ok`` (some
+  2.0.x builds send no ``ok`` there: :mod:`~onboard.drivers.arm.gcode_link` handles both);
 - ``echo:busy: processing`` every 2 s while a command blocks: a keepalive;
-- a motion is done when ``M400`` is answered; position is ``M114``; ``G28`` homes;
-  ``M204 S`` sets acceleration;
+- a motion is done when ``M400`` is answered; position is ``M114`` (the position Marlin
+  believes: a move clamped to the soft endstops, or dropped before homing with
+  ``NO_MOTION_BEFORE_HOMING``, shows there); ``G28`` homes; ``M204 S`` sets acceleration;
 - the recoverable stop is ``M410`` (quickstop): it empties the planner but not the command
-  queue, so a move line answered after it gets a second ``M410``. ``M112`` kills the board:
-  it prints ``Error:Printer halted. kill() called!`` and answers nothing until it is reset or
-  power-cycled (``M999`` cannot undo a kill). The driver sends ``M112`` only from
-  :meth:`~onboard.drivers.arm.gcode.GcodeArm.emergency_stop`, never on a timeout. With
-  ``EMERGENCY_PARSER`` (off in stock builds) both act the moment they arrive; without it,
-  when Marlin reads the line (it reads during ``M400`` too, while its 4-line command queue
-  has room; a numbered line waits its turn): build the firmware with it.
+  queue, so a move line answered after it gets a second ``M410``; mid-motion it loses the
+  position (motion.cpp: "most likely out of sync"), so the driver requires ``G28`` after it.
+  ``M112`` kills the board: it prints ``Error:Printer halted. kill() called!`` and answers
+  nothing until it is reset or power-cycled (``M999`` cannot undo a kill). The driver sends
+  ``M112`` only from :meth:`~onboard.drivers.arm.gcode.GcodeArm.emergency_stop`, never on a
+  timeout. With ``EMERGENCY_PARSER`` (off in stock builds) both act the moment they arrive;
+  without it, when Marlin reads the line (it reads during ``M400`` too, while its 4-line
+  command queue has room; a numbered line waits its turn): build the firmware with it.
 
 GRBL 1.1 (gnea/grbl, doc/markdown/interface.md and commands.md):
 
@@ -30,8 +33,14 @@ GRBL 1.1 (gnea/grbl, doc/markdown/interface.md and commands.md):
 - a motion is done when ``G4 P0`` is answered (a dwell waits for the planner to empty) and
   the real-time ``?`` reports ``Idle``; position comes from the same report (``MPos`` less
   ``WCO``, or ``WPos``, per ``$10``; inches per ``$13``), at any time, even while moving;
-- ``$H`` homes (``G28`` only goes to a stored position); accelerations are the
-  ``$120``-``$122`` settings (mm/s², stored in EEPROM: written only when they change);
+- ``$H`` homes (``G28`` only goes to a stored position); while it runs GRBL ignores ``!``
+  and answers no ``?`` (one report when it ends): a stop is a reset (ctrl-x, ``ALARM:6``)
+  and ``state()`` gives the last known position;
+- accelerations are the ``$120``-``$122`` settings (mm/s², stored in EEPROM, kept across
+  power-off): the cap is written only on an axis whose own value is higher, and the board's
+  values are written back on close;
+- after a hard or soft limit (``ALARM:1``, ``ALARM:2``) GRBL hears nothing but a reset: the
+  driver sends it at once; the board comes back in Alarm, and ``home()`` clears it;
 - the recoverable stop is the real-time feed hold ``!``; the motion is then cancelled by a
   soft reset (ctrl-x) once the hold has come to rest, which keeps the position, before the
   next command. The reset switches the spindle and coolant outputs off: the driver switches
@@ -72,6 +81,14 @@ class Host(Protocol):
     @property
     def gripper_closed(self) -> bool: ...
 
+    @property
+    def homing(self) -> bool:
+        """A homing cycle is under way."""
+        ...
+
+    def regrip(self) -> None:
+        """Switch the gripper output on again (a reset switched it off)."""
+
 
 def parse_position(line: str) -> dict[str, float]:
     """``"X:1.00 Y:2.00 Z:3.00 E:0.00 Count X:..."`` -> ``{"X": 1.0, "Y": 2.0, ...}``; a value
@@ -95,12 +112,18 @@ class Dialect:
     blocking: frozenset[str] = frozenset()
     #: a position is known while the arm moves
     live_position = False
+    #: the recoverable stop, sent during a motion, loses the position (home again)
+    stop_loses_position = False
+    #: the line written before a resent one, whose report marks the answers in step again
+    resync: str | None = None
 
     def __init__(self, host: Host) -> None:
         self.host = host
         self.config = host.config
         #: G-code is refused until home() (GRBL booted in alarm)
         self.locked = False
+        #: a reset the driver sent is awaited: the boot that follows loses nothing
+        self.resetting = False
 
     def classify(self, line: str) -> Heard:
         raise NotImplementedError
@@ -108,8 +131,13 @@ class Dialect:
     def on_status(self, text: str) -> None:
         """A status report (GRBL)."""
 
-    def connect(self) -> None:
+    def connect(self) -> bool:
+        """Bring the controller up after the port opened; True if it rebooted (what it
+        knew of its position is gone)."""
         raise NotImplementedError
+
+    def on_alarm(self, text: str) -> None:
+        """The controller raised an alarm (GRBL), worded as ``text`` (reader thread)."""
 
     def after_sync(self, timeout: float) -> None:
         """Anything more to know the motion is done, once the sync lines are answered."""
@@ -134,6 +162,10 @@ class Dialect:
 
     def acceleration_lines(self, mm_s2: float) -> list[str]:
         raise NotImplementedError
+
+    def restore_lines(self) -> list[str]:
+        """Lines that put back what ``acceleration_lines`` changed and outlives the link."""
+        return []
 
     def stop(self) -> None:
         """The recoverable stop, written at once (any thread)."""
@@ -160,6 +192,9 @@ class Marlin(Dialect):
     name = "marlin"
     sync_lines = ("M400",)
     blocking = frozenset({"M400", "G28", "G4", "G29"})
+    # motion.cpp quickstop_stepper: after M410 the axes are "most likely out of sync"
+    stop_loses_position = True
+    resync = "M114"
 
     def __init__(self, host: Host) -> None:
         super().__init__(host)
@@ -193,7 +228,7 @@ class Marlin(Dialect):
             return Heard(Kind.NOISE)
         return Heard(Kind.GARBAGE)
 
-    def connect(self) -> None:
+    def connect(self) -> bool:
         link, cfg = self.host.link, self.config
         if not link.wait_boot(0, cfg.boot_timeout):
             log.info("GcodeArm: no 'start' within %.1f s: a board without reset", cfg.boot_timeout)
@@ -207,11 +242,12 @@ class Marlin(Dialect):
             # sent meanwhile was lost or failed by the boot, so start again on the booted board
             log.info("GcodeArm: the board booted during the handshake: starting it again")
             self._handshake()
+        return link.boots > 0  # Marlin boots believing it is at its home position
 
     def _handshake(self) -> None:
         link, cfg = self.host.link, self.config
         self.host.command("M110 N0")  # in step from here, with or without line numbers
-        if cfg.line_numbers:
+        if cfg.numbered:
             link.number_lines_from(0)
         info = self.host.command("M115")
         caps = dict(
@@ -278,6 +314,8 @@ class Grbl(Dialect):
         self._work: dict[str, float] | None = None
         self._offset: dict[str, float] = {}
         self._held = False  # a feed hold awaits its reset
+        self._reset_from: int | None = None  # link.boots when a reset was sent, until it boots
+        self._own: dict[int, float] = {}  # $120-$122 as the board had them, where changed
 
     # -- lines ----------------------------------------------------------------------------
 
@@ -344,9 +382,10 @@ class Grbl(Dialect):
         link = self.host.link
         link.write_now(b"!")  # it may be hung mid-motion: hold it
         link.desync = "?"
+        why = f"GRBL is in {link.alarm}" if link.alarm else "is it GRBL 1.1?"
         raise ArmTimeout(
-            f"GcodeArm: no status report to '?' within {timeout:.1f} s (is it GRBL 1.1?); a "
-            "feed hold was sent: call reconnect() before the next command"
+            f"GcodeArm: no status report to '?' within {timeout:.1f} s ({why}); a feed hold "
+            "was sent: call reconnect() before the next command"
         )
 
     def wait_state(self, done: tuple[str, ...], timeout: float) -> str:
@@ -375,17 +414,20 @@ class Grbl(Dialect):
 
     # -- the sequences --------------------------------------------------------------------
 
-    def connect(self) -> None:
+    def connect(self) -> bool:
         link, cfg = self.host.link, self.config
         self._held, self.locked, self.state = False, False, ""
-        if not link.wait_boot(0, cfg.boot_timeout):
+        self._reset_from = None
+        rebooted = link.wait_boot(0, cfg.boot_timeout)  # the board reset when the port opened
+        if not rebooted:
             boots = link.boots
-            link.write_now(b"\x18")  # a board that did not reset on open: reset it
+            self._write_reset()  # a board that did not reset on open: a soft reset keeps X Y Z
             if not link.wait_boot(boots, cfg.boot_timeout):
                 raise ArmError(
                     f"GcodeArm: no GRBL banner from {cfg.url!r} within {cfg.boot_timeout:.1f} s"
                     f" after a reset: check the baud rate ({cfg.baud}) and that it runs GRBL 1.1"
                 )
+            self._reset_from = None
         self._read_settings()
         state = self.query()
         if state.startswith("Alarm") and cfg.unlock_on_connect:
@@ -393,6 +435,22 @@ class Grbl(Dialect):
         elif state.startswith("Alarm"):
             self.locked = True  # G-code gives error:9 until $H
             log.info("GcodeArm: GRBL is in alarm after boot: home() ($H) before anything else")
+        return rebooted
+
+    def on_alarm(self, text: str) -> None:
+        self.locked = True  # G-code gives error:9 until $H (or $X)
+        if re.match(r"ALARM:[12]\b", text):
+            # protocol.c: after a hard or soft limit GRBL hears nothing but a reset; the line
+            # under way is answered ok after it, before the banner: dropped
+            self.host.link.abandon(text)
+            self._write_reset()
+
+    def _write_reset(self) -> None:
+        link = self.host.link
+        self.resetting = True
+        if self._reset_from is None:
+            self._reset_from = link.boots
+        link.write_now(b"\x18")
 
     def _read_settings(self) -> None:
         for line in self.host.command("$$"):
@@ -413,15 +471,36 @@ class Grbl(Dialect):
         return min(rates) if rates else None  # $110-$112: GRBL caps every move's feed
 
     def acceleration_lines(self, mm_s2: float) -> list[str]:
+        """Each axis at the lower of the cap and the board's own value (as ``$$`` said at the
+        first connect): never above what the machine was tuned to; EEPROM settings, so
+        written only when they change."""
         lines = []
-        for n in (120, 121, 122):  # EEPROM settings: written only when they change
-            if self.settings.get(n) is None or abs(self.settings[n] - mm_s2) > 0.0005:
-                lines.append(f"${n}={mm_s2:.3f}")
-                self.settings[n] = round(mm_s2, 3)
+        for n in (120, 121, 122):
+            current = self.settings.get(n)
+            if current is None:
+                continue  # not reported: writing it might raise it
+            own = self._own.setdefault(n, current)
+            value = round(min(own, mm_s2), 3)
+            if abs(current - value) > 0.0005:
+                lines.append(f"${n}={value:.3f}")
+                self.settings[n] = value
+        return lines
+
+    def restore_lines(self) -> list[str]:
+        lines = []
+        for n, own in self._own.items():
+            if abs(self.settings.get(n, own) - own) > 0.0005:
+                lines.append(f"${n}={own:.3f}")
+                self.settings[n] = own
         return lines
 
     def stop(self) -> None:
         link = self.host.link
+        if self.host.homing:
+            # limits.c: no real-time command but a reset is acted on while homing
+            self._write_reset()
+            link.abandon("cancelled by stop()")
+            return
         if not link.write_now(b"!"):  # feed hold: decelerates to rest, position kept
             return
         self._held = True
@@ -435,30 +514,35 @@ class Grbl(Dialect):
     def before_command(self) -> None:
         """After a feed hold: wait until it is at rest, then reset to drop what was queued.
         A reset at rest keeps the position; if the hold never came to rest, GRBL alarms
-        (position lost) and stays locked until home()."""
-        if not self._held:
-            return
+        (position lost) and stays locked until home(). After any reset the driver sent: wait
+        for the board to come back."""
         link, cfg = self.host.link, self.config
-        try:
-            self.wait_state(("Hold:0", "Idle", "Alarm", "Door"), cfg.hold_timeout)
-        except ArmTimeout:
-            log.error("GcodeArm: the feed hold did not come to rest; resetting anyway")
-        boots = link.boots
-        link.write_now(b"\x18")
-        if not link.wait_boot(boots, cfg.boot_timeout):
+        regrip = False
+        if self._held:
+            try:
+                self.wait_state(("Hold:0", "Idle", "Alarm", "Door"), cfg.hold_timeout)
+            except ArmTimeout:
+                log.error("GcodeArm: the feed hold did not come to rest; resetting anyway")
+            regrip = self.host.gripper_closed  # the reset switches the output off
+            self._write_reset()
+            self._held = False
+        since = self._reset_from
+        if since is None:
+            return
+        if not link.wait_boot(since, cfg.boot_timeout):
             raise ArmTimeout(
                 f"GcodeArm: GRBL did not come back from its reset in {cfg.boot_timeout:.1f} s"
             )
-        self._held = False
+        self._reset_from = None
         link.desync = None
-        link.alarm = None
-        state = self.query()
-        if state.startswith("Alarm"):
+        if self.query().startswith("Alarm"):
+            self.locked = True
             log.error("GcodeArm: GRBL is in alarm after the reset: home() before moving")
+            return
         for line in cfg.startup:
             self.host.command(line)
-        if self.host.gripper_closed:  # the reset switched the output off
-            self.host.command(cfg.grip_codes[0])
+        if regrip:
+            self.host.regrip()
 
     def emergency_stop(self) -> None:
-        self.host.link.write_now(b"\x18")  # a reset in motion: ALARM:3, home again
+        self._write_reset()  # a reset in motion: ALARM:3, home again

@@ -9,12 +9,21 @@ same way for every firmware:
 
 - ``OK`` answers the oldest line; ``ERROR`` answers it with an error (GRBL's ``error:N``);
   ``ERROR_THEN_OK`` marks it failed and waits for its ``ok`` (Marlin's ``Error:``, and its
-  ``echo:Unknown command``); ``RESEND`` asks for the line again (Marlin, with line numbers);
-- ``INFO`` is attached to the oldest line (a position, settings, capabilities);
+  ``echo:Unknown command``); ``RESEND`` writes the line again at once (Marlin, with line
+  numbers; see below);
+- ``INFO`` is attached to the oldest line (a position, settings, capabilities), and so is
+  ``NOISE`` (Marlin's ``echo:`` lines, e.g. ``echo:Home XYZ first``);
 - ``KEEPALIVE`` (Marlin's ``echo:busy: processing``) restarts the wait of the line awaited;
 - ``STATUS`` goes to the dialect's ``on_status`` (GRBL's ``<Idle|MPos:...>``);
 - ``ALARM``, ``HALTED`` and ``BOOT`` fail every line awaited: after an alarm, a kill or a
-  reset the controller will never answer them.
+  reset the controller will never answer them; ``on_alarm`` and ``on_boot`` are then told.
+
+A resend: Marlin 2.1 answers a bad line ``Error:...``, ``Resend: N``, ``ok``; some 2.0.x
+builds send no ``ok`` after ``Resend: N``. Which one came cannot be told from the order of
+what follows, so at ``Resend: N`` the link writes ``resync`` (``M114``, unnumbered) and then
+line N again, and drops every ``ok`` heard before the ``resync`` line's report: the ``ok``
+after ``Resend:``, where there is one. The ``resync`` line's own ``ok`` is its answer; line
+N's comes after it.
 
 A line with no answer in time raises :class:`ArmTimeout` and the link is out of step until it
 is reopened (or the controller resets: a ``BOOT`` puts it back in step).
@@ -88,8 +97,9 @@ class Pending:
     done: threading.Event = field(default_factory=threading.Event)
     error: str | None = None
     info: list[str] = field(default_factory=list)
-    resend: int | None = None
     retries: int = 0
+    #: the resync line written at a resend (its answer is nobody's)
+    internal: bool = False
 
 
 def checksum(text: str) -> int:
@@ -112,6 +122,9 @@ class SerialLink:
         rx_buffer: int,
         classify: Callable[[str], Heard],
         on_status: Callable[[str], None] = lambda _text: None,
+        on_alarm: Callable[[str], None] = lambda _text: None,
+        on_boot: Callable[[], None] = lambda: None,
+        resync: str | None = None,
         port: serial.SerialBase | None = None,
         name: str = "GcodeArm",
     ) -> None:
@@ -121,6 +134,9 @@ class SerialLink:
         self.rx_buffer = rx_buffer
         self.classify = classify
         self.on_status = on_status
+        self.on_alarm = on_alarm
+        self.on_boot = on_boot
+        self.resync = resync
         self.name = name
         self._port = port
         self._write_lock = threading.Lock()
@@ -136,6 +152,7 @@ class SerialLink:
         self.alarm: str | None = None
         self.desync: str | None = None
         self._ignoring = False  # after abandon(): stray answers are expected until a boot
+        self._swallowing = False  # after a resend: oks are dropped until the resync's report
         self._number: int | None = None  # the last line number sent, when numbering
         self.last_heard = 0.0
         self.last_written: str | None = None
@@ -168,7 +185,7 @@ class SerialLink:
         self.lost = self.halted = self.alarm = self.desync = None
         with self._boots:
             self.boots = 0  # boots seen since this open
-        self._ignoring = False
+        self._ignoring = self._swallowing = False
         self._number = None
         with self._room:
             self._fifo.clear()
@@ -278,19 +295,36 @@ class SerialLink:
 
     # -- waiting --------------------------------------------------------------------------
 
-    def wait(self, pending: Pending, timeout: float) -> list[str]:
-        """Wait for ``pending``'s answer; a keepalive from the controller restarts the
-        ``timeout``. Returns the report lines that came with it."""
+    def wait(
+        self,
+        pending: Pending,
+        timeout: float,
+        *,
+        deadline: float | None = None,
+        silence: float | None = None,
+    ) -> list[str]:
+        """Wait for ``pending``'s answer: at most ``timeout`` s without a word from the
+        controller (anything it says restarts it), or ``silence`` s instead once it has sent
+        a keepalive on this link; never past ``deadline`` (a ``time.monotonic()`` value),
+        whatever it says. Returns the report lines that came with it."""
         start = time.monotonic()
         while not pending.done.wait(_POLL):
-            if time.monotonic() - max(start, self.last_heard) > timeout:
+            now = time.monotonic()
+            if deadline is not None and now > deadline:
                 self.desync = pending.line
-                raise ArmTimeout(
-                    f"{self.name}: no answer to {pending.line!r} within {timeout:.1f} s"
-                )
+                raise ArmTimeout(f"{self.name}: {pending.line!r} was not done in time")
+            quiet = silence if silence is not None and self.keepalives else timeout
+            if now - max(start, self.last_heard) > quiet:
+                self.desync = pending.line
+                raise ArmTimeout(f"{self.name}: no answer to {pending.line!r} within {quiet:.1f} s")
         if self.lost is not None or self.halted is not None:
             self.check()  # LinkLost, or the halt, rather than what it did to this line
         if pending.error is not None:
+            if pending.error == self.alarm:
+                raise ArmError(
+                    f"{self.name}: {self.alarm} while {pending.line!r} ran: home() before the "
+                    "next motion"
+                )
             raise ArmError(f"{self.name}: the controller refused {pending.line!r}: {pending.error}")
         return pending.info
 
@@ -359,17 +393,22 @@ class SerialLink:
             self.last_heard = time.monotonic()
         if kind in (Kind.OK, Kind.ERROR):
             self._answer(line, heard.text if kind is Kind.ERROR else None)
-        elif kind in (Kind.ERROR_THEN_OK, Kind.RESEND, Kind.INFO):
+        elif kind is Kind.RESEND:
+            self._resend(heard.text)
+        elif kind in (Kind.ERROR_THEN_OK, Kind.INFO, Kind.NOISE):
             with self._room:
                 head = self._fifo[0] if self._fifo else None
+            if kind is Kind.NOISE:
+                log.debug("%s: %s", self.name, line)
             if head is None:
-                log.debug("%s: %s with no line awaiting it: %r", self.name, kind.name, line)
+                if kind is not Kind.NOISE:
+                    log.debug("%s: %s with no line awaiting it: %r", self.name, kind.name, line)
             elif kind is Kind.ERROR_THEN_OK:
                 head.error = head.error or heard.text
-            elif kind is Kind.RESEND:
-                head.resend = int(heard.text) if heard.text.isdigit() else -1
             else:
                 head.info.append(line)
+                if kind is Kind.INFO and head.internal:
+                    self._swallowing = False  # the resync's report: oks count again
         elif kind is Kind.KEEPALIVE:
             self.keepalives += 1
         elif kind is Kind.STATUS:
@@ -378,54 +417,61 @@ class SerialLink:
             self.alarm = heard.text
             log.error("%s: %s", self.name, heard.text)
             self.fail_all(heard.text)
+            self.on_alarm(heard.text)
         elif kind is Kind.HALTED:
             self.halted = heard.text
             log.error("%s: %s", self.name, heard.text)
             self.fail_all(heard.text)
         elif kind is Kind.BOOT:
-            self._ignoring = False
+            self._ignoring = self._swallowing = False
             self.fail_all("the controller restarted")
+            self.on_boot()
             with self._boots:
                 self.boots += 1
                 self._boots.notify_all()
-        elif kind is Kind.NOISE:
-            log.debug("%s: %s", self.name, line)
         else:
             self.garbage_lines += 1
             log.warning("%s: skipped an unreadable line from the controller: %r", self.name, line)
 
     def _answer(self, line: str, error: str | None) -> None:
         with self._room:
+            if error is None and self._swallowing:
+                return  # the ok Marlin 2.1 sends after Resend: (see the module docstring)
             head = self._fifo[0] if self._fifo else None
             if head is None:
                 if not self._ignoring:
                     self.stray_answers += 1
                     log.warning("%s: an answer with no line awaiting it: %r", self.name, line)
                 return
-            again = error is None and head.resend is not None and self._may_resend(head)
-            if not again:
-                self._fifo.popleft()
-                self._bytes -= len(head.wire)
-                self._room.notify_all()
-        if again:
-            self._write_again(head)
-            return
+            self._fifo.popleft()
+            self._bytes -= len(head.wire)
+            self._room.notify_all()
         if error is not None:
             head.error = error or "error"
-        elif head.resend is not None:
-            head.error = head.error or f"the controller asked to resend line {head.resend}"
         head.done.set()
 
-    def _may_resend(self, head: Pending) -> bool:
-        """The controller asked for ``head`` again (Marlin's ``Resend: N`` then ``ok``);
-        False when it cannot be: another line's number, or too many tries."""
-        if head.number != head.resend or head.retries >= _RESEND_LIMIT:
-            return False
-        head.retries += 1
-        head.resend, head.error = None, None
-        return True
-
-    def _write_again(self, head: Pending) -> None:
+    def _resend(self, text: str) -> None:
+        """``Resend: N``: write the resync line and line N again now, if N is the line in
+        flight and it has not been asked for too often; else fail it (out of step)."""
+        number = int(text) if text.isdigit() else None
+        with self._room:
+            head = next((p for p in self._fifo if p.number is not None), None)
+            if head is None or head.number != number or head.retries >= _RESEND_LIMIT:
+                self.desync = f"Resend: {text}"
+                log.error("%s: cannot resend line %s (awaiting %r)", self.name, text, head)
+                again = None
+            else:
+                head.retries += 1
+                head.error = None
+                again = Pending(self.resync or "", f"{self.resync}\n".encode(), internal=True)
+                if self.resync:
+                    self._fifo.insert(self._fifo.index(head), again)
+                    self._bytes += len(again.wire)
+                    self._swallowing = True
+        if again is None:
+            self.fail_all(f"the controller asked to resend line {text}, which is not in flight")
+            return
+        assert head is not None
         # not under the write lock: a sender may hold it while it waits for this line's
         # room; with line numbers only this line is in flight, so nothing interleaves
         log.warning("%s: resending line %s: %r", self.name, head.number, head.line)
@@ -433,7 +479,7 @@ class SerialLink:
         try:
             if port is None:
                 raise OSError("not connected")
-            port.write(head.wire)
+            port.write((again.wire if self.resync else b"") + head.wire)
         except PORT_ERRORS as exc:
             self._link_lost(f"write failed: {exc}")
 

@@ -16,7 +16,9 @@ Each is written from its firmware's or controller's public source, cited rule by
 
 They run the backend arm's blocking calls in order on one thread (:class:`BackendWorker`), as a
 controller's motion planner does, so their command links stay free for ``stop``. A stop
-latches the backend arm; the worker resumes it only to run a motion accepted after the stop.
+latches the backend arm; each worker resumes it to run a motion it accepted after its own last
+stop, whoever latched it (``onboard sim serve`` puts three controllers on one arm: another
+board's boot or stop must not freeze the next motion of this one).
 ``worker.wait_started(n)`` lets a test wait until the controller has begun its n-th motion.
 """
 
@@ -42,10 +44,11 @@ class BackendWorker:
     """A bounded queue of jobs run in order on the backend arm, on one thread.
 
     ``stop()`` empties the queue and stops (latches) the arm at once, from any thread; the job
-    under way then raises at the arm's next step. A job queued after the stop resumes the arm
-    before it runs: that is the controller deliberately moving again. Both happen under the
-    worker's lock, so a stop can never be cleared by the resume of a job queued before it.
-    An error raised by a job (other than one cut short by ``stop()``) is kept until
+    under way then raises at the arm's next step. Every job queued after the worker's last
+    stop resumes the arm before it runs, whatever latched it (another controller sharing the
+    arm): that is this controller deliberately moving. Both happen under the worker's lock,
+    so a stop can never be cleared by the resume of a job queued before it. An error raised
+    by a job (other than one cut short by this worker's ``stop()``) is kept until
     ``take_error()``.
     """
 
@@ -56,7 +59,6 @@ class BackendWorker:
         self._cond = threading.Condition()
         self._generation = 0
         self._busy = False
-        self._resumed = 0  # the generation the arm was last resumed for
         self._started = 0  # jobs begun, for wait_started()
         self._current = 0  # the generation of the job under way
         self._closed = False
@@ -106,6 +108,13 @@ class BackendWorker:
             return self._started
 
     @property
+    def stops(self) -> int:
+        """How many times :meth:`stop` was called: a job that raised while this changed was
+        cut short by it."""
+        with self._cond:
+            return self._generation
+
+    @property
     def idle(self) -> bool:
         with self._cond:
             return not self._jobs and not self._busy
@@ -140,9 +149,7 @@ class BackendWorker:
                 generation, job = self._jobs.popleft()
                 if generation != self._generation:
                     continue
-                if generation != self._resumed:  # the first motion accepted after a stop
-                    self.arm.resume()
-                    self._resumed = generation
+                self.arm.resume()  # accepted after this worker's last stop: it runs
                 self._busy = True
                 self._current = generation
                 self._started += 1

@@ -11,7 +11,9 @@ planner block.
 
 What a driver meets (each one is GRBL's, cited where it is done below):
 
-- The board resets when the port is opened (the Arduino's DTR auto-reset): it forgets its
+- The board resets when the port is opened (the Arduino's DTR auto-reset), however soon after
+  a close (an open is seen by the host's input flush, which pyserial does when it opens a
+  port; a host that flushes its input later resets the board too): it forgets its
   position (machine position 0,0,0 where the tool is), prints ``\\r\\nGrbl 1.1h ['$' for
   help]`` and, with homing enabled ($22=1), starts in Alarm (``[MSG:'$H'|'$X' to unlock]``).
   Bytes sent before the banner are lost (the bootloader). ``auto_reset=False``: a native-USB
@@ -417,8 +419,13 @@ class GrblEmulator(PtyController):
             except ValueError:
                 return
             if self.auto_reset:
+                if chunk and chunk[0] & termios.TIOCPKT_FLUSHREAD:
+                    # a host opened the port again before its close was seen (pyserial
+                    # flushes its input on open): DTR resets the Arduino
+                    self._hardware_reset()
+                    continue
                 if not chunk or chunk[0] != termios.TIOCPKT_DATA:
-                    continue  # a packet-mode status (a flush): nothing to read
+                    continue  # a packet-mode status (a flush of output): nothing to read
                 chunk = chunk[1:]
             self._receive(chunk)
 

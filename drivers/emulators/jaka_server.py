@@ -579,10 +579,13 @@ class _Run:
         # A real motion spans many push periods, so the status always shows it running; the
         # twin may finish one within a period, so a push is also sent as it begins.
         self.server._push_now()
+        stops = self.server.worker.stops
         try:
             self.job(arm)
         except (OnboardError, ValueError) as exc:
-            if not arm.state().stopped:  # cut short by stop_program is no error
+            # cut short by this controller's stop (stop_program, a lost link) is no error;
+            # anything else is, even with the arm latched (by another controller on the twin)
+            if self.server.worker.stops == stops:
                 self.error = self.server._error = str(exc)
                 if self.server.wait_complete == "done":
                     self.server._unreported.append(self.error)

@@ -391,7 +391,9 @@ class MarlinEmulator(PtyController):
     the tool is now) and the serial side: ``auto_reset`` (DTR reset on open), ``boot_time``
     (s from the reset to the banner, during which input is lost as to a bootloader; real
     boards take 0.5 to 2 s), ``rx_buffer`` (bytes of unread input before the rest is dropped,
-    as a UART board's RX_BUFFER_SIZE; None: no loss).
+    as a UART board's RX_BUFFER_SIZE; None: no loss); ``resend_ok`` (False: as some 2.0.x
+    builds, ``Resend: N`` with no ``ok`` after it); ``motion_before_homing`` (False:
+    NO_MOTION_BEFORE_HOMING, a move before ``G28`` is dropped with ``echo:Home XYZ first``).
     """
 
     def __init__(
@@ -421,6 +423,8 @@ class MarlinEmulator(PtyController):
         quickstop_clean: float = QUICKSTOP_CLEAN,
         version: str = "bugfix-2.1.x",
         machine_name: str = "3D Printer",
+        resend_ok: bool = True,
+        motion_before_homing: bool = True,
     ) -> None:
         if len(set(rotary_axes)) != len(rotary_axes) or not set(rotary_axes) <= set(ROTARY_NAMES):
             raise ValueError(f"rotary_axes {rotary_axes!r}: distinct letters of {ROTARY_NAMES}")
@@ -449,6 +453,8 @@ class MarlinEmulator(PtyController):
         self.quickstop_clean = quickstop_clean
         self.version = version
         self.machine_name = machine_name
+        self.resend_ok = resend_ok
+        self.motion_before_homing = motion_before_homing
         limits = {a: (-1000.0, 1000.0) for a in "XYZ"} | {a: (-360.0, 360.0) for a in rotary_axes}
         self.soft_endstops = limits | dict(soft_endstops or {})
         here = arm.state()
@@ -1043,7 +1049,8 @@ class MarlinEmulator(PtyController):
             self._buf.clear()
             self._sis = 0
         self.lines_answered += 1
-        self.write_lines([f"{STR_RESEND}{self._last_n + 1}", STR_OK])
+        resend = [f"{STR_RESEND}{self._last_n + 1}"]
+        self.write_lines([*resend, STR_OK] if self.resend_ok else resend)
 
     # -- stops -----------------------------------------------------------------------------------
 
@@ -1186,6 +1193,9 @@ class MarlinEmulator(PtyController):
         clamps homed axes to the soft endstops; then one planner block."""
         if self._stopped:
             return []
+        if not self.motion_before_homing and set(self.axes) - self._homed:
+            # motion.cpp homing_needed_error(): MSG_HOME_FIRST "Home %s%s%s first"
+            return [f"{ECHO}Home {''.join(a for a in 'XYZ' if a not in self._homed)} first"]
         dest = dict(self._native)
         for axis in self.axes:
             value = cmd.float(axis)
