@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_cli import ROOT, line_of, onboard, robot_copy
@@ -173,3 +174,66 @@ def test_a_toml_syntax_error_is_one_line(tmp_path: Path) -> None:
         load_team_task(path)
     (problem,) = caught.value.problems
     assert problem.line == line_of(path, "step_limit") and "TOML syntax error" in problem.message
+
+
+class _NoLLM:
+    """Never asked: the critic is refused before the first request."""
+
+    def complete(self, messages: object, schema: object = None) -> object:
+        raise AssertionError("the episode asked the LLM")
+
+
+NO_LLM: Any = _NoLLM()
+
+
+def _variant(tmp_path: Path) -> Path:
+    """Sweep Floor with its first robot called Ann: the shipped critics' cards name Alice."""
+    text = (TASKS / "sweep_floor.toml").read_text(encoding="utf-8").replace("Alice", "Ann")
+    folder = tmp_path / "tasks"
+    folder.mkdir(exist_ok=True)
+    path = folder / "sweep_floor.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_critic_whose_card_does_not_fit_the_level_is_refused_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    from onboard.base.errors import CriticError
+    from onboard.collab.critic import Critic
+    from onboard.collab.envs import make_env
+    from onboard.collab.episode import TeamSettings, run_team_episode
+    from onboard.collab.methods import method
+    from onboard.collab.taskfile import load_team_task
+    from onboard.loop.recorder import MemoryRecorder
+
+    task = load_team_task(_variant(tmp_path))
+    critic = Critic.load(load_team_task(TASKS / "sweep_floor.toml").critic_file("Y1_G1"))
+    recorder = MemoryRecorder()
+    with pytest.raises(CriticError) as caught:
+        run_team_episode(make_env(task, "Y1_G1"), method("read_j"), NO_LLM, critic,
+                         TeamSettings(task, "Y1_G1"), recorder, 0)  # fmt: skip
+    (line,) = str(caught.value).splitlines()
+    assert "Y1_G1.onnx: agents ['Alice', 'Bob'] in the card, ['Ann', 'Bob'] in the task" in line
+    assert recorder.records == []  # refused before the first record: nothing asked, nothing run
+
+
+def test_onboard_check_reports_a_critic_that_does_not_fit_and_notes_a_missing_one(
+    tmp_path: Path,
+) -> None:
+    path = _variant(tmp_path)
+    result = onboard("--robot", robot_copy(tmp_path), "check")
+    assert result.code == 2, result.out
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 5  # one per level: every shipped Sweep Floor critic names Alice
+    assert all(line.startswith(f"onboard: error: {path}: [critic.model] ") for line in lines)
+    assert "does not fit level Y1_G1: agents ['Alice', 'Bob'] in the card" in lines[0]
+    # the shipped tasks all have their critics; a task without one is a note, not an error
+    text = (TASKS / "sweep_floor.toml").read_text(encoding="utf-8")
+    text = text.replace('name = "sweep_floor"', 'name = "sweep_copy"', 1)
+    path.write_text(text.replace("critics/sweep_floor/", "critics/sweep_copy/"))
+    result = onboard("--robot", robot_copy(tmp_path), "check")
+    assert result.code == 0, result.err
+    assert (
+        "note: sweep_copy: no critic for level(s) Y1_G1, Y1_G2, Y2_G2, Y2_G3, Y3_G3" in result.out
+    )

@@ -17,6 +17,7 @@ from onboard.base.errors import ConfigError, Problem
 from onboard.config import RobotConfig, load_example_robot, load_robot
 
 if TYPE_CHECKING:
+    from onboard.collab.taskfile import TeamTask
     from onboard.hri.scenario import Scenario
     from onboard.loop.skill import Skill, SkillCriticSpec
 
@@ -30,7 +31,7 @@ def check(robot_path: Path | None) -> int:
     """
     from onboard.bundled import example_robot
     from onboard.catalog import load_robot_skill
-    from onboard.collab.taskfile import TeamTask, load_team_task
+    from onboard.collab.taskfile import load_team_task
     from onboard.drivers.twin.scene import load_scene
     from onboard.hri.scenario import HELD_OUT, load_scenario, scenario_files
     from onboard.llm.structured import resolve
@@ -68,6 +69,8 @@ def check(robot_path: Path | None) -> int:
             tasks.append(load_team_task(path))
         except ConfigError as exc:
             problems += exc.problems
+    critic_notes, critic_problems = _team_critics(tasks)
+    problems += critic_problems
     if not robot.embedder_dir.joinpath("model.onnx").exists():
         problems.append(
             Problem(robot_path, "models.embedder", None, f"no model.onnx in {robot.embedder_dir}")
@@ -104,9 +107,47 @@ def check(robot_path: Path | None) -> int:
         f"  {len(tasks)} team tasks: "
         + ", ".join(f"{t.name} ({len(t.agents)} agents, {len(t.levels)} levels)" for t in tasks)
     )
+    for note in critic_notes:
+        print(f"    note: {note}")
     _warn_ambiguous(robot, skills)
     print("ok")
     return 0
+
+
+def _team_critics(tasks: list[TeamTask]) -> tuple[list[str], list[Problem]]:
+    """Each team task level's critic (the task file's ``[critic] model``): a missing one is a
+    note (ReAd's methods need it, the baselines do not); one whose card does not fit the
+    level's agents, actions or features is a problem."""
+    from onboard.base.errors import CriticError
+    from onboard.collab.card import card_path, check_card, load_card
+    from onboard.collab.envs import make_env
+
+    notes, problems = [], []
+    for task in tasks:
+        missing = []
+        for level in task.levels:
+            model = task.critic_file(level)
+            if not model.is_file():
+                missing.append(level)
+                continue
+            try:
+                card = load_card(card_path(model))
+                env = make_env(task, level)
+            except CriticError as exc:
+                problems.append(Problem(task.path, "critic.model", None, str(exc)))
+                continue
+            except ImportError:  # a simulator behind an extra (overcooked): not checked here
+                continue
+            found = check_card(card, card.task, card.level, env.vocabulary, env.feature_names,
+                               env.agents)  # fmt: skip
+            if found:
+                why = f"{model}: does not fit level {level}: {found[0]}"
+                problems.append(Problem(task.path, "critic.model", None, why))
+        if missing:
+            levels = ", ".join(missing)
+            notes.append(f"{task.name}: no critic for level(s) {levels} (ReAd's methods need "
+                         "one: onboard critic collect, onboard critic train)")  # fmt: skip
+    return notes, problems
 
 
 def _critic_problem(skill: Skill) -> Problem | None:

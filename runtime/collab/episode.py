@@ -39,6 +39,7 @@ from typing import Any
 
 from onboard import bundled
 from onboard.base.errors import CriticError, UsageError
+from onboard.collab.card import check_card
 from onboard.collab.driver import TeamDriver
 from onboard.collab.kind import PlanAsk, RecordedAsk, TeamFigures, TeamKind, TeamLedger, team_checks
 from onboard.collab.methods import EnvView, Method, TeamSettings, TrialMemory, Turn
@@ -130,13 +131,7 @@ def run_team_episode(
     to each episode of the cell, in order."""
     if method.critic is not None and critic is None:
         raise UsageError(f"method {method.name} scores proposals with a critic: give it one")
-    known = getattr(critic, "vocabulary", None)  # a critic's card names its vocabulary
-    if known is not None and list(known) != list(env.vocabulary):
-        where = getattr(critic, "path", "the critic")
-        raise CriticError(
-            f"{where}: its vocabulary ({len(known)} actions) is not this level's "
-            f"({len(env.vocabulary)}): a critic of another task or level"
-        )
+    _check_fit(critic, env)
     if disturb_at is not None:
         if disturb_at < 0:
             raise UsageError(f"disturb_at {disturb_at}: a step number is 0 or more")
@@ -195,6 +190,19 @@ def run_team_episode(
     outcome.queries, outcome.reward = recorded.requests, float(env.reward_total)
     recorder.write("outcome", finished=outcome.success, outcome=outcome.to_json())
     return outcome
+
+
+def _check_fit(critic: CriticView | None, env: EnvView) -> None:
+    """A critic whose card names other agents, actions or features than the level's scores
+    something else: refused in one line naming the first difference."""
+    card = getattr(critic, "card", None)  # a loaded Critic has its card
+    if card is None:
+        return
+    found = check_card(card, card.task, card.level, env.vocabulary, env.feature_names,
+                       env.agents)  # fmt: skip
+    if found:
+        where = getattr(critic, "path", "the critic")
+        raise CriticError(f"{where}: {found[0]}: a critic of another task or level")
 
 
 def _for_task(skill: Skill, settings: TeamSettings, rounds: int) -> Skill:
