@@ -246,24 +246,35 @@ def test_a_missing_critic_is_one_line_before_any_episode(
     assert "Traceback" not in "\n".join(err)
 
 
-def test_the_controls_run_a_random_critic_and_a_random_proposer(
+def test_the_controls_run_a_random_critic_a_random_proposer_and_one_that_ignores_feedback(
     robot: RobotConfig, critics: Path
 ) -> None:
-    """About 4 s: --controls adds ReAd-S with a random critic of the trained one's shape and
-    the random proposer with the trained critic; the report compares their SR."""
+    """About 4 s: --controls adds ReAd-S with a random critic of the trained one's shape, the
+    random proposer with the trained critic, and the stand-in that ignores all feedback with
+    the trained critic; the report compares their SR, and none is in the main table."""
     report = evaluate(robot, eval_args(critics=critics, task="sort_cubes", levels=["level1"],
                                        methods=["read_s", "central_plan"], controls=True,
                                        trials=1), quiet=True)  # fmt: skip
-    kinds = {(e.method, e.critic, e.llm) for e in report.episodes}
+    kinds = {(e.method, e.critic, e.llm, e.proposer) for e in report.episodes}
     standin = "standin@0.6"
-    assert kinds == {("read_s", "trained", standin), ("central_plan", "", standin),
-                     ("read_s", "random", standin), ("read_s", "trained", "random")}  # fmt: skip
-    from onboard.collab.report import controls
+    assert kinds == {("read_s", "trained", standin, ""), ("central_plan", "", standin, ""),
+                     ("read_s", "random", standin, ""), ("read_s", "trained", "random", "random"),
+                     ("read_s", "trained", "control@0.6", "control")}  # fmt: skip
+    from onboard.collab.report import _main, controls
 
     (control,) = controls(report.summaries, report.hardest)
     assert (control.task, control.level, control.method) == ("sort_cubes", "level1", "read_s")
     assert control.trained is not None and control.random_critic is not None
-    assert control.random_proposer is not None and not control.hardest
+    assert control.random_proposer is not None and control.feedback_ignored is not None
+    assert not control.hardest
+    assert {(s.method, s.llm) for s in _main(report.summaries)} == {
+        ("read_s", standin),
+        ("central_plan", standin),
+    }
+    markdown = report.markdown()
+    assert "| task | level | method | trained | random critic | random proposer | feedback " \
+        "ignored |" in markdown  # fmt: skip
+    assert "infeasible (the environment's check) / vetoed (the critic)" in markdown
 
 
 def test_reflexion_carries_its_reflection_to_the_next_trial_of_its_cell(

@@ -54,8 +54,8 @@ def add_parsers(task: Any) -> None:
         help="SR / ES / NQ per task, level and method; --all: every task with the claim column",
         description="Run each task level and method --trials times and print SR, ES and NQ"
         " (mean and std) with vetoes, fallbacks and OOD flags; --all every task; --disturb the"
-        " seed's Table 1; --ablation the single-step ablation; --controls the random critic"
-        " and the random proposer.",
+        " seed's Table 1; --ablation the single-step ablation; --controls the random critic,"
+        " the random proposer and the stand-in that ignores feedback.",
     )
     q.add_argument("task", nargs="?", help="a task name in tasks/ or a task file")
     q.add_argument("--all", action="store_true", help="every shipped task")
@@ -90,8 +90,8 @@ def add_parsers(task: Any) -> None:
     q.add_argument(
         "--controls",
         action="store_true",
-        help="add the controls: ReAd with a "
-        "random critic, and a random proposer with the trained critic",
+        help="add the controls: ReAd with a random critic, a random proposer with the trained "
+        "critic, and the stand-in that ignores all feedback (its refusals and history)",
     )
     q.add_argument("--json", type=Path, help="write the report as JSON here")
     q.add_argument("--png", type=Path, help="write the figure (SR / ES / NQ against level)")
@@ -205,6 +205,8 @@ def eval_cells(args: argparse.Namespace, tasks: list[tuple[str, TeamTask]]) -> l
                 reads = [m for m in methods if m in READ_METHODS]
                 cells += [Cell(ref, level, m, critic="random") for m in reads]
                 cells += [Cell(ref, level, m, proposer="random") for m in reads]
+                if args.llm != "control":  # the evaluation's own LLM ignores feedback already
+                    cells += [Cell(ref, level, m, proposer="control") for m in reads]
     if args.ablation:
         have = set(cells)
         cells += [

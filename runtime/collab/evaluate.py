@@ -110,7 +110,8 @@ class Cell:
     disturb_at: int | None = None
     #: the critic the ReAd methods score with (a control: "random")
     critic: CriticChoice = "trained"
-    #: the proposer: "" the evaluation's LLM, "random" the uniform proposer (a control)
+    #: the proposer: "" the evaluation's LLM; controls: "random" the uniform proposer,
+    #: "control" the stand-in that ignores all feedback (the refused lines, the history)
     proposer: str = ""
 
     @property
@@ -152,6 +153,8 @@ class Episode(TeamFigures):
     critic: str = ""
     llm: str = ""
     recording: str | None = None
+    #: a control's proposer ("random", "control"); "" the evaluation's LLM
+    proposer: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -192,6 +195,9 @@ class Summary:
     vetoes: Stat
     fallbacks: Stat
     ood_flags: Stat
+    #: proposals the environment's feasibility check refused (vetoes: the critic's)
+    infeasible: Stat = Stat(math.nan, math.nan)
+    proposer: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -202,11 +208,11 @@ class Summary:
         return cls(**{**data, **stats})
 
 
-Key = tuple[str, str, str, int | None, str, str]
+Key = tuple[str, str, str, int | None, str, str, str]
 
 
 def _key(e: Episode) -> Key:
-    return (e.task, e.level, e.method, e.disturb_at, e.critic, e.llm)
+    return (e.task, e.level, e.method, e.disturb_at, e.critic, e.llm, e.proposer)
 
 
 def summarize(episodes: Sequence[Episode]) -> list[Summary]:
@@ -215,7 +221,7 @@ def summarize(episodes: Sequence[Episode]) -> list[Summary]:
     for e in episodes:
         groups.setdefault(_key(e), []).append(e)
     out = []
-    for (task, level, name, disturb_at, critic, llm), group in groups.items():
+    for (task, level, name, disturb_at, critic, llm, proposer), group in groups.items():
 
         def stat(f: Callable[[Episode], float], group: list[Episode] = group) -> Stat:
             return Stat.of([f(e) for e in group])
@@ -235,6 +241,8 @@ def summarize(episodes: Sequence[Episode]) -> list[Summary]:
                 vetoes=stat(lambda e: e.vetoes),
                 fallbacks=stat(lambda e: e.fallbacks),
                 ood_flags=stat(lambda e: e.ood_flags),
+                infeasible=stat(lambda e: e.infeasible),
+                proposer=proposer,
             )
         )
     return out
@@ -284,6 +292,7 @@ def run_one(
     constrained: bool = False,
     disturb_at: int | None = None,
     critic_kind: str = "trained",
+    proposer: str = "",
     record: Path | None = None,
     robot: RobotConfig | None = None,
     env: TeamEnv | None = None,  # type: ignore[type-arg]
@@ -342,6 +351,7 @@ def run_one(
         critic=critic_kind if critic else "",
         llm=llm_label,
         recording=None if record is None else record.name,
+        proposer=proposer,
     )
 
 
@@ -417,6 +427,7 @@ def run_cells(
                             constrained=constrained,
                             disturb_at=cell.disturb_at,
                             critic_kind=cell.critic,
+                            proposer=cell.proposer,
                             record=path,
                             robot=robot,
                             env=env,

@@ -95,9 +95,10 @@ class RecordedAsk:
 class TeamFigures:
     """An episode's figures: SR comes from ``success``, ES is ``steps``, NQ is ``queries``
     (the request records). ``vetoes``: proposals the critic refused for their score;
-    ``failed``: proposals refused as unreadable or infeasible; ``fallbacks``: decisions that
-    ended without an accepted proposal; ``ood_flags``: scores the critic could not vouch for
-    (accepted unjudged)."""
+    ``failed``: proposals refused as unreadable or infeasible, ``infeasible`` those the
+    environment's feasibility check refused; ``fallbacks``: decisions that ended without an
+    accepted proposal; ``ood_flags``: scores the critic could not vouch for (accepted
+    unjudged)."""
 
     success: bool = False
     steps: int = 0
@@ -107,6 +108,7 @@ class TeamFigures:
     ood_flags: int = 0
     failed: int = 0
     reward: float = 0.0
+    infeasible: int = 0
 
 
 class PlanAsk:
@@ -275,6 +277,7 @@ class TeamLedger:
         if self.method.dialogue is not None:
             turn.physical.extend(feedback.split("\n"))
         if name == "legal":
+            self.figures.infeasible += 1
             turn.entries.append((proposal, feedback))
 
     def _decided(self, fields: Mapping[str, Any]) -> None:

@@ -67,7 +67,9 @@ class Claim:
 @dataclass(frozen=True)
 class Control:
     """The controls at a task level for one ReAd method: SR with the trained critic, with a
-    random critic, and a random proposer with the trained critic."""
+    random critic, a random proposer with the trained critic, and the trained critic behind
+    a proposer that ignores all feedback (the stand-in's control: the refused lines and the
+    history do not reach it, so only re-asking and the critic's filter remain)."""
 
     task: str
     level: str
@@ -76,6 +78,7 @@ class Control:
     trained: float | None
     random_critic: float | None
     random_proposer: float | None
+    feedback_ignored: float | None = None
 
     @property
     def lost(self) -> bool | None:
@@ -88,7 +91,9 @@ class Control:
 def _main(summaries: Iterable[Summary]) -> list[Summary]:
     """The main table's cells: no disturbance, the trained critic, the evaluation's LLM."""
     return [
-        s for s in summaries if s.disturb_at is None and s.critic != "random" and s.llm != "random"
+        s
+        for s in summaries
+        if s.disturb_at is None and s.critic != "random" and s.llm != "random" and not s.proposer
     ]
 
 
@@ -142,10 +147,13 @@ def controls(summaries: Sequence[Summary], hardest: dict[str, str]) -> list[Cont
     for (task, level), group in _levels(s for s in summaries if s.disturb_at is None).items():
         for name in READ_METHODS:
             mine = [s for s in group if s.method == name]
-            trained = _sr(s for s in mine if s.critic == "trained" and s.llm != "random")
+            trained = _sr(
+                s for s in mine if s.critic == "trained" and s.llm != "random" and not s.proposer
+            )
             rand_critic = _sr(s for s in mine if s.critic == "random")
             rand_proposer = _sr(s for s in mine if s.llm == "random" and s.critic == "trained")
-            if rand_critic is None and rand_proposer is None:
+            ignored = _sr(s for s in mine if s.proposer == "control" and s.critic == "trained")
+            if rand_critic is None and rand_proposer is None and ignored is None:
                 continue
             out.append(
                 Control(
@@ -156,6 +164,7 @@ def controls(summaries: Sequence[Summary], hardest: dict[str, str]) -> list[Cont
                     trained,
                     rand_critic,
                     rand_proposer,
+                    ignored,
                 )
             )
     return out
@@ -184,6 +193,7 @@ def main_table(summaries: Sequence[Summary], claimed: Sequence[Claim]) -> Table:
         "ES",
         "NQ",
         "vetoes",
+        "infeasible",
         "fallbacks",
         "OOD",
         "claim holds?",
@@ -209,6 +219,7 @@ def main_table(summaries: Sequence[Summary], claimed: Sequence[Claim]) -> Table:
             _ms(s.es, 1),
             _ms(s.nq, 1),
             _ms(s.vetoes, 1),
+            _ms(s.infeasible, 1),
             _ms(s.fallbacks, 1),
             _ms(s.ood_flags, 1),
             verdict,
@@ -265,7 +276,8 @@ def ablation_table(summaries: Sequence[Summary]) -> Table:
 def controls_table(found: Sequence[Control]) -> Table:
     table = Table(
         title="Controls: SR with the trained critic, a random critic of the same "
-        "shape, and a random proposer with the trained critic"
+        "shape, a random proposer with the trained critic, and a proposer that ignores all "
+        "feedback with the trained critic"
     )
     for column in (
         "task",
@@ -274,6 +286,7 @@ def controls_table(found: Sequence[Control]) -> Table:
         "trained",
         "random critic",
         "random proposer",
+        "feedback ignored",
         "random critic lost SR?",
     ):
         table.add_column(column)
@@ -285,7 +298,14 @@ def controls_table(found: Sequence[Control]) -> Table:
         lost = {True: "yes", False: "NO: no signal shown", None: ""}[c.lost]
         level = f"{c.level} (hardest)" if c.hardest else c.level
         table.add_row(
-            c.task, level, c.method, f(c.trained), f(c.random_critic), f(c.random_proposer), lost
+            c.task,
+            level,
+            c.method,
+            f(c.trained),
+            f(c.random_critic),
+            f(c.random_proposer),
+            f(c.feedback_ignored),
+            lost,
         )
     return table
 
@@ -310,6 +330,42 @@ def markdown_table(summaries: Sequence[Summary], claimed: Sequence[Claim]) -> st
         claim = by_level.get((task, level))
         verdict = "" if claim is None else {True: "yes", False: "no", None: "n/a"}[claim.holds]
         lines.append(f"| {task} | {level} | {' | '.join(row)} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown_refusals(summaries: Sequence[Summary]) -> str:
+    """Per task level and method, the proposals refused per episode (means): by the
+    environment's feasibility check (infeasible) / by the critic (vetoed)."""
+    main = [s for s in _main(summaries) if s.method not in BASELINE_EXCLUDED]
+    methods = list(dict.fromkeys(s.method for s in main))
+    lines = [f"| task | level | {' | '.join(methods)} |", "|" + "---|" * (len(methods) + 2)]
+    for (task, level), found in _levels(main).items():
+        cells = {s.method: s for s in found}
+        row = [
+            f"{c.infeasible.mean:.1f} / {c.vetoes.mean:.1f}" if (c := cells.get(m)) else ""
+            for m in methods
+        ]
+        lines.append(f"| {task} | {level} | {' | '.join(row)} |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown_controls(found: Sequence[Control]) -> str:
+    """The controls' SR per task level and ReAd method (empty when none was run)."""
+    if not found:
+        return ""
+
+    def f(v: float | None) -> str:
+        return "" if v is None else f"{v:.1f}"
+
+    lines = [
+        "| task | level | method | trained | random critic | random proposer | feedback ignored |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in found:
+        lines.append(
+            f"| {c.task} | {c.level} | {c.method} | {f(c.trained)} | {f(c.random_critic)} | "
+            f"{f(c.random_proposer)} | {f(c.feedback_ignored)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -375,8 +431,18 @@ class Report:
         return bool(mine == theirs)
 
     def markdown(self) -> str:
+        """The main table (SR / ES / NQ), then the proposals refused per episode (infeasible
+        / vetoed), then the controls when they were run."""
         summaries = self.summaries
-        return markdown_table(summaries, claims(summaries))
+        parts = [
+            markdown_table(summaries, claims(summaries)),
+            "Refused per episode, infeasible (the environment's check) / vetoed (the critic):\n\n"
+            + markdown_refusals(summaries),
+        ]
+        found = controls(summaries, self.hardest)
+        if found:
+            parts.append("Controls, SR:\n\n" + markdown_controls(found))
+        return "\n".join(parts)
 
     def print(self, console: Console, *, disturbance: bool = False) -> None:
         summaries = self.summaries
