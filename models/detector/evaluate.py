@@ -1,0 +1,212 @@
+"""Measure a detector on the base or the hard evaluation set: no torch, onnxruntime only.
+
+    python models/detector/evaluate.py --set hard     # or: train.py --eval-only --set hard
+
+Renders the set anew with the project's own ``dataset.render`` (its seeds, SET_COUNT renders
+each, under its Conditions: ``dataset.BASE`` on FRESH_SEEDS, ``dataset.HARD`` on HARD_SEEDS),
+runs the model through ``onboard.perception.detector.Detector.detect`` on the raw frames
+(conf 0.001, NMS IoU 0.45, one thread) and prints mAP@0.5 (VOC all-point interpolation,
+``mean_average_precision``) pooled, per class, per seed, and each class's minimum over the
+seeds. On the set's own seeds and count it also writes the figures, the set's definition and a
+fingerprint of its renders to ``models/detector/eval/<set>-<model sha256[:12]>.json``.
+Neither the seeds nor the conditions of a set may render a training split (``dataset.SPLITS``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+import dataset  # noqa: E402
+
+from onboard.base.errors import ModelError  # noqa: E402
+from onboard.perception.detector import Detection, Detector, mean_average_precision  # noqa: E402
+
+RESULTS = HERE / "eval"
+MODEL = HERE / "model.onnx"
+SETS: dict[str, tuple[dataset.Conditions, tuple[int, ...]]] = {
+    "base": (dataset.BASE, dataset.FRESH_SEEDS),
+    "hard": (dataset.HARD, dataset.HARD_SEEDS),
+}
+CONF, IOU = 0.001, 0.45
+#: the first renders of a set's first seed, fingerprinted apart: a test renders them again to
+#: check that the set's definition (its Conditions and the code that draws them) is unchanged
+PROBE = 2
+
+
+def fingerprint(samples: Sequence[dataset.Sample]) -> str:
+    """sha256 of the renders: every image's bytes and shape, its boxes and ignored boxes."""
+    digest = hashlib.sha256()
+    for s in samples:
+        digest.update(repr(s.image.shape).encode())
+        digest.update(s.image.tobytes())
+        digest.update(json.dumps([s.truth, s.ignored]).encode())
+    return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def measure(
+    model: Path,
+    conditions: dataset.Conditions,
+    seeds: Sequence[int],
+    count: int,
+    workers: int = dataset.WORKERS,
+) -> dict[str, Any]:
+    """mAP@0.5 of ``model`` on ``count`` renders from each seed: pooled, per class, per seed,
+    with the box counts, the renders' fingerprint per seed and the probe's (PROBE)."""
+    detector = Detector(model, conf=CONF, iou=IOU, threads=1)
+    found_all: list[list[Detection]] = []
+    truths_all: list[dataset.Truth] = []
+    ignored_all: list[dataset.Truth] = []
+    per_seed: dict[str, Any] = {}
+    probe = ""
+    started = time.perf_counter()
+    for seed in seeds:
+        samples = dataset.render(count, seed, workers, conditions)
+        found = [detector.detect(s.image) for s in samples]
+        truths, ignored = [s.truth for s in samples], [s.ignored for s in samples]
+        probe = probe or fingerprint(samples[:PROBE])
+        seed_map, per_class = mean_average_precision(found, truths, ignored=ignored)
+        per_seed[str(seed)] = {
+            "map": seed_map,
+            "per_class": per_class,
+            "renders_sha256": fingerprint(samples),
+        }
+        found_all += found
+        truths_all += truths
+        ignored_all += ignored
+    pooled, per_class = mean_average_precision(found_all, truths_all, ignored=ignored_all)
+    boxes = {
+        name: sum(label == name for truth in truths_all for label, _ in truth)
+        for name in detector.classes
+    }
+    return {
+        "model": {"file": _shown(model), "sha256": file_sha256(model)},
+        "classes": detector.classes,
+        "seeds": list(seeds),
+        "count": count,
+        "conditions": conditions.as_dict(),
+        "map": pooled,
+        "per_class": per_class,
+        "per_seed": per_seed,
+        "boxes": boxes,
+        "probe_sha256": probe,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def spread(result: dict[str, Any]) -> dict[str, Any]:
+    """The per-seed mAP range and each class's minimum over the seeds (and its seed)."""
+    seeds = result["per_seed"]
+    maps = [row["map"] for row in seeds.values()]
+    lowest: dict[str, tuple[float, str]] = {}
+    for name in result["classes"]:
+        values = [
+            (row["per_class"][name], s) for s, row in seeds.items() if name in row["per_class"]
+        ]
+        if values:
+            lowest[name] = min(values)
+    return {"map_range": (min(maps), max(maps)), "class_min": lowest}
+
+
+def table(result: dict[str, Any]) -> str:
+    """The markdown table of a measurement: per class, pooled, per seed and the minimum."""
+    seeds = list(result["per_seed"])
+    low = spread(result)["class_min"]
+    lines = [
+        f"| id | name | AP@0.5 | {' | '.join(f'seed {s}' for s in seeds)} | min | boxes |",
+        "| ---: | --- | ---: | " + " | ".join("---:" for _ in seeds) + " | ---: | ---: |",
+    ]
+    for k, name in enumerate(result["classes"]):
+        cells = [_ap(result["per_seed"][s]["per_class"].get(name)) for s in seeds]
+        minimum = _ap(low[name][0]) if name in low else "–"
+        lines.append(
+            f"| {k} | `{name}` | {_ap(result['per_class'].get(name))} | {' | '.join(cells)}"
+            f" | {minimum} | {result['boxes'].get(name, 0)} |"
+        )
+    maps = " | ".join(f"{result['per_seed'][s]['map']:.3f}" for s in seeds)
+    lo = spread(result)["map_range"][0]
+    lines.append(f"| | **mAP@0.5** | **{result['map']:.3f}** | {maps} | {lo:.3f} | |")
+    return "\n".join(lines)
+
+
+def _ap(value: float | None) -> str:
+    return "–" if value is None or math.isnan(value) else f"{value:.3f}"
+
+
+def result_path(name: str, sha256: str) -> Path:
+    return RESULTS / f"{name}-{sha256[:12]}.json"
+
+
+class Parser(argparse.ArgumentParser):
+    """An error is one line: the program, "error:" and the message (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = Parser(prog="evaluate.py", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--set", choices=sorted(SETS), default="base", dest="name")
+    parser.add_argument(
+        "--seeds", "--fresh", type=int, nargs="+", help="other seeds than the set's (not written)"
+    )
+    parser.add_argument(
+        "--count", type=int, default=dataset.SET_COUNT, help="per seed (others: not written)"
+    )
+    parser.add_argument("--model", type=Path, default=MODEL)
+    parser.add_argument("--workers", type=int, default=dataset.WORKERS, help="render processes")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--eval-only", action="store_true", help=argparse.SUPPRESS)  # train.py's
+    args = parser.parse_args(argv)
+    conditions, set_seeds = SETS[args.name]
+    seeds = tuple(args.seeds) if args.seeds else set_seeds
+    used = {seed for _, seed in dataset.SPLITS.values()}
+    if used & set(seeds):
+        parser.error(f"seeds {sorted(used & set(seeds))} render the training splits")
+    if args.count < 1 or args.workers < 1:
+        parser.error("--count and --workers must be at least 1")
+    if not args.model.is_file():
+        parser.error(f"no model file {args.model}")
+    try:
+        result = measure(args.model, conditions, seeds, args.count, args.workers)
+    except ModelError as err:
+        parser.error(str(err).splitlines()[0])
+    result["set"] = args.name
+    print(
+        f"{args.model.name} on the {args.name} set: {args.count} renders from each of seeds"
+        f" {list(seeds)} ({result['seconds']:.0f} s): mAP@0.5 {result['map']:.3f}\n"
+    )
+    print(table(result))
+    weak = [n for n, (ap, _) in spread(result)["class_min"].items() if ap < 0.9]
+    print(f"\nclasses under 0.9 on some seed: {', '.join(weak) if weak else 'none'}")
+    if seeds == set_seeds and args.count == dataset.SET_COUNT and not args.no_write:
+        path = result_path(args.name, result["model"]["sha256"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {_shown(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

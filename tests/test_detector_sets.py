@@ -1,0 +1,135 @@
+"""The detector's evaluation sets (models/detector/dataset.py, evaluate.py): the hard set is
+the one committed with its first score, the base set is the card's, the evaluation runs
+without torch on real renders and the shipped model, and bad input is one line.
+
+The committed measurements (models/detector/eval/*.json) carry their set's Conditions and a
+fingerprint of its first renders (image bytes and boxes); rendering those again here checks
+that neither the definition nor the code that draws it changed. TinyRenderer runs on the CPU
+and the pinned pybullet, so the same renders come out byte for byte.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onboard.drivers.twin", reason="the twin (pybullet) is not installed")
+
+ROOT = Path(__file__).resolve().parent.parent
+DETECTOR = ROOT / "models" / "detector"
+RESULTS = sorted((DETECTOR / "eval").glob("*.json"))
+
+
+def _module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, DETECTOR / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+dataset = _module("dataset")
+evaluate = _module("evaluate")
+
+
+def test_no_torch_in_the_evaluation() -> None:
+    assert "torch" not in sys.modules  # dataset and evaluate imported above
+
+
+def test_the_sets_use_seeds_no_training_split_renders() -> None:
+    training = {seed for _, seed in dataset.SPLITS.values()}
+    assert not training & set(dataset.HARD_SEEDS)
+    assert not training & set(dataset.FRESH_SEEDS)
+    assert not set(dataset.HARD_SEEDS) & set(dataset.FRESH_SEEDS)
+    assert dataset.Conditions() == dataset.BASE
+
+
+def test_the_hard_set_was_measured_with_the_shipped_model() -> None:
+    sha = evaluate.file_sha256(DETECTOR / "model.onnx")
+    assert evaluate.result_path("hard", sha).is_file(), "the shipped model has no hard-set score"
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.name)
+def test_a_committed_measurement_is_of_the_set_as_defined_now(path: Path) -> None:
+    """Its Conditions, seeds and count are the set's, and its first renders render again
+    byte for byte (the hard set is never edited after its first score)."""
+    result = json.loads(path.read_text(encoding="utf-8"))
+    conditions, seeds = evaluate.SETS[result["set"]]
+    assert result["conditions"] == json.loads(json.dumps(conditions.as_dict()))
+    assert tuple(result["seeds"]) == seeds
+    assert result["count"] == dataset.SET_COUNT
+    samples = dataset.render(evaluate.PROBE, seeds[0], 1, conditions)
+    assert evaluate.fingerprint(samples) == result["probe_sha256"]
+
+
+def test_base_conditions_leave_the_image_alone_and_hard_ones_do_not() -> None:
+    image = np.full((24, 32, 3), 100, np.uint8)
+    rng = np.random.default_rng(0)
+    assert dataset._degrade(rng, image, dataset.BASE) is image
+    assert rng.random() == np.random.default_rng(0).random()  # BASE drew nothing
+    hard = dataset._degrade(np.random.default_rng(0), image, dataset.HARD)
+    assert hard.shape == image.shape and hard.dtype == np.uint8
+    assert not np.array_equal(hard, image)
+    assert dataset._light(np.random.default_rng(0), dataset.BASE) is None
+
+
+def test_gaussian_blur_keeps_flat_images_and_spreads_an_edge() -> None:
+    flat = np.full((10, 12, 3), 50.0, np.float32)
+    np.testing.assert_allclose(dataset.gaussian_blur(flat, 1.5), flat, rtol=1e-5)
+    edge = np.zeros((10, 12, 3), np.float32)
+    edge[:, 6:] = 255.0
+    blurred = dataset.gaussian_blur(edge, 1.0)
+    assert 0 < blurred[5, 5, 0] < 128 < blurred[5, 6, 0] < 255
+    np.testing.assert_allclose(blurred.sum(), edge.sum(), rtol=1e-4)  # nothing lost
+
+
+def test_the_hard_set_measures_the_shipped_model_without_writing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A tiny variant of the documented command: two renders of the hard set's first seed."""
+    before = sorted((DETECTOR / "eval").glob("*.json"))
+    seed = str(dataset.HARD_SEEDS[0])
+    assert evaluate.main(["--set", "hard", "--seeds", seed, "--count", "2", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"model.onnx on the hard set: 2 renders from each of seeds [{seed}]" in out
+    assert f"| seed {seed} | min | boxes |" in out
+    assert "wrote" not in out
+    assert sorted((DETECTOR / "eval").glob("*.json")) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seeds", "1", "11"], "seeds [1] render the training splits"),
+        (["--set", "night"], "argument --set: invalid choice: 'night'"),
+        (["--model", "no-such.onnx"], "no model file no-such.onnx"),
+        (["--count", "0"], "--count and --workers must be at least 1"),
+    ],
+)
+def test_bad_input_is_one_line(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        evaluate.main(args)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("evaluate.py: error: "), err
+    assert message in err
+
+
+def test_a_model_that_is_not_a_detector_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not an onnx file")
+    with pytest.raises(SystemExit):
+        evaluate.main(["--model", str(junk), "--count", "1", "--workers", "1"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("evaluate.py: error: "), err
