@@ -54,15 +54,26 @@ def test_the_sets_use_seeds_no_training_split_renders() -> None:
 def test_the_hard_set_was_measured_with_the_shipped_model() -> None:
     sha = evaluate.file_sha256(DETECTOR / "model.onnx")
     assert evaluate.result_path("hard", sha).is_file(), "the shipped model has no hard-set score"
+    assert evaluate.result_path("base", sha).is_file(), "the shipped model has no base score"
+
+
+def test_the_card_shows_the_spread_of_the_shipped_model() -> None:
+    """CARD.md's spread section is the one evaluate.py --card generates from the files."""
+    text = (DETECTOR / "CARD.md").read_text(encoding="utf-8")
+    shown = evaluate.BEGIN + text.split(evaluate.BEGIN, 1)[1].split(evaluate.END, 1)[0]
+    assert shown + evaluate.END == evaluate.card_section(), "run evaluate.py --card"
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.name)
 def test_a_committed_measurement_is_of_the_set_as_defined_now(path: Path) -> None:
-    """Its Conditions, seeds and count are the set's, and its first renders render again
-    byte for byte (the hard set is never edited after its first score)."""
+    """Its Conditions, seeds and count are the set's (a factor added since stays at its base
+    value, which draws nothing), and its first renders render again byte for byte: the hard
+    set is never edited after its first score."""
     result = json.loads(path.read_text(encoding="utf-8"))
     conditions, seeds = evaluate.SETS[result["set"]]
-    assert result["conditions"] == json.loads(json.dumps(conditions.as_dict()))
+    now = json.loads(json.dumps(conditions.as_dict()))
+    base = json.loads(json.dumps(dataset.BASE.as_dict()))
+    assert now == base | result["conditions"]
     assert tuple(result["seeds"]) == seeds
     assert result["count"] == dataset.SET_COUNT
     samples = dataset.render(evaluate.PROBE, seeds[0], 1, conditions)
