@@ -10,6 +10,7 @@ and the pinned pybullet, so the same renders come out byte for byte.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -144,3 +145,35 @@ def test_a_model_that_is_not_a_detector_is_one_line(
         evaluate.main(["--model", str(junk), "--count", "1", "--workers", "1"])
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("evaluate.py: error: "), err
+
+
+def test_training_ranges_hold_the_hard_set_inside_not_at_the_edge() -> None:
+    """Every range of TRAIN is wider than HARD's on both sides, unless a side is a natural
+    bound (no blur, no noise, no extra objects: those the base conditions also have)."""
+    train, hard = dataset.TRAIN.as_dict(), dataset.HARD.as_dict()
+    assert np.all(np.array(train["camera_shift"]) > hard["camera_shift"])
+    assert np.all(np.array(train["target_low"]) < hard["target_low"])
+    assert np.all(np.array(train["target_high"]) > hard["target_high"])
+    for key in ("fov", "light_elevation", "light_ambient", "light_diffuse", "exposure"):
+        assert train[key][0] < hard[key][0] and train[key][1] > hard[key][1], key
+    for key in ("light_specular", "blur", "noise", "clutter", "distractors"):
+        assert train[key][0] <= hard[key][0] and train[key][1] > hard[key][1], key
+    assert train["light_tint"] > hard["light_tint"]
+    assert train["textures"] > 0 == hard["textures"]
+
+
+def test_a_training_render_has_textures_and_labels() -> None:
+    """The textured table and floor of a TRAIN scene; the labels are the masks' as ever."""
+    rng = np.random.default_rng(0)
+    textures = [dataset._texture_image(rng) for _ in range(6)]
+    assert all(t.shape == (128, 128, 3) and t.dtype == np.uint8 for t in textures)
+    assert all(t.std() > 2 for t in textures)  # not a flat colour
+    conditions = dataclasses.replace(dataset.TRAIN, textures=1.0)
+    samples = dataset.render(2, 7, 1, conditions)
+    assert [s.image.shape[2] for s in samples] == [3, 3]
+    assert any(s.truth for s in samples)
+    for s in samples:
+        height, width = s.image.shape[:2]
+        for label, (x1, y1, x2, y2) in s.truth:
+            assert label in dataset.CLASSES
+            assert 0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height

@@ -18,6 +18,11 @@ test split keeps the raw renders, so its figures go through the whole runtime pa
 takes a few minutes; the result is cached under ``~/.cache/onboard/``, keyed by this file and the
 split sizes (``train.py --no-cache`` renders again, e.g. after the twin changed).
 
+Beyond the scene, each render varies as its :class:`Conditions` say: BASE (the shipped
+model's data, and the card's base set on FRESH_SEEDS), HARD (the hard evaluation set on
+HARD_SEEDS, never trained on, never edited) or TRAIN (domain randomization: HARD's factors over
+wider ranges, plus table and floor textures; what ``train.py`` renders by default).
+
 No torch here: numpy, the twin (pybullet) and onboard.perception.detector only.
 """
 
@@ -166,6 +171,8 @@ class Conditions:
     blur: tuple[float, float] = (0.0, 0.0)
     #: Gaussian pixel noise sigma, 0..255 levels, per pixel and channel
     noise: tuple[float, float] = (0.0, 0.0)
+    #: the share of scenes whose table and floor get a random texture (wood, tiles, noise)
+    textures: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -197,6 +204,28 @@ HARD = Conditions(
     exposure=(-1.0, 0.6),
     blur=(0.0, 1.2),
     noise=(0.0, 8.0),
+)
+#: Training (issue 30, item 2): every factor of HARD over a wider range, and textures, so the
+#: hard set lies inside the training distribution, not at its edge. The ranges hold the base
+#: values too (light from above, no shadows in 40%, clean frames at the low ends).
+TRAIN = Conditions(
+    camera_shift=(0.35, 0.5, 0.3),
+    target_low=(-0.18, -0.22, -0.05),
+    target_high=(0.18, 0.22, 0.1),
+    fov=(32.0, 70.0),
+    light=True,
+    light_elevation=(15.0, 90.0),
+    light_ambient=(0.2, 0.85),
+    light_diffuse=(0.1, 0.9),
+    light_specular=(0.0, 0.4),
+    light_tint=0.2,
+    shadow=0.6,
+    clutter=(0, 5),
+    distractors=(0, 5),
+    exposure=(-1.3, 0.9),
+    blur=(0.0, 1.6),
+    noise=(0.0, 11.0),
+    textures=0.5,
 )
 HARD_SEEDS = (101, 102, 103, 104)  # never used in training or for the card's base figures
 SET_COUNT = 300  # renders per seed of the base (FRESH_SEEDS) and hard (HARD_SEEDS) sets
@@ -777,6 +806,8 @@ def _render_chunk(count: int, seed: int, chunk: int, conditions: Conditions = BA
         base = views[int(rng.integers(len(views)))]
         layout = random_layout(rng, base, conditions)
         with Twin(layout.scene) as twin:
+            if conditions.textures and rng.random() < conditions.textures:
+                _texture(twin, rng)
             placer = Placer(twin, layout, rng)
             home = np.array(layout.scene.arm.home)
             for _ in range(min(RENDERS_PER_SCENE, count - len(samples))):
@@ -791,6 +822,45 @@ def _render_chunk(count: int, seed: int, chunk: int, conditions: Conditions = BA
                 truth, ignored = label(twin, seg, layout.classes, 320 / view.width)
                 samples.append(Sample(_degrade(rng, rgb, conditions), truth, ignored))
     return samples
+
+
+def _texture(twin: Twin, rng: np.random.Generator) -> None:
+    """A random texture on the table and on the floor under it (bodies.build_table makes the
+    floor right after the table: the next body id)."""
+    import tempfile
+
+    from PIL import Image
+
+    p = twin._p  # training data only: the twin has no texture interface
+    for body in (twin.table, twin.table + 1):
+        image = _texture_image(rng)
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "texture.png"
+            Image.fromarray(image).save(path)
+            texture = p.loadTexture(str(path))
+        p.changeVisualShape(body, -1, textureUniqueId=texture, rgbaColor=(1, 1, 1, 1))
+
+
+def _texture_image(rng: np.random.Generator, size: int = 128) -> ImageArray:
+    """Wood grain, tiles or blotchy noise, in a random dull colour pair."""
+    low = rng.uniform(0.15, 0.75, 3)
+    high = np.clip(low + rng.uniform(-0.25, 0.25, 3), 0, 1)
+    y, x = np.mgrid[0:size, 0:size] / size
+    kind = int(rng.integers(3))
+    if kind == 0:  # wood: bent stripes
+        freq = rng.uniform(8, 30)
+        t = 0.5 + 0.5 * np.sin(
+            2 * np.pi * (freq * y + 0.6 * np.sin(2 * np.pi * rng.uniform(1, 3) * x))
+        )
+    elif kind == 1:  # tiles
+        n = int(rng.integers(2, 9))
+        t = ((np.floor(x * n) + np.floor(y * n)) % 2).astype(float)
+    else:  # blotches: coarse noise upsampled
+        coarse = rng.random((8, 8))
+        t = np.kron(coarse, np.ones((size // 8, size // 8)))
+    t = t + rng.normal(0, 0.08, t.shape)
+    rgb = low + (high - low) * np.clip(t, 0, 1)[..., None]
+    return (np.clip(rgb, 0, 1) * 255).astype(np.uint8)
 
 
 def _light(rng: np.random.Generator, conditions: Conditions) -> Light | None:
@@ -868,17 +938,20 @@ def to_split(samples: Sequence[Sample], size: int) -> Split:
     return Split(np.stack(images), boxes, labels)
 
 
-def load(size: int = 320, cache: bool = True, scale: float = 1.0) -> Data:
-    """All three splits, rendered or read from the cache."""
+def load(
+    size: int = 320, cache: bool = True, scale: float = 1.0, conditions: Conditions = TRAIN
+) -> Data:
+    """All three splits under ``conditions`` (TRAIN; BASE: the shipped model's data),
+    rendered or read from the cache."""
     counts = {name: (max(1, round(n * scale)), seed) for name, (n, seed) in SPLITS.items()}
     key = hashlib.sha256(
-        json.dumps([counts, size, CLASSES, _source_digest()]).encode()
+        json.dumps([counts, size, CLASSES, conditions.as_dict(), _source_digest()]).encode()
     ).hexdigest()[:16]
     path = CACHE / f"detector-data-{key}.npz"
     if cache and path.exists():
         return _read(path)
     started = time.perf_counter()
-    rendered = {name: render(n, seed) for name, (n, seed) in counts.items()}
+    rendered = {name: render(n, seed, conditions=conditions) for name, (n, seed) in counts.items()}
     data = Data(
         train=to_split(rendered["train"], size),
         val=to_split(rendered["val"], size),

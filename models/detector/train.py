@@ -342,7 +342,8 @@ def train(args: argparse.Namespace) -> None:
     torch.set_flush_denormal(True)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
-    data = dataset.load(args.size, cache=not args.no_cache, scale=args.data)
+    conditions = dataset.TRAIN if args.conditions == "train" else dataset.BASE
+    data = dataset.load(args.size, cache=not args.no_cache, scale=args.data, conditions=conditions)
     classes = list(dataset.CLASSES)
     print(
         f"data: rendered in {data.seconds:.0f} s (0: cached);"
@@ -386,8 +387,8 @@ def train(args: argparse.Namespace) -> None:
     assert best_state is not None
     model.load_state_dict(best_state)
     print(f"training: {time.perf_counter() - started:.0f} s; best val mAP@0.5 {best_map:.3f}")
-    export(model, classes, args.size, HERE / "model.onnx")
-    report(HERE / "model.onnx", classes, data)
+    export(model, classes, args.size, args.out)
+    report(args.out, classes, data)
 
 
 def export(model: TinyDet, classes: list[str], size: int, path: Path) -> None:
@@ -449,6 +450,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", type=float, default=1.0, help="scale the data set sizes")
     parser.add_argument("--no-cache", action="store_true", help="render the data set again")
+    parser.add_argument(
+        "--conditions",
+        choices=("train", "base"),
+        default="train",
+        help="the data's render conditions: dataset.TRAIN (randomized) or BASE (the 0.973 model's)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=HERE / "model.onnx", help="where to write the ONNX model"
+    )
     parser.add_argument(
         "--eval-only",
         action="store_true",
