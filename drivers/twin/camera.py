@@ -18,6 +18,7 @@ from onboard.drivers.camera.base import Intrinsics
 from onboard.drivers.twin.scene import CameraSpec
 
 __all__ = [
+    "DEFAULT_LIGHT",
     "LINK_SHIFT",
     "Images",
     "Light",
@@ -40,7 +41,8 @@ class Light:
     ``direction``: towards the light, world frame (any length). ``color``: RGB, 0..1.
     ``ambient``, ``diffuse``, ``specular``: the shading coefficients (the renderer's own
     defaults are about 0.6, 0.35 and 0.05). ``shadow``: cast shadows (about twice the render
-    time). Without a Light, :func:`render` leaves the renderer's default, shadowless light.
+    time). Without a Light, :func:`render` uses DEFAULT_LIGHT: the renderer's own default,
+    passed every time, because TinyRenderer keeps the last light it was given.
     """
 
     direction: tuple[float, float, float]
@@ -62,6 +64,10 @@ class Light:
             "lightSpecularCoeff": self.specular,
             "shadow": int(self.shadow),
         }
+
+
+#: TinyRenderer's default light (z up): the same images as passing no light at all
+DEFAULT_LIGHT = Light(direction=(-50.0, 30.0, 100.0))
 
 
 def intrinsics(spec: CameraSpec) -> Intrinsics:
@@ -109,7 +115,7 @@ def render(p: Any, spec: CameraSpec, links: bool = False, light: Light | None = 
         projection,
         renderer=p.ER_TINY_RENDERER,
         flags=p.ER_SEGMENTATION_MASK_OBJECT_AND_LINKINDEX if links else 0,
-        **(light.options() if light is not None else {}),
+        **(light or DEFAULT_LIGHT).options(),
     )
     rgb = np.ascontiguousarray(np.reshape(rgba, (spec.height, spec.width, 4))[:, :, :3], np.uint8)
     z = np.reshape(zbuffer, (spec.height, spec.width)).astype(np.float64)
