@@ -106,6 +106,21 @@ def test_render_shapes_and_dtypes(twin: Twin) -> None:
     assert (k.cx, k.cy) == (spec.width / 2 - 0.5, spec.height / 2 - 0.5)
 
 
+def test_a_light_changes_the_shading_not_the_geometry(twin: Twin) -> None:
+    """camera.Light: a low light with shadows changes the shading; depth and segmentation
+    stay as they were; the next render without a Light is the default one again (TinyRenderer
+    keeps the last light it was given: render passes DEFAULT_LIGHT)."""
+    from onboard.drivers.twin.camera import Light
+
+    rgb, depth, seg = twin.render()
+    low = Light(direction=(-1.0, 0.3, 0.4), ambient=0.3, diffuse=0.6, shadow=True)
+    lit, lit_depth, lit_seg = twin.render(light=low)
+    np.testing.assert_array_equal(lit_seg, seg)
+    np.testing.assert_array_equal(lit_depth, depth)
+    assert np.abs(lit.astype(int) - rgb).mean() > 5
+    np.testing.assert_array_equal(twin.render()[0], rgb)
+
+
 def test_depth_at_the_block_matches_the_true_distance(twin: Twin) -> None:
     _, depth, seg = twin.render()
     pixels = np.argwhere(seg == twin.segmentation_id("red block"))

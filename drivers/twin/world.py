@@ -387,11 +387,12 @@ class Twin:
 
     # camera
 
-    def render(self, links: bool = False) -> camera.Images:
+    def render(self, links: bool = False, light: camera.Light | None = None) -> camera.Images:
         """RGB (H, W, 3) uint8, depth (H, W) float32 metres, segmentation (H, W) int32: body
-        ids, or with ``links`` body and link (:func:`camera.split_segmentation`)."""
+        ids, or with ``links`` body and link (:func:`camera.split_segmentation`); ``light``:
+        another than the renderer's default (:class:`camera.Light`)."""
         with self.lock:
-            return camera.render(self._p, self.scene.camera, links)
+            return camera.render(self._p, self.scene.camera, links, light)
 
     def intrinsics(self) -> Intrinsics:
         return camera.intrinsics(self.scene.camera)

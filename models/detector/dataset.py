@@ -18,6 +18,11 @@ test split keeps the raw renders, so its figures go through the whole runtime pa
 takes a few minutes; the result is cached under ``~/.cache/onboard/``, keyed by this file and the
 split sizes (``train.py --no-cache`` renders again, e.g. after the twin changed).
 
+Beyond the scene, each render varies as its :class:`Conditions` say: BASE (the shipped
+model's data, and the card's base set on FRESH_SEEDS), HARD (the hard evaluation set on
+HARD_SEEDS, never trained on, never edited) or TRAIN (domain randomization: HARD's factors over
+wider ranges, plus table and floor textures; what ``train.py`` renders by default).
+
 No torch here: numpy, the twin (pybullet) and onboard.perception.detector only.
 """
 
@@ -31,7 +36,7 @@ import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +44,7 @@ import numpy.typing as npt
 
 from onboard.drivers.twin import SCENES, Scene, Twin, camera, load_scene
 from onboard.drivers.twin.bodies import HANDLE_LINK, WALL
+from onboard.drivers.twin.camera import Light
 from onboard.drivers.twin.scene import CameraSpec, ObjectSpec, Vec3
 from onboard.perception.detector import Box, letterbox
 
@@ -124,6 +130,116 @@ FRESH_SEEDS = (11, 12, 13)  # never used in training: train.py --eval-only rende
 WORKERS = 2  # rendering processes
 CHUNK = 250  # renders per task of a worker
 
+
+@dataclass(frozen=True)
+class Conditions:
+    """What varies from render to render beyond the scene, as ranges drawn per render.
+
+    The defaults are the conditions the shipped model was trained for (BASE): the camera
+    jittered about the scene file's viewpoint, the renderer's default light (from above, no
+    shadows), a clean image. A factor left at its default draws nothing from the random
+    stream, so BASE renders the same images as before the factors existed, and a set defined
+    by some Conditions renders the same images for as long as this file keeps the drawing
+    code of the factors it uses. Ranges are (low, high), drawn uniformly.
+    """
+
+    #: camera position: +- metres about the viewpoint (x, y, z)
+    camera_shift: tuple[float, float, float] = (0.15, 0.25, 0.15)
+    #: camera target: metres about the viewpoint's target, low and high (x, y, z)
+    target_low: tuple[float, float, float] = (-0.08, -0.1, -0.03)
+    target_high: tuple[float, float, float] = (0.08, 0.1, 0.05)
+    #: vertical field of view, degrees
+    fov: tuple[float, float] = (40.0, 52.0)
+    #: vary the light; False keeps the renderer's default and draws none of the light ranges
+    light: bool = False
+    #: the light's elevation above the table, degrees (its azimuth is any)
+    light_elevation: tuple[float, float] = (90.0, 90.0)
+    light_ambient: tuple[float, float] = (0.6, 0.6)
+    light_diffuse: tuple[float, float] = (0.35, 0.35)
+    light_specular: tuple[float, float] = (0.05, 0.05)
+    #: the light's colour: 1 + U(-tint, tint) per channel, scaled to a maximum of 1
+    light_tint: float = 0.0
+    #: the share of renders with cast shadows (drawn only with ``light``)
+    shadow: float = 0.0
+    #: extra small objects of the classes per scene (clutter), on top of the composition's
+    clutter: tuple[int, int] = (0, 0)
+    #: objects of no class per scene: blocks of other colours, bars and flat panels
+    distractors: tuple[int, int] = (0, 0)
+    #: exposure, stops: the image times 2 ** stops, clipped
+    exposure: tuple[float, float] = (0.0, 0.0)
+    #: Gaussian blur sigma, pixels of a 320x240 frame (scaled with the frame)
+    blur: tuple[float, float] = (0.0, 0.0)
+    #: Gaussian pixel noise sigma, 0..255 levels, per pixel and channel
+    noise: tuple[float, float] = (0.0, 0.0)
+    #: the share of scenes whose table and floor get a random texture (wood, tiles, noise)
+    textures: float = 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+#: the conditions the shipped model was trained and measured for (seeds 1-3 and 11-13)
+BASE = Conditions()
+
+#: The hard evaluation set (issue 30, item 1): never trained on, never edited. Against BASE:
+#: the light from anywhere 25-85 degrees up, of any strength (dim to harsh) and a mild
+#: colour, with shadows in 70% of the renders; the camera shifted twice as far with a 35-65
+#: degree field of view; 0-4 more objects and 1-4 distractors per scene; exposure -1 to +0.6
+#: stops, blur up to sigma 1.2 px and noise up to sigma 8 levels. HARD_SEEDS render it
+#: (300 renders each: models/detector/evaluate.py --set hard).
+HARD = Conditions(
+    camera_shift=(0.3, 0.45, 0.25),
+    target_low=(-0.15, -0.18, -0.04),
+    target_high=(0.15, 0.18, 0.08),
+    fov=(35.0, 65.0),
+    light=True,
+    light_elevation=(25.0, 85.0),
+    light_ambient=(0.3, 0.75),
+    light_diffuse=(0.2, 0.8),
+    light_specular=(0.0, 0.3),
+    light_tint=0.15,
+    shadow=0.7,
+    clutter=(0, 4),
+    distractors=(1, 4),
+    exposure=(-1.0, 0.6),
+    blur=(0.0, 1.2),
+    noise=(0.0, 8.0),
+)
+#: Training (issue 30, item 2): every factor of HARD over a wider range, and textures, so the
+#: hard set lies inside the training distribution, not at its edge. The ranges hold the base
+#: values too (light from above, no shadows in 40%, clean frames at the low ends).
+TRAIN = Conditions(
+    camera_shift=(0.35, 0.5, 0.3),
+    target_low=(-0.18, -0.22, -0.05),
+    target_high=(0.18, 0.22, 0.1),
+    fov=(32.0, 70.0),
+    light=True,
+    light_elevation=(15.0, 90.0),
+    light_ambient=(0.2, 0.85),
+    light_diffuse=(0.1, 0.9),
+    light_specular=(0.0, 0.4),
+    light_tint=0.2,
+    shadow=0.6,
+    clutter=(0, 5),
+    distractors=(0, 5),
+    exposure=(-1.3, 0.9),
+    blur=(0.0, 1.6),
+    noise=(0.0, 11.0),
+    textures=0.5,
+)
+HARD_SEEDS = (101, 102, 103, 104)  # never used in training or for the card's base figures
+SET_COUNT = 300  # renders per seed of the base (FRESH_SEEDS) and hard (HARD_SEEDS) sets
+#: colours of the distractor blocks and panels: far from the four block colours
+DISTRACTOR_COLORS = (
+    (0.55, 0.2, 0.7),  # purple
+    (0.1, 0.7, 0.8),  # cyan
+    (0.95, 0.55, 0.7),  # pink
+    (0.9, 0.9, 0.9),  # white
+    (0.12, 0.12, 0.12),  # black
+    (0.5, 0.5, 0.5),  # grey
+)
+DISTRACTOR_KINDS = ("block", "bar", "panel")
+
 ImageArray = npt.NDArray[np.uint8]
 Truth = list[tuple[str, Box]]
 
@@ -180,16 +296,27 @@ class Layout:
     composition: str  # a key of COMPOSITIONS
 
 
-def random_layout(rng: np.random.Generator, base: Scene) -> Layout:
-    """A scene of one of the COMPOSITIONS (chosen by weight) around ``base``'s camera."""
+def random_layout(rng: np.random.Generator, base: Scene, conditions: Conditions = BASE) -> Layout:
+    """A scene of one of the COMPOSITIONS (chosen by weight) around ``base``'s camera, with
+    the clutter and distractors of ``conditions``."""
     names = list(COMPOSITIONS)
     weights = np.array([COMPOSITIONS[n] for n in names])
     composition = names[int(rng.choice(len(names), p=weights / weights.sum()))]
     labels = _COMPOSERS[composition](rng)
+    if conditions.clutter != (0, 0):
+        labels += _small(rng, int(rng.integers(conditions.clutter[0], conditions.clutter[1] + 1)))
+    if conditions.distractors != (0, 0):
+        low, high = conditions.distractors
+        count = int(rng.integers(low, high + 1))
+        labels += [f"distractor_{rng.choice(DISTRACTOR_KINDS)}" for _ in range(count)]
     objects, classes = [], {}
     for k, label in enumerate(labels):
         name = f"{label}-{k}"
-        objects.append(_object(rng, name, label, composition))
+        objects.append(
+            _distractor(rng, name, label)
+            if label.startswith("distractor_")
+            else _object(rng, name, label, composition)
+        )
         if label in CLASSES:
             classes[name] = label
     table_color = np.clip(
@@ -284,13 +411,37 @@ def _object(rng: np.random.Generator, name: str, label: str, composition: str) -
     return ObjectSpec.model_validate(spec)
 
 
-def _jitter_camera(rng: np.random.Generator, camera: CameraSpec, large: bool) -> CameraSpec:
-    position = np.array(camera.position) + rng.uniform([-0.15, -0.25, -0.15], [0.15, 0.25, 0.15])
-    target = np.array(camera.target) + rng.uniform([-0.08, -0.1, -0.03], [0.08, 0.1, 0.05])
+def _distractor(rng: np.random.Generator, name: str, label: str) -> ObjectSpec:
+    """An object of no class: a block of another colour, a bar, or a flat panel (a mat)."""
+    kind = label.removeprefix("distractor_")
+    base = DISTRACTOR_COLORS[int(rng.integers(len(DISTRACTOR_COLORS)))]
+    color = np.clip(np.array(base) + rng.uniform(-0.05, 0.05, 3), 0, 1)
+    spec: dict[str, object] = {
+        "name": name,
+        "kind": kind,
+        "position": (5.0 + len(name), 5.0),
+        "color": (*map(float, color), 1.0),
+        "yaw": float(rng.uniform(-180, 180)),
+    }
+    if kind == "panel":
+        spec["extent"] = (*map(float, rng.uniform(0.1, 0.25, 2)), 0.005)
+    elif kind == "bar":
+        spec["size"] = float(rng.uniform(0.06, 0.2))
+    else:
+        spec["size"] = float(SIZES["block"] * rng.uniform(0.85, 1.2))
+    return ObjectSpec.model_validate(spec)
+
+
+def _jitter_camera(
+    rng: np.random.Generator, camera: CameraSpec, large: bool, conditions: Conditions = BASE
+) -> CameraSpec:
+    shift = np.array(conditions.camera_shift)
+    position = np.array(camera.position) + rng.uniform(-shift, shift)
+    target = np.array(camera.target) + rng.uniform(conditions.target_low, conditions.target_high)
     update: dict[str, object] = {
         "position": tuple(map(float, position)),
         "target": tuple(map(float, target)),
-        "fov": float(rng.uniform(40.0, 52.0)),
+        "fov": float(rng.uniform(*conditions.fov)),
     }
     if large:
         update["width"], update["height"] = 640, 480
@@ -630,12 +781,15 @@ def _half_extent(spec: ObjectSpec) -> npt.NDArray[np.float64]:
 # -- rendering the splits -------------------------------------------------------------------
 
 
-def render(count: int, seed: int, workers: int = WORKERS) -> list[Sample]:
-    """``count`` random renders from the seed: chunks of CHUNK, each from its own stream
-    (``[seed, chunk]``), rendered by ``workers`` processes; the same seed gives the same
-    renders whatever ``workers`` is."""
+def render(
+    count: int, seed: int, workers: int = WORKERS, conditions: Conditions = BASE
+) -> list[Sample]:
+    """``count`` random renders from the seed under ``conditions``: chunks of CHUNK, each
+    from its own stream (``[seed, chunk]``), rendered by ``workers`` processes; the same
+    seed gives the same renders whatever ``workers`` is."""
     chunks = [
-        (min(CHUNK, count - start), seed, k) for k, start in enumerate(range(0, count, CHUNK))
+        (min(CHUNK, count - start), seed, k, conditions)
+        for k, start in enumerate(range(0, count, CHUNK))
     ]
     if workers <= 1 or len(chunks) == 1:
         return [s for chunk in chunks for s in _render_chunk(*chunk)]
@@ -644,14 +798,16 @@ def render(count: int, seed: int, workers: int = WORKERS) -> list[Sample]:
         return [s for chunk in done for s in chunk]
 
 
-def _render_chunk(count: int, seed: int, chunk: int) -> list[Sample]:
+def _render_chunk(count: int, seed: int, chunk: int, conditions: Conditions = BASE) -> list[Sample]:
     rng = np.random.default_rng([seed, chunk])
     views = [load_scene(SCENES / view) for view in VIEWS]
     samples: list[Sample] = []
     while len(samples) < count:
         base = views[int(rng.integers(len(views)))]
-        layout = random_layout(rng, base)
+        layout = random_layout(rng, base, conditions)
         with Twin(layout.scene) as twin:
+            if conditions.textures and rng.random() < conditions.textures:
+                _texture(twin, rng)
             placer = Placer(twin, layout, rng)
             home = np.array(layout.scene.arm.home)
             for _ in range(min(RENDERS_PER_SCENE, count - len(samples))):
@@ -659,12 +815,112 @@ def _render_chunk(count: int, seed: int, chunk: int) -> list[Sample]:
                 placer()
                 twin.reset_joints(tuple(map(float, home + rng.normal(0, 0.3, 7))))
                 large = rng.random() < LARGE_FRACTION
-                view = _jitter_camera(rng, base.camera, large)
+                view = _jitter_camera(rng, base.camera, large, conditions)
                 twin.scene = twin.scene.model_copy(update={"camera": view})
-                rgb, _, seg = twin.render(links=True)  # the handle is a link of the drawer
+                light = _light(rng, conditions)
+                rgb, _, seg = twin.render(links=True, light=light)  # the handle is a link
                 truth, ignored = label(twin, seg, layout.classes, 320 / view.width)
-                samples.append(Sample(rgb, truth, ignored))
+                samples.append(Sample(_degrade(rng, rgb, conditions), truth, ignored))
     return samples
+
+
+def _texture(twin: Twin, rng: np.random.Generator) -> None:
+    """A random texture on the table and on the floor under it (bodies.build_table makes the
+    floor right after the table: the next body id)."""
+    import tempfile
+
+    from PIL import Image
+
+    p = twin._p  # training data only: the twin has no texture interface
+    for body in (twin.table, twin.table + 1):
+        image = _texture_image(rng)
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "texture.png"
+            Image.fromarray(image).save(path)
+            texture = p.loadTexture(str(path))
+        p.changeVisualShape(body, -1, textureUniqueId=texture, rgbaColor=(1, 1, 1, 1))
+
+
+def _texture_image(rng: np.random.Generator, size: int = 128) -> ImageArray:
+    """Wood grain, tiles or blotchy noise, in a random dull colour pair."""
+    low = rng.uniform(0.15, 0.75, 3)
+    high = np.clip(low + rng.uniform(-0.25, 0.25, 3), 0, 1)
+    y, x = np.mgrid[0:size, 0:size] / size
+    kind = int(rng.integers(3))
+    if kind == 0:  # wood: bent stripes
+        freq = rng.uniform(8, 30)
+        t = 0.5 + 0.5 * np.sin(
+            2 * np.pi * (freq * y + 0.6 * np.sin(2 * np.pi * rng.uniform(1, 3) * x))
+        )
+    elif kind == 1:  # tiles
+        n = int(rng.integers(2, 9))
+        t = ((np.floor(x * n) + np.floor(y * n)) % 2).astype(float)
+    else:  # blotches: coarse noise upsampled
+        coarse = rng.random((8, 8))
+        t = np.kron(coarse, np.ones((size // 8, size // 8)))
+    t = t + rng.normal(0, 0.08, t.shape)
+    rgb = low + (high - low) * np.clip(t, 0, 1)[..., None]
+    return (np.clip(rgb, 0, 1) * 255).astype(np.uint8)
+
+
+def _light(rng: np.random.Generator, conditions: Conditions) -> Light | None:
+    """A light from anywhere at the conditions' elevations, or None: the default one."""
+    if not conditions.light:
+        return None
+    azimuth = float(rng.uniform(-math.pi, math.pi))
+    elevation = math.radians(float(rng.uniform(*conditions.light_elevation)))
+    tint = 1.0 + rng.uniform(-conditions.light_tint, conditions.light_tint, 3)
+    color = tint / tint.max()
+    return Light(
+        direction=(
+            math.cos(elevation) * math.cos(azimuth),
+            math.cos(elevation) * math.sin(azimuth),
+            math.sin(elevation),
+        ),
+        color=(float(color[0]), float(color[1]), float(color[2])),
+        ambient=float(rng.uniform(*conditions.light_ambient)),
+        diffuse=float(rng.uniform(*conditions.light_diffuse)),
+        specular=float(rng.uniform(*conditions.light_specular)),
+        shadow=bool(rng.random() < conditions.shadow),
+    )
+
+
+def _degrade(rng: np.random.Generator, image: ImageArray, conditions: Conditions) -> ImageArray:
+    """The camera's share: exposure, then blur, then pixel noise (each only when its range
+    is not zero)."""
+    if (
+        conditions.exposure == (0.0, 0.0)
+        and conditions.blur == (0.0, 0.0)
+        and (conditions.noise == (0.0, 0.0))
+    ):
+        return image
+    out = image.astype(np.float32)
+    if conditions.exposure != (0.0, 0.0):
+        out *= np.float32(2.0 ** float(rng.uniform(*conditions.exposure)))
+    if conditions.blur != (0.0, 0.0):
+        out = gaussian_blur(out, float(rng.uniform(*conditions.blur)) * image.shape[1] / 320)
+    if conditions.noise != (0.0, 0.0):
+        sigma = float(rng.uniform(*conditions.noise))
+        out += rng.normal(0.0, sigma, out.shape).astype(np.float32)
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
+def gaussian_blur(image: npt.NDArray[np.float32], sigma: float) -> npt.NDArray[np.float32]:
+    """A separable Gaussian blur of an (H, W, C) image, edges repeated; sigma in pixels."""
+    if sigma < 0.3:
+        return image
+    radius = math.ceil(3 * sigma)
+    taps = np.exp(-0.5 * (np.arange(-radius, radius + 1) / sigma) ** 2).astype(np.float32)
+    taps /= taps.sum()
+    for axis in (0, 1):
+        padded = np.pad(
+            image, [(radius, radius) if a == axis else (0, 0) for a in range(3)], mode="edge"
+        )
+        size = image.shape[axis]
+        image = sum(  # type: ignore[assignment]
+            w * np.take(padded, np.arange(k, k + size), axis=axis) for k, w in enumerate(taps)
+        )
+    return image
 
 
 def to_split(samples: Sequence[Sample], size: int) -> Split:
@@ -682,17 +938,20 @@ def to_split(samples: Sequence[Sample], size: int) -> Split:
     return Split(np.stack(images), boxes, labels)
 
 
-def load(size: int = 320, cache: bool = True, scale: float = 1.0) -> Data:
-    """All three splits, rendered or read from the cache."""
+def load(
+    size: int = 320, cache: bool = True, scale: float = 1.0, conditions: Conditions = TRAIN
+) -> Data:
+    """All three splits under ``conditions`` (TRAIN; BASE: the shipped model's data),
+    rendered or read from the cache."""
     counts = {name: (max(1, round(n * scale)), seed) for name, (n, seed) in SPLITS.items()}
     key = hashlib.sha256(
-        json.dumps([counts, size, CLASSES, _source_digest()]).encode()
+        json.dumps([counts, size, CLASSES, conditions.as_dict(), _source_digest()]).encode()
     ).hexdigest()[:16]
     path = CACHE / f"detector-data-{key}.npz"
     if cache and path.exists():
         return _read(path)
     started = time.perf_counter()
-    rendered = {name: render(n, seed) for name, (n, seed) in counts.items()}
+    rendered = {name: render(n, seed, conditions=conditions) for name, (n, seed) in counts.items()}
     data = Data(
         train=to_split(rendered["train"], size),
         val=to_split(rendered["val"], size),

@@ -8,8 +8,8 @@ exports it to ONNX (``model.onnx``, output [1, 4 + C, 3549] for the 416 input: b
 input pixels, class probabilities after a sigmoid), writes ``classes.json``, and measures
 the shipped file through ``onboard.perception.detector.Detector`` on the held-out test
 renders: mAP@0.5 (VOC all-point) and frames per second with one onnxruntime thread.
-``--eval-only`` measures a model's per-class AP on fresh seeds (FRESH_SEEDS) instead. Those
-are the figures in CARD.md.
+``--eval-only`` measures a model on the base or the hard set instead, without torch
+(``evaluate.py``: ``train.py --eval-only --set hard``). Those are the figures in CARD.md.
 
 The network: a plain conv backbone (stride 2 convs + small residual blocks), a top-down
 feature pyramid, and per level (strides 8, 16, 32) a head with box distances (left, top,
@@ -22,24 +22,30 @@ GIoU. torch is used for training and export only; nothing here runs on the robot
 
 from __future__ import annotations
 
-import argparse
-import functools
-import json
-import math
+import os
 import sys
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
-
 HERE = Path(__file__).resolve().parent
+if __name__ == "__main__" and "--eval-only" in sys.argv[1:]:
+    # a measurement needs no torch: evaluate.py takes this process's place (its rendering
+    # processes import the main script again, which must then not be this one)
+    os.execv(sys.executable, [sys.executable, str(HERE / "evaluate.py"), *sys.argv[1:]])
 sys.path.insert(0, str(HERE))
+
+import argparse  # noqa: E402
+import functools  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
 import dataset  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import Tensor, nn  # noqa: E402
 
 from onboard.perception.detector import (  # noqa: E402
     Detection,
@@ -336,7 +342,8 @@ def train(args: argparse.Namespace) -> None:
     torch.set_flush_denormal(True)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
-    data = dataset.load(args.size, cache=not args.no_cache, scale=args.data)
+    conditions = dataset.TRAIN if args.conditions == "train" else dataset.BASE
+    data = dataset.load(args.size, cache=not args.no_cache, scale=args.data, conditions=conditions)
     classes = list(dataset.CLASSES)
     print(
         f"data: rendered in {data.seconds:.0f} s (0: cached);"
@@ -380,8 +387,8 @@ def train(args: argparse.Namespace) -> None:
     assert best_state is not None
     model.load_state_dict(best_state)
     print(f"training: {time.perf_counter() - started:.0f} s; best val mAP@0.5 {best_map:.3f}")
-    export(model, classes, args.size, HERE / "model.onnx")
-    report(HERE / "model.onnx", classes, data)
+    export(model, classes, args.size, args.out)
+    report(args.out, classes, data)
 
 
 def export(model: TinyDet, classes: list[str], size: int, path: Path) -> None:
@@ -433,45 +440,6 @@ def report(path: Path, classes: list[str], data: dataset.Data) -> None:
     print(f"end to end, 1 thread: {ms:.1f} ms median, {1000 / ms:.0f} fps ({image.shape[:2]})")
 
 
-def evaluate_fresh(path: Path, seeds: list[int], count: int) -> None:
-    """Per-class AP@0.5 of the model at ``path`` on ``count`` new renders from each of
-    ``seeds`` (renders the training never saw), through Detector.detect on the raw frames.
-    Prints a markdown table: the class, AP over all seeds, AP per seed, boxes. The class
-    names come from the model's metadata, so an older model is measured the same way."""
-    detector = Detector(path, conf=0.001, iou=0.45, threads=1)
-    classes = detector.classes
-    rows: dict[str, list[float]] = {name: [] for name in classes}
-    found_all: list[list[Detection]] = []
-    truths_all: list[dataset.Truth] = []
-    ignored_all: list[dataset.Truth] = []
-    started = time.perf_counter()
-    for seed in seeds:
-        samples = dataset.render(count, seed)
-        found = [detector.detect(s.image) for s in samples]
-        truths, ignored = [s.truth for s in samples], [s.ignored for s in samples]
-        _, per_class = mean_average_precision(found, truths, ignored=ignored)
-        for name in classes:
-            rows[name].append(per_class.get(name, math.nan))
-        found_all += found
-        truths_all += truths
-        ignored_all += ignored
-    total, per_class = mean_average_precision(found_all, truths_all, ignored=ignored_all)
-    print(
-        f"{path.name} on {count} fresh renders from each of seeds {seeds}"
-        f" ({time.perf_counter() - started:.0f} s): mAP@0.5 {total:.3f}"
-    )
-    seed_cols = " | ".join(f"seed {seed}" for seed in seeds)
-    print(f"\n| id | name | AP@0.5 | {seed_cols} | boxes |")
-    print("| ---: | --- | ---: | " + " | ".join("---:" for _ in seeds) + " | ---: |")
-    for k, name in enumerate(classes):
-        count_boxes = sum(lab == name for truth in truths_all for lab, _ in truth)
-        per_seed = " | ".join(f"{ap:.3f}" for ap in rows[name])
-        ap = per_class.get(name, math.nan)
-        print(f"| {k} | `{name}` | {ap:.3f} | {per_seed} | {count_boxes} |")
-    weak = [name for name in classes if not per_class.get(name, 0.0) >= 0.9]
-    print(f"\nclasses under 0.9: {', '.join(weak) if weak else 'none'}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=16)
@@ -483,21 +451,22 @@ def main() -> None:
     parser.add_argument("--data", type=float, default=1.0, help="scale the data set sizes")
     parser.add_argument("--no-cache", action="store_true", help="render the data set again")
     parser.add_argument(
+        "--conditions",
+        choices=("train", "base"),
+        default="train",
+        help="the data's render conditions: dataset.TRAIN (randomized) or BASE (the 0.973 model's)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=HERE / "model.onnx", help="where to write the ONNX model"
+    )
+    parser.add_argument(
         "--eval-only",
         action="store_true",
-        help="no training: per-class AP of the shipped model on fresh renders of --fresh seeds",
+        help="no training, no torch: measure a model on the base or hard set (evaluate.py's"
+        " options: --set base|hard, --seeds, --count, --model, --no-write)",
     )
-    parser.add_argument("--fresh", type=int, nargs="+", default=list(dataset.FRESH_SEEDS))
-    parser.add_argument("--count", type=int, default=300, help="fresh renders per seed")
-    parser.add_argument("--model", type=Path, default=HERE / "model.onnx")
     args = parser.parse_args()
-    if args.eval_only:
-        used = {seed for _, seed in dataset.SPLITS.values()}
-        if used & set(args.fresh):
-            parser.error(f"seeds {sorted(used & set(args.fresh))} render the training splits")
-        evaluate_fresh(args.model, args.fresh, args.count)
-    else:
-        train(args)
+    train(args)
 
 
 if __name__ == "__main__":

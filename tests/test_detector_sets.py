@@ -1,0 +1,179 @@
+"""The detector's evaluation sets (models/detector/dataset.py, evaluate.py): the hard set is
+the one committed with its first score, the base set is the card's, the evaluation runs
+without torch on real renders and the shipped model, and bad input is one line.
+
+The committed measurements (models/detector/eval/*.json) carry their set's Conditions and a
+fingerprint of its first renders (image bytes and boxes); rendering those again here checks
+that neither the definition nor the code that draws it changed. TinyRenderer runs on the CPU
+and the pinned pybullet, so the same renders come out byte for byte.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onboard.drivers.twin", reason="the twin (pybullet) is not installed")
+
+ROOT = Path(__file__).resolve().parent.parent
+DETECTOR = ROOT / "models" / "detector"
+RESULTS = sorted((DETECTOR / "eval").glob("*.json"))
+
+
+def _module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, DETECTOR / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+dataset = _module("dataset")
+evaluate = _module("evaluate")
+
+
+def test_no_torch_in_the_evaluation() -> None:
+    assert "torch" not in sys.modules  # dataset and evaluate imported above
+
+
+def test_the_sets_use_seeds_no_training_split_renders() -> None:
+    training = {seed for _, seed in dataset.SPLITS.values()}
+    assert not training & set(dataset.HARD_SEEDS)
+    assert not training & set(dataset.FRESH_SEEDS)
+    assert not set(dataset.HARD_SEEDS) & set(dataset.FRESH_SEEDS)
+    assert dataset.Conditions() == dataset.BASE
+
+
+def test_the_hard_set_was_measured_with_the_shipped_model() -> None:
+    sha = evaluate.file_sha256(DETECTOR / "model.onnx")
+    assert evaluate.result_path("hard", sha).is_file(), "the shipped model has no hard-set score"
+    assert evaluate.result_path("base", sha).is_file(), "the shipped model has no base score"
+
+
+def test_the_card_shows_the_spread_of_the_shipped_model() -> None:
+    """CARD.md's spread section is the one evaluate.py --card generates from the files."""
+    text = (DETECTOR / "CARD.md").read_text(encoding="utf-8")
+    shown = evaluate.BEGIN + text.split(evaluate.BEGIN, 1)[1].split(evaluate.END, 1)[0]
+    assert shown + evaluate.END == evaluate.card_section(), "run evaluate.py --card"
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.name)
+def test_a_committed_measurement_is_of_the_set_as_defined_now(path: Path) -> None:
+    """Its Conditions, seeds and count are the set's (a factor added since stays at its base
+    value, which draws nothing), and its first renders render again byte for byte: the hard
+    set is never edited after its first score."""
+    result = json.loads(path.read_text(encoding="utf-8"))
+    conditions, seeds = evaluate.SETS[result["set"]]
+    now = json.loads(json.dumps(conditions.as_dict()))
+    base = json.loads(json.dumps(dataset.BASE.as_dict()))
+    assert now == base | result["conditions"]
+    assert tuple(result["seeds"]) == seeds
+    assert result["count"] == dataset.SET_COUNT
+    samples = dataset.render(evaluate.PROBE, seeds[0], 1, conditions)
+    assert evaluate.fingerprint(samples) == result["probe_sha256"]
+
+
+def test_base_conditions_leave_the_image_alone_and_hard_ones_do_not() -> None:
+    image = np.full((24, 32, 3), 100, np.uint8)
+    rng = np.random.default_rng(0)
+    assert dataset._degrade(rng, image, dataset.BASE) is image
+    assert rng.random() == np.random.default_rng(0).random()  # BASE drew nothing
+    hard = dataset._degrade(np.random.default_rng(0), image, dataset.HARD)
+    assert hard.shape == image.shape and hard.dtype == np.uint8
+    assert not np.array_equal(hard, image)
+    assert dataset._light(np.random.default_rng(0), dataset.BASE) is None
+
+
+def test_gaussian_blur_keeps_flat_images_and_spreads_an_edge() -> None:
+    flat = np.full((10, 12, 3), 50.0, np.float32)
+    np.testing.assert_allclose(dataset.gaussian_blur(flat, 1.5), flat, rtol=1e-5)
+    edge = np.zeros((10, 12, 3), np.float32)
+    edge[:, 6:] = 255.0
+    blurred = dataset.gaussian_blur(edge, 1.0)
+    assert 0 < blurred[5, 5, 0] < 128 < blurred[5, 6, 0] < 255
+    np.testing.assert_allclose(blurred.sum(), edge.sum(), rtol=1e-4)  # nothing lost
+
+
+def test_the_hard_set_measures_the_shipped_model_without_writing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A tiny variant of the documented command: two renders of the hard set's first seed."""
+    before = sorted((DETECTOR / "eval").glob("*.json"))
+    seed = str(dataset.HARD_SEEDS[0])
+    assert evaluate.main(["--set", "hard", "--seeds", seed, "--count", "2", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"model.onnx on the hard set: 2 renders from each of seeds [{seed}]" in out
+    assert f"| seed {seed} | min | boxes |" in out
+    assert "wrote" not in out
+    assert sorted((DETECTOR / "eval").glob("*.json")) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seeds", "1", "11"], "seeds [1] render the training splits"),
+        (["--set", "night"], "argument --set: invalid choice: 'night'"),
+        (["--model", "no-such.onnx"], "no model file no-such.onnx"),
+        (["--count", "0"], "--count and --workers must be at least 1"),
+    ],
+)
+def test_bad_input_is_one_line(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        evaluate.main(args)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("evaluate.py: error: "), err
+    assert message in err
+
+
+def test_a_model_that_is_not_a_detector_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not an onnx file")
+    with pytest.raises(SystemExit):
+        evaluate.main(["--model", str(junk), "--count", "1", "--workers", "1"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("evaluate.py: error: "), err
+
+
+def test_training_ranges_hold_the_hard_set_inside_not_at_the_edge() -> None:
+    """Every range of TRAIN is wider than HARD's on both sides, unless a side is a natural
+    bound (no blur, no noise, no extra objects: those the base conditions also have)."""
+    train, hard = dataset.TRAIN.as_dict(), dataset.HARD.as_dict()
+    assert np.all(np.array(train["camera_shift"]) > hard["camera_shift"])
+    assert np.all(np.array(train["target_low"]) < hard["target_low"])
+    assert np.all(np.array(train["target_high"]) > hard["target_high"])
+    for key in ("fov", "light_elevation", "light_ambient", "light_diffuse", "exposure"):
+        assert train[key][0] < hard[key][0] and train[key][1] > hard[key][1], key
+    for key in ("light_specular", "blur", "noise", "clutter", "distractors"):
+        assert train[key][0] <= hard[key][0] and train[key][1] > hard[key][1], key
+    assert train["light_tint"] > hard["light_tint"]
+    assert train["textures"] > 0 == hard["textures"]
+
+
+def test_a_training_render_has_textures_and_labels() -> None:
+    """The textured table and floor of a TRAIN scene; the labels are the masks' as ever."""
+    rng = np.random.default_rng(0)
+    textures = [dataset._texture_image(rng) for _ in range(6)]
+    assert all(t.shape == (128, 128, 3) and t.dtype == np.uint8 for t in textures)
+    assert all(t.std() > 2 for t in textures)  # not a flat colour
+    conditions = dataclasses.replace(dataset.TRAIN, textures=1.0)
+    samples = dataset.render(2, 7, 1, conditions)
+    assert [s.image.shape[2] for s in samples] == [3, 3]
+    assert any(s.truth for s in samples)
+    for s in samples:
+        height, width = s.image.shape[:2]
+        for label, (x1, y1, x2, y2) in s.truth:
+            assert label in dataset.CLASSES
+            assert 0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height
