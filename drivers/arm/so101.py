@@ -214,6 +214,10 @@ class So101Arm(Device):
             extra={"gripper_opening": opening},
         )
 
+    def forward(self, joints: tuple[float, ...]) -> Pose:
+        """The tool's pose for ``joints`` (what SafeArm checks a joint move with)."""
+        return forward(joints, self.links)
+
     # -- helpers --------------------------------------------------------------------------
 
     def _motion(self, label: str) -> _Motion:
