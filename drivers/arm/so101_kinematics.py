@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from onboard.base.errors import ArmError, ConfigError
+from onboard.base.errors import ArmError, ConfigError, Problem
 from onboard.drivers.arm.base import Pose
 from onboard.drivers.rotations import matrix_to_rpy, rpy_to_matrix
 
@@ -220,12 +220,12 @@ def load_calibration(path: Path) -> dict[str, MotorCalibration]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: cannot read the calibration: {exc}") from exc
+        raise _bad(path, f"cannot read the calibration: {exc}") from exc
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a calibration is a JSON object of motors")
+        raise _bad(path, "a calibration is a JSON object of motors")
     missing = [m for m in MOTORS if m not in data]
     if missing:
-        raise ConfigError(f"{path}: no motor {missing[0]!r} (an SO-101 has {', '.join(MOTORS)})")
+        raise _bad(path, f"no motor {missing[0]!r} (an SO-101 has {', '.join(MOTORS)})")
     motors: dict[str, MotorCalibration] = {}
     for name in MOTORS:
         entry = data[name]
@@ -233,17 +233,22 @@ def load_calibration(path: Path) -> dict[str, MotorCalibration]:
             values = {k: int(entry[k]) for k in ("id", "drive_mode", "homing_offset")}
             values |= {k: int(entry[k]) for k in ("range_min", "range_max")}
         except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(
-                f"{path}: motor {name!r} needs integer id, drive_mode, homing_offset, "
-                f"range_min, range_max ({exc!r})"
+            raise _bad(
+                path,
+                f"motor {name!r} needs integer id, drive_mode, homing_offset, "
+                f"range_min, range_max ({exc!r})",
             ) from exc
         if not 0 <= values["range_min"] < values["range_max"] < STEPS:
-            raise ConfigError(f"{path}: motor {name!r}: range_min < range_max within 0-4095")
+            raise _bad(path, f"motor {name!r}: range_min < range_max within 0-4095")
         motors[name] = MotorCalibration(**values)
     ids = [m.id for m in motors.values()]
     if len(set(ids)) != len(ids):
-        raise ConfigError(f"{path}: two motors share a bus id")
+        raise _bad(path, "two motors share a bus id")
     return motors
+
+
+def _bad(path: Path, message: str) -> ConfigError:
+    return ConfigError([Problem(path, "", None, message)])
 
 
 def describe(calibration: Mapping[str, MotorCalibration]) -> dict[str, dict[str, int]]:
