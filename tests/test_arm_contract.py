@@ -322,7 +322,8 @@ def test_serve_exposes_every_protocol_and_stops_on_sigterm() -> None:
             jaka = re.search(r"jaka: ([\d.]+):(\d+) \(status stream [\d.]+:(\d+)\)", said)
             marlin = re.search(r"gcode \(marlin\): (/dev/pts/\d+)", said)
             grbl = re.search(r"gcode \(grbl\): (/dev/pts/\d+)", said)
-            assert jaka and marlin and grbl, said
+            so101 = re.search(r"so101 \(feetech bus[^)]*\): (/dev/pts/\d+)", said)
+            assert jaka and marlin and grbl and so101, said
             host, port, status_port = jaka.group(1), int(jaka.group(2)), int(jaka.group(3))
             config = JakaArmConfig(host=host, port=port, status_port=status_port, grip_settle=0.0)
             with JakaArm(config) as arm:
@@ -332,6 +333,8 @@ def test_serve_exposes_every_protocol_and_stops_on_sigterm() -> None:
                 config = GcodeArmConfig(url=pty.group(1), dialect=dialect, grip_settle=0.0)
                 with GcodeArm(config) as arm:
                     assert close_to(arm.state().pose, by_tcp, 0.001)  # one twin behind all
+            with So101Arm(So101ArmConfig(url=so101.group(1))) as bus_arm:
+                assert not bus_arm.state().moving  # its own kinematic arm, not the twin's
             server.send_signal(signal.SIGTERM)
             assert server.wait(timeout=BOUND) == 0
         finally:
