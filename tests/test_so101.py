@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 from arm_harness import BOUND, wait_until
+from pydantic import TypeAdapter
 
-from onboard.base.errors import ArmError, ConfigError
+from onboard.base.errors import ArmError, ConfigError, SafetyError
 from onboard.drivers.arm.base import Pose
-from onboard.drivers.arm.config import So101ArmConfig
+from onboard.drivers.arm.config import ArmConfig, So101ArmConfig
 from onboard.drivers.arm.feetech import BusError, checksum, packet, parse_packets
+from onboard.drivers.arm.safety import SafetyLimits
 from onboard.drivers.arm.so101 import So101Arm
 from onboard.drivers.arm.so101_kinematics import (
     DEFAULT_CALIBRATION,
@@ -28,6 +30,7 @@ from onboard.drivers.arm.so101_kinematics import (
     solve,
 )
 from onboard.drivers.emulators.feetech_pty import So101Emulator
+from onboard.drivers.factory import hardware
 
 #: a calibration as lerobot-calibrate writes it for an SO-101 follower (values of a real file's
 #: shape: offsets written to the servos, ranges seen while calibrating)
@@ -185,3 +188,21 @@ def test_stop_switches_torque_off_and_hold_keeps_it(bus: So101Emulator, tmp_path
 
 def test_default_calibration_covers_every_motor() -> None:
     assert sorted(DEFAULT_CALIBRATION) == sorted([*JOINTS, "gripper"])
+
+
+def test_robot_toml_kind_so101_builds_it_behind_safety(bus: So101Emulator, tmp_path: Path) -> None:
+    """``[drivers.arm] kind = "so101"`` with a calibration path relative to robot.toml's folder;
+    SafeArm checks a joint move's tool position with the arm's own kinematics."""
+    (tmp_path / "so101.json").write_text(json.dumps(LEROBOT))
+    config = TypeAdapter(ArmConfig).validate_python(
+        {"kind": "so101", "url": bus.path, "calibration": "so101.json", "timeout": BOUND / 10}
+    )
+    with hardware(config, None, SafetyLimits(), tmp_path) as robot:
+        assert robot.arm is not None
+        joints = robot.arm.state().joints
+        assert len(joints) == 5
+        assert math.dist(robot.arm.state().pose.position(), bus.tool_pose().position()) < 0.002
+        into_table = (joints[0], 1.3, 1.2, 0.6, joints[4])  # the tool 6 cm below the table
+        assert forward(into_table).z < -0.05
+        with pytest.raises(SafetyError, match=r"z=-0.06\d+ m is outside the workspace"):
+            robot.arm.move_joints(into_table, 0.5)
