@@ -148,15 +148,10 @@ class So101Arm(Device):
             seed = now
             for i in range(1, steps + 1):
                 s = i / steps
-                point = Pose(
-                    *(
-                        a + (b - a) * s
-                        for a, b in zip(start.position(), pose.position(), strict=True)
-                    ),
-                    pose.rx,
-                    pose.ry,
-                    pose.rz,
+                x, y, z = (
+                    a + (b - a) * s for a, b in zip(start.position(), pose.position(), strict=True)
                 )
+                point = Pose(x, y, z, pose.rx, pose.ry, pose.rz)
                 goal = final.joints if i == steps else solve(point, self.links, self.lower,
                                                              self.upper, seed).joints  # fmt: skip
                 self._send_goals(goal, seed, interval)
