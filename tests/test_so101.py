@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,35 @@ def test_robot_toml_kind_so101_builds_it_behind_safety(bus: So101Emulator, tmp_p
         assert forward(into_table).z < -0.05
         with pytest.raises(SafetyError, match=r"z=-0.06\d+ m is outside the workspace"):
             robot.arm.move_joints(into_table, 0.5)
+
+
+def test_hold_stop_mid_motion_leaves_every_goal_where_the_arm_is(
+    bus: So101Emulator, tmp_path: Path
+) -> None:
+    arm = connected(bus, tmp_path, stop_mode="hold")
+    try:
+        start = arm.state().joints
+        far = (start[0] + 1.0, *start[1:])  # 10 s at 0.1 rad/s
+        mover = threading.Thread(target=lambda: _raises(lambda: arm.move_joints(far, 0.1)))
+        mover.start()
+        wait_until(lambda: bus.servo("shoulder_pan").get("moving") == 1, "the pan moves")
+        arm.stop()
+        mover.join(BOUND)
+        assert not mover.is_alive() and RAISED and "stopped by stop()" in RAISED[0]
+        arm.state()  # answered after the hold's goals (a bus keeps its order)
+        assert all(bus.torque().values()), "hold keeps the torque on"
+        pan = bus.servo("shoulder_pan")
+        assert abs(pan.get("goal_position") - pan.present()) < 20, "the goal is where it is"
+        assert bus.joints()[0] < far[0] - 0.5
+    finally:
+        arm.close()
+
+
+RAISED: list[str] = []
+
+
+def _raises(call: Callable[[], object]) -> None:
+    try:
+        call()
+    except ArmError as exc:
+        RAISED.append(str(exc))

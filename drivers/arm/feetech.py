@@ -168,7 +168,7 @@ class FeetechBus:
         self.big_endian = big_endian
         self.retries = retries
         self._serial: Any = None
-        self._lock = threading.RLock()
+        self._lock: threading.RLock = threading.RLock()
         self._buffer = bytearray()
         self._pending: list[tuple[int, int, bytes] | str] = []  # parsed, not yet taken
 
@@ -192,6 +192,11 @@ class FeetechBus:
                     self._serial.close()
                 finally:
                     self._serial = None
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held for one transaction; a caller holds it to make a check and a write one step."""
+        return self._lock
 
     @property
     def is_open(self) -> bool:

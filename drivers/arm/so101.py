@@ -168,8 +168,10 @@ class So101Arm(Device):
         with self._motion(f"grip({'close' if close else 'open'})"):
             servo = self.ids["gripper"]
             self._grip_closed_cmd = close
-            self.bus.write(servo, "goal_speed", _MAX_STEPS_PER_S)
-            self.bus.write(servo, "goal_position", goal)
+            with self.bus.lock:
+                self._check_stop()
+                self.bus.write(servo, "goal_speed", _MAX_STEPS_PER_S)
+                self.bus.write(servo, "goal_position", goal)
             deadline = time.monotonic() + self.config.grip_timeout
             last, still_since = None, time.monotonic()
             while True:
@@ -276,8 +278,9 @@ class So101Arm(Device):
             start = cal.to_steps(q0 - zero)
             speed = min(_MAX_STEPS_PER_S, max(1, math.ceil(abs(goal - start) / duration * 1.05)))
             values[cal.id] = encode(goal, 2) + encode(0, 2) + encode(speed, 2)
-        self._check_stop()
-        self.bus.sync_write(address, 6, values)
+        with self.bus.lock:  # a stop's write lands before these goals or after: never lost
+            self._check_stop()
+            self.bus.sync_write(address, 6, values)
 
     def _wait_reached(self, joints: Sequence[float], expected: float) -> None:
         deadline = time.monotonic() + self.config.motion_timeout
