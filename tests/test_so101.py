@@ -239,3 +239,19 @@ def _raises(call: Callable[[], object]) -> None:
         call()
     except ArmError as exc:
         RAISED.append(str(exc))
+
+
+def test_gripper_state_is_read_from_the_jaw(bus: So101Emulator, tmp_path: Path) -> None:
+    """Closing on an object stops short of closed: still closed (holding), at the object's
+    width; after an open the jaw is back at its open end."""
+    arm = connected(bus, tmp_path)
+    try:
+        bus.hold_object(0.4)
+        arm.grip(True)  # ends when the jaw stalls on the object
+        state = arm.state()
+        assert state.gripper_closed and 0.35 < state.extra["gripper_opening"] < 0.45
+        bus.hold_object(None)
+        arm.grip(False)
+        assert not arm.state().gripper_closed and arm.state().extra["gripper_opening"] == 1.0
+    finally:
+        arm.close()

@@ -15,7 +15,8 @@ broadcast id, except each servo named in a SYNC_READ, in order); a packet with a
 checksum is ignored, as a servo ignores it.
 
 Faults for tests: :meth:`garble_next` (the next answer goes out with a wrong checksum),
-:meth:`unplug` (a servo stops answering).
+:meth:`unplug` (a servo stops answering); :meth:`hold_object` puts something between the
+jaws, so closing stalls against it.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class Servo:
     memory: bytearray = field(default_factory=lambda: bytearray(70))
     moved_at: float = field(default_factory=time.monotonic)
     unplugged: bool = False
+    #: an object in the way: the servo cannot go below this raw position (a jaw closing on it)
+    blocked_below: float | None = None
 
     def __post_init__(self) -> None:
         self.put("model", STS3215)
@@ -86,7 +89,9 @@ class Servo:
         step = min(speed, MAX_SPEED) * dt
         gap = goal - self.raw
         self.raw = goal if abs(gap) <= step else self.raw + math_copysign(step, gap)
-        self.put("moving", int(self.raw != goal))
+        if self.blocked_below is not None and self.raw < self.blocked_below:
+            self.raw = self.blocked_below  # stalled against it: it pushes, it does not move
+        self.put("moving", int(self.raw != goal and self.raw != self.blocked_below))
 
     def present(self) -> int:
         return round(self.raw - self.offset()) % 4096
@@ -196,6 +201,18 @@ class So101Emulator:
         """The servo of motor ``name`` stops answering (a loose cable)."""
         with self._lock:
             self.servo(name).unplugged = unplugged
+
+    def hold_object(self, opening: float | None) -> None:
+        """An object between the jaws: closing stops at ``opening`` (0 closed, 1 open, of
+        the gripper's calibrated range, closed at its range_min); None takes it away."""
+        cal = self.calibration["gripper"]
+        with self._lock:
+            servo = self.servo("gripper")
+            servo.blocked_below = (
+                None
+                if opening is None
+                else cal.range_min + opening * (cal.range_max - cal.range_min) + cal.homing_offset
+            )
 
     # -- the bus ----------------------------------------------------------------------------
 
