@@ -1,7 +1,8 @@
 """Command round trip through each arm driver against its emulator, beside the direct twin.
 
-Every driver runs on the real link (G-code: a pty; JAKA: loopback TCP) to its emulator,
-which drives the physics twin's SimArm; the reference column is that SimArm called directly,
+Every driver runs on the real link (G-code and the SO-101's servo bus: a pty; JAKA: loopback
+TCP) to its emulator, which drives the physics twin's SimArm (the SO-101's: a kinematic arm
+whose servos move in wall time); the reference column is that SimArm called directly,
 so the difference is what the protocol, the link and the driver add.
 
     .venv/bin/python bench/arm_drivers.py
@@ -20,7 +21,9 @@ from rich.table import Table
 from onboard.drivers.arm.base import Arm, Pose
 from onboard.drivers.arm.gcode import GcodeArm, GcodeArmConfig
 from onboard.drivers.arm.jaka import JakaArm, JakaArmConfig
+from onboard.drivers.arm.so101 import So101Arm, So101ArmConfig
 from onboard.drivers.arm.twin_arm import SimArm
+from onboard.drivers.emulators.feetech_pty import So101Emulator
 from onboard.drivers.emulators.grbl_pty import GrblEmulator
 from onboard.drivers.emulators.jaka_server import JakaServer
 from onboard.drivers.emulators.marlin_pty import MarlinEmulator
@@ -33,6 +36,9 @@ MOVES = 20
 
 @contextmanager
 def rig(kind: str) -> Iterator[Arm]:
+    if kind.startswith("so101"):
+        yield from so101()
+        return
     with Twin(SCENES / "blocks.toml") as twin:
         backend = SimArm(twin)
         backend.connect()
@@ -67,6 +73,17 @@ def rig(kind: str) -> Iterator[Arm]:
             backend.close()
 
 
+def so101() -> Iterator[Arm]:
+    """So101Arm on the Feetech bus emulator's pty (a kinematic arm moving at servo speed in
+    wall time, not the physics twin), homed first."""
+    config = So101ArmConfig(url="unused", timeout=1.0)
+    with (
+        So101Emulator(start_joints=So101Arm(config).home_joints()) as bus,
+        So101Arm(config.model_copy(update={"url": bus.path})) as arm,
+    ):
+        yield arm
+
+
 def timed(call: Callable[[], object], n: int) -> list[float]:
     samples = []
     for _ in range(n):
@@ -96,6 +113,7 @@ def main() -> None:
         "grbl over pty",
         "jaka, status stream",
         "jaka, queries",
+        "so101 over pty",
     ]
     results = {kind: measure(kind) for kind in kinds}
     table = Table(title="Arm command round trip (p50 / p99 / max)")
@@ -106,7 +124,8 @@ def main() -> None:
     for metric, label in labels.items():
         table.add_row(label, *[fmt_ms(summary(results[kind][metric])) for kind in kinds])
     Console().print(table)
-    print("moves are almost all simulated physics (the twin steps until the arm settles)")
+    print("moves are almost all simulated physics (the twin steps until the arm settles); the")
+    print("SO-101's are wall time: its servos move at their speed, as real ones do")
     stats = {k: {m: summary(v) for m, v in r.items()} for k, r in results.items()}
     path = write_results("drivers", {"environment": environment(), "stats": stats})
     print(f"wrote {path}")

@@ -56,7 +56,7 @@ def hardware(
 
             scene = getattr(arm, "scene", None) if arm else None
             twin = stack.enter_context(Twin(find_scene(scene, root) if scene else None))
-        safe_arm = _arm(arm, safety, twin)
+        safe_arm = _arm(arm, safety, twin, root)
         cam = _camera(camera, root, twin)
         for device in (safe_arm, cam):
             if device is not None:
@@ -87,7 +87,9 @@ def _resolve(root: Path, path: Path) -> Path:
     return path if path.is_absolute() else root / path
 
 
-def _arm(config: ArmConfig | None, safety: SafetyLimits, twin: Twin | None) -> SafeArm | None:
+def _arm(
+    config: ArmConfig | None, safety: SafetyLimits, twin: Twin | None, root: Path
+) -> SafeArm | None:
     if config is None:
         return None
     arm: Arm
@@ -100,6 +102,11 @@ def _arm(config: ArmConfig | None, safety: SafetyLimits, twin: Twin | None) -> S
         from onboard.drivers.arm.jaka import JakaArm
 
         arm = JakaArm(config)
+    elif config.kind == "so101":
+        from onboard.drivers.arm.so101 import So101Arm
+
+        so101 = So101Arm(config, root)  # a relative calibration path starts at robot.toml
+        arm, forward = so101, so101.forward
     else:
         from onboard.drivers.arm.twin_arm import SimArm
 

@@ -3,10 +3,13 @@
 - ``marlin``, ``grbl``: GcodeArm in that dialect on the pty of the emulator of that firmware
   (written from the firmware's behaviour), which drives the twin's SimArm;
 - ``jaka``: JakaArm on loopback TCP to the JAKA emulator, which drives the twin's SimArm;
-- ``sim``: the twin's SimArm itself.
+- ``sim``: the twin's SimArm itself;
+- ``so101``: So101Arm on the pty of the Feetech servo-bus emulator, whose servos move a
+  kinematic model of the SO-101 (not the physics twin: the twin's arm is the Panda), so the
+  checks that need the twin are skipped for it as on hardware.
 
 With ``ONBOARD_GCODE_PORT`` (a serial url, e.g. /dev/ttyUSB0, with ``ONBOARD_GCODE_DIALECT``
-marlin or grbl) or ``ONBOARD_JAKA_HOST`` set, the
+marlin or grbl) or ``ONBOARD_JAKA_HOST`` or ``ONBOARD_SO101_PORT`` (the bus adapter) set, the
 same tests drive that real arm instead of the emulator (``ONBOARD_JAKA_HOME_JOINTS``, radians
 comma-separated, enables the JAKA home test); they then make only small moves around where the
 arm stands, and the checks that need the twin (the block) are skipped. Keep the workspace clear.
@@ -35,7 +38,9 @@ from onboard.base.errors import ArmError
 from onboard.drivers.arm.base import Arm, Pose
 from onboard.drivers.arm.gcode import GcodeArm, GcodeArmConfig
 from onboard.drivers.arm.jaka import JakaArm, JakaArmConfig
+from onboard.drivers.arm.so101 import So101Arm, So101ArmConfig
 from onboard.drivers.arm.twin_arm import SimArm
+from onboard.drivers.emulators.feetech_pty import So101Emulator
 from onboard.drivers.emulators.grbl_pty import GrblEmulator
 from onboard.drivers.emulators.jaka_server import JakaServer
 from onboard.drivers.emulators.marlin_pty import MarlinEmulator
@@ -47,7 +52,8 @@ GCODE_DIALECT = os.environ.get("ONBOARD_GCODE_DIALECT", "marlin")
 JAKA_HOST = os.environ.get("ONBOARD_JAKA_HOST")
 SCENE = SCENES / "blocks.toml"
 ROOT = Path(__file__).resolve().parent.parent
-DRIVERS = ["marlin", "grbl", "jaka", "sim"]
+DRIVERS = ["marlin", "grbl", "jaka", "sim", "so101"]
+SO101_PORT = os.environ.get("ONBOARD_SO101_PORT")
 #: a GRBL machine set up for the arm: homing on ($22), max rates 12 m/min ($110-$112; GRBL's
 #: default is 500 mm/min)
 GRBL_SETTINGS = {22: 1.0, 110: 12000.0, 111: 12000.0, 112: 12000.0}
@@ -113,7 +119,20 @@ def emulated(kind: str, twin: Twin) -> Iterator[Rig]:
     backend.close()
 
 
+def so101() -> Iterator[Rig]:
+    """So101Arm on the servo-bus emulator, the model standing at the driver's home."""
+    config = So101ArmConfig(url="unused", joint_speed=2.0, timeout=BOUND / 10)
+    home = So101Arm(config).home_joints()
+    with (
+        So101Emulator(start_joints=home) as bus,
+        So101Arm(config.model_copy(update={"url": bus.path})) as arm,
+    ):
+        yield Rig("so101", arm)
+
+
 def hardware(kind: str) -> Iterator[Rig] | None:
+    if kind == "so101" and SO101_PORT:
+        return _connected(Rig(kind, So101Arm(So101ArmConfig(url=SO101_PORT))))
     if kind in ("marlin", "grbl") and GCODE_PORT:
         if kind != GCODE_DIALECT:
             pytest.skip(f"ONBOARD_GCODE_PORT is a {GCODE_DIALECT} board")
@@ -139,6 +158,9 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
     real = hardware(request.param)
     if real is not None:
         yield from real
+        return
+    if request.param == "so101":
+        yield from so101()
         return
     with Twin(SCENE) as twin:
         yield from emulated(request.param, twin)
@@ -300,7 +322,8 @@ def test_serve_exposes_every_protocol_and_stops_on_sigterm() -> None:
             jaka = re.search(r"jaka: ([\d.]+):(\d+) \(status stream [\d.]+:(\d+)\)", said)
             marlin = re.search(r"gcode \(marlin\): (/dev/pts/\d+)", said)
             grbl = re.search(r"gcode \(grbl\): (/dev/pts/\d+)", said)
-            assert jaka and marlin and grbl, said
+            so101 = re.search(r"so101 \(feetech bus[^)]*\): (/dev/pts/\d+)", said)
+            assert jaka and marlin and grbl and so101, said
             host, port, status_port = jaka.group(1), int(jaka.group(2)), int(jaka.group(3))
             config = JakaArmConfig(host=host, port=port, status_port=status_port, grip_settle=0.0)
             with JakaArm(config) as arm:
@@ -310,6 +333,8 @@ def test_serve_exposes_every_protocol_and_stops_on_sigterm() -> None:
                 config = GcodeArmConfig(url=pty.group(1), dialect=dialect, grip_settle=0.0)
                 with GcodeArm(config) as arm:
                     assert close_to(arm.state().pose, by_tcp, 0.001)  # one twin behind all
+            with So101Arm(So101ArmConfig(url=so101.group(1))) as bus_arm:
+                assert not bus_arm.state().moving  # its own kinematic arm, not the twin's
             server.send_signal(signal.SIGTERM)
             assert server.wait(timeout=BOUND) == 0
         finally:

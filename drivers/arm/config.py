@@ -12,7 +12,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["GCODE_DEFAULTS", "ArmConfig", "GcodeArmConfig", "JakaArmConfig", "SimArmConfig"]
+__all__ = [
+    "GCODE_DEFAULTS",
+    "ArmConfig",
+    "GcodeArmConfig",
+    "JakaArmConfig",
+    "SimArmConfig",
+    "So101ArmConfig",
+]
 
 Speed = Annotated[float, Field(gt=0)]
 
@@ -243,4 +250,57 @@ class SimArmConfig(BaseModel):
     realtime: bool = Field(default=False, description="sleep so that sim time follows the wall")
 
 
-ArmConfig = Annotated[GcodeArmConfig | JakaArmConfig | SimArmConfig, Field(discriminator="kind")]
+class So101ArmConfig(BaseModel):
+    """``kind = "so101"``: the SO-101 (or SO-100) arm, six Feetech STS3215 servos on one bus."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["so101"] = "so101"
+    url: str = Field(description="/dev/ttyACM0 (the bus adapter), or a pty path")
+    baudrate: Annotated[int, Field(gt=0)] = 1_000_000
+    calibration: Path | None = Field(
+        default=None,
+        description="LeRobot's calibration JSON (ids, drive modes, offsets, ranges); None: "
+        "ids 1-6 with no offset, +-120 degrees about each servo's middle",
+    )
+    zero_offsets: tuple[float, float, float, float, float] = Field(
+        default=(0.0, 0.0, 0.0, 0.0, 0.0),
+        description="rad: the kinematic angle of each joint at the middle of its calibrated "
+        "range (0: the arm upright there)",
+    )
+    links: tuple[float, float, float, float] = Field(
+        default=(0.1166, 0.116, 0.1349, 0.10),
+        description="m: shoulder height, upper arm, forearm, wrist to tool point (approximate)",
+    )
+    timeout: Annotated[float, Field(gt=0, description="s for one servo's answer")] = 0.1
+    motion_timeout: Annotated[float, Field(gt=0, description="s: upper bound of a motion")] = 30.0
+    stall_timeout: Annotated[
+        float, Field(gt=0, description="s a joint may make no progress past a motion's time")
+    ] = 1.0
+    joint_tolerance: Annotated[
+        float, Field(gt=0, description="rad: a motion is done when every joint is this close")
+    ] = 0.01
+    speed: Speed = Field(default=0.05, description="tool speed, m/s, when none is given")
+    max_speed: Speed = Field(default=0.25, description="m/s")
+    joint_speed: Speed = Field(default=0.5, description="rad/s when none is given")
+    max_joint_speed: Speed = Field(default=3.0, description="rad/s")
+    waypoint_interval: Speed = Field(default=0.05, description="s between move_to waypoints")
+    grip_timeout: Speed = Field(default=3.0, description="s for the jaw to settle")
+    gripper_closed_at_min: bool = Field(
+        default=True, description="the gripper's range_min is closed (LeRobot's 0)"
+    )
+    home_joints: tuple[float, float, float, float, float] | None = Field(
+        default=None, description="rad, for home(); None: the tool 18 cm out, 10 cm up, down"
+    )
+    home_pose: tuple[float, float, float, float, float, float] = (0.18, 0.0, 0.10, 3.14159265, 0, 0)
+    stop_mode: Literal["torque_off", "hold"] = Field(
+        default="torque_off",
+        description="stop(): torque off (the arm goes limp and sags) or hold where it is",
+    )
+    torque_on_connect: bool = True
+    disable_on_close: bool = False
+
+
+ArmConfig = Annotated[
+    GcodeArmConfig | JakaArmConfig | SimArmConfig | So101ArmConfig, Field(discriminator="kind")
+]

@@ -9,13 +9,16 @@ SIGTERM or SIGINT (or until ``stop`` is set). ``onboard sim serve`` runs it. Con
 
     GcodeArmConfig(url="/dev/pts/N")                     # the printed Marlin pty
     GcodeArmConfig(url="/dev/pts/M", dialect="grbl")     # the printed GRBL pty
+    So101ArmConfig(url="/dev/pts/K")                     # the SO-101's servo bus
     JakaArmConfig(host="127.0.0.1", port=10001, status_port=10000)
     SimServeCameraConfig(host="127.0.0.1", port=10002)   # what the served arm's camera sees
 
 and a judge: ``TruthClient("127.0.0.1", 10003)``. Every TCP port listens on ``jaka_host``.
 
 The Marlin emulator is a build with ``EMERGENCY_PARSER`` (what docs/drivers.md asks of the firmware)
-and a fan output for the gripper; the GRBL one is set up as :data:`GRBL_ARM` says.
+and a fan output for the gripper; the GRBL one is set up as :data:`GRBL_ARM` says. The SO-101's
+servo bus (:mod:`~onboard.drivers.emulators.feetech_pty`) moves a kinematic model of its own,
+not the twin's arm (the Panda): the camera and the truth port do not see it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from onboard.base.listen import check_port, listen_error
@@ -54,6 +57,7 @@ class Served:
     truth: tuple[str, int]
     marlin: str | None  # pty paths; None with gcode=False
     grbl: str | None
+    so101: str | None = None  # the SO-101's servo bus (pty); None with so101=False
 
 
 def serve(
@@ -63,6 +67,7 @@ def serve(
     status_port: int = 10000,
     gcode: bool = True,
     *,
+    so101: bool = True,
     camera_port: int = 10002,
     truth_port: int = 10003,
     stop: threading.Event | None = None,
@@ -100,6 +105,12 @@ def serve(
             )
             say(f"gcode (grbl): {grbl.path}")
             ptys = [marlin.path, grbl.path]
+        bus = None
+        if so101:
+            from onboard.drivers.emulators.feetech_pty import So101Emulator
+
+            bus = stack.enter_context(So101Emulator())
+            say(f"so101 (feetech bus, its own kinematic arm, not the twin's): {bus.path}")
         camera = _listen(stack, CameraServer(twin, jaka_host, camera_port), "--camera-port")
         kind = '[drivers.camera] kind = "sim-serve"'
         say(f"camera: {_where(camera)} (frames of this twin, rendered on request: {kind})")
@@ -107,7 +118,8 @@ def serve(
         say(f"truth: {_where(truth)} (ground truth for judges, JSON lines; not for the robot)")
         say("serving the twin's arm and camera; stop with SIGTERM or Ctrl-C")
         if ready is not None:
-            ready(Served(jaka.address, jaka.status_address, camera, truth, *ptys))
+            served = Served(jaka.address, jaka.status_address, camera, truth, *ptys)
+            ready(replace(served, so101=bus.path if bus else None))
         with on_stop_signals(lambda _name: stop.set()):
             while not stop.wait(0.5):
                 pass

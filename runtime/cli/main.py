@@ -231,6 +231,11 @@ def _parser() -> argparse.ArgumentParser:
         '{"move": NAME, "position": [x, y, z]} (%(default)s; drivers/emulators/truth_server.py)',
     )
     q.add_argument("--no-gcode", action="store_true", help="no G-code ptys (Marlin, GRBL)")
+    q.add_argument(
+        "--no-so101",
+        action="store_true",
+        help="no SO-101 servo bus (a pty; its arm is a kinematic model, not the twin's)",
+    )
     q.set_defaults(func=_sim_serve)
 
     p = add("code")
@@ -467,7 +472,8 @@ def _sim_serve(args: argparse.Namespace) -> int:
     from onboard.drivers.emulators.serve import serve
 
     serve(args.scene, args.jaka_host, args.jaka_port, args.status_port, gcode=not args.no_gcode,
-          camera_port=args.camera_port, truth_port=args.truth_port)  # fmt: skip
+          so101=not args.no_so101, camera_port=args.camera_port,
+          truth_port=args.truth_port)  # fmt: skip
     return 0
 
 
