@@ -252,6 +252,8 @@ def test_gripper_state_is_read_from_the_jaw(bus: So101Emulator, tmp_path: Path) 
         assert state.gripper_closed and 0.35 < state.extra["gripper_opening"] < 0.45
         bus.hold_object(None)
         arm.grip(False)
-        assert not arm.state().gripper_closed and arm.state().extra["gripper_opening"] == 1.0
+        state = arm.state()  # open within the jaw's settling (a few steps, as on a real servo)
+        assert not state.gripper_closed
+        assert state.extra["gripper_opening"] == pytest.approx(1.0, abs=0.01)
     finally:
         arm.close()

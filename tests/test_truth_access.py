@@ -39,6 +39,7 @@ ALLOWED = {
     "runtime/replan/dryrun.py": "the dry run's own twin: contacts, grasps, what moved",
     "models/detector/dataset.py": "the detector's training data (labels from segmentation)",
     "models/detector/train.py": "the detector's per-class AP on fresh renders (dataset.render)",
+    "models/detector/evaluate.py": "the detector's mAP on the base and hard sets (dataset.render)",
 }
 
 
