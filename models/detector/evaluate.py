@@ -30,6 +30,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 import dataset  # noqa: E402
 
+from onboard.base.digest import file_sha256  # noqa: E402
 from onboard.base.errors import ModelError  # noqa: E402
 from onboard.perception.detector import Detection, Detector, mean_average_precision  # noqa: E402
 
@@ -54,10 +55,6 @@ def fingerprint(samples: Sequence[dataset.Sample]) -> str:
         digest.update(s.image.tobytes())
         digest.update(json.dumps([s.truth, s.ignored]).encode())
     return digest.hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def measure(
