@@ -1,7 +1,9 @@
 """A scripted stand-in for the ReplanVLM bots (tests only): an OpenAI-compatible loopback
 server that answers each bot (told apart by the system message's first line, as a model
 would read its role) from its own queue of replies, and keeps every request it saw. It sees
-only the HTTP request. The loop's tests script the replies that drive each correction."""
+only the HTTP request. The loop's tests script the replies that drive each correction; the
+goal reader, unless scripted, answers with no relation (the goal is judged by the Extra
+Bot)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ ROLE_OF = {
     prompts.MATCH_ROLE: "inner",
     prompts.EXTRA_ROLE: "extra",
     prompts.SAYCAN_ROLE: "saycan",
+    prompts.GOAL_ROLE: "goal",
 }
+JUDGED = json.dumps({"mentions": [], "relations": []})
 
 
 def role_of(body: Mapping[str, Any]) -> str:
@@ -31,7 +35,7 @@ def role_of(body: Mapping[str, Any]) -> str:
 
 class ScriptedBots(LoopbackServer):
     def __init__(self, **replies: Iterable[str]) -> None:
-        self.queues = {role: deque(r) for role, r in replies.items()}
+        self.queues = {"goal": deque([JUDGED])} | {role: deque(r) for role, r in replies.items()}
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
         super().__init__()

@@ -14,6 +14,7 @@ from onboard.base.errors import RecordingFormatError, SkillError
 from onboard.cli.main import main
 from onboard.loop.recording import images_dir
 from onboard.loop.skill import load_skill_text
+from onboard.replan.checks import DECIDED
 from onboard.replan.episode import code_skill
 from onboard.replan.names import CODE_COMMANDS
 from onboard.replan.replay import replay_code_recording
@@ -72,14 +73,19 @@ def test_onboard_run_code_verifies_its_run_and_records_the_runner_s_loop(
     kinds = [r["kind"] for r in records]
     header = records[0]
     assert header["skill_kind"] == "code" and "[actions.run]" in header["skill"]["toml"]
-    # the runner's seams: checks before the run, the Extra Bot's verification after it
+    # the runner's seams: the goal read first, checks before the run, and after it the goal's
+    # relation checked in the camera's look (the Extra Bot not asked: the relation decides)
+    goal = next(r for r in records if r["kind"] == "goal")
+    assert goal["relations"] == [{"relation": "in", "object": "red block", "target": "box"}]
     assert "transition" in kinds and kinds.count("run") == 1
     checks = {r["check"] for r in records if r["kind"] == "check"}
     assert {"format", "refused", "match", "dry_run", "compare"} <= checks
-    verified = [r for r in records if r["kind"] == "verify"]
-    assert [(v["verifier"], v["ok"]) for v in verified] == [("extra", True)]
+    verified = [(v["verifier"], v["ok"], v["feedback"]) for v in records if v["kind"] == "verify"]
+    assert verified == [("goal", True, "the camera sees the red block in the box"),
+                        ("extra", True, DECIDED)]  # fmt: skip
+    assert not [r for r in records if r["kind"] == "request" and r["bot"] == "extra"]
     outcome = next(r for r in records if r["kind"] == "outcome")
-    assert outcome["done"] and outcome["decisions"][-2:] == ["run: ok", "extra: done"]
+    assert outcome["done"] and outcome["decisions"][-2:] == ["run: ok", "goal: met"]
     end = next(r for r in records if r["kind"] == "end")
     assert end["finished"] and [a for _, a in end["actions"]] == ["look", "run", "done"]
 

@@ -123,7 +123,7 @@ def test_each_internal_correction_reaches_the_next_decision_and_the_task_is_done
     assert frame.shape[2] == 3 and frame.shape[0] >= 240  # the camera's own resolution
     # recorded, images by hash, and replayed to the same decisions
     kinds = [r["kind"] for r in read_recording(path)]
-    assert kinds.count("request") == 4 + 2 + 1 and "end" in kinds
+    assert kinds.count("request") == 1 + 4 + 2 + 1 and "end" in kinds  # goal reader first
     assert list((tmp_path / "hungry.images").glob("*.png"))
     recorded, replayed = replay_code_recording(path)
     assert recorded == replayed
@@ -159,8 +159,8 @@ def test_not_done_replans_with_the_extra_bots_reason(
         inner=[MATCH],
         extra=[verdict("done", False, reason), DONE],
     )
-    with server:
-        outcome = episode(robot, server, world(twin, api, robot, t), t, Corrections())
+    with server:  # the seed's outer check alone: the Extra Bot judges every run
+        outcome = episode(robot, server, world(twin, api, robot, t), t, Corrections(goal=False))
     assert outcome.done and outcome.runs == 2
     assert [e.phase for e in outcome.events] == ["extra"]
     assert reason in errors_in(server.seen("decision")[1])
@@ -274,6 +274,70 @@ def test_a_replan_after_a_run_that_ended_early_moves_the_arm_again(
         extra=[verdict("done", False, "the apple is not handed over"), DONE],
     )
     with server:
-        outcome = episode(robot, server, world(twin, api, robot, t), t, Corrections())
+        outcome = episode(robot, server, world(twin, api, robot, t), t, Corrections(goal=False))
     assert outcome.decisions.count("run: api") == 1 and "run: ok" in outcome.decisions
     assert outcome.done and judge(twin, t, robot.code.handover).passed
+
+
+def test_a_run_that_changed_nothing_is_sent_back_before_the_extra_bot_is_asked(
+    robot: RobotConfig, hungry: tuple[Twin, RobotAPI, CodeTask]
+) -> None:
+    """ "I'm hungry" says no relation the camera can check: the goal is judged, and a run
+    after which nothing seen has changed is not done, whatever the Extra Bot would say."""
+    twin, api, t = hungry
+    server = ScriptedBots(
+        decision=[proposal(["Find the apple."], "detect()\n"), proposal(HUNGRY_PLAN, HUNGRY_CODE)],
+        inner=[MATCH],
+        extra=[DONE],  # it would say "done" after the first run too
+    )
+    with server:
+        outcome = episode(robot, server, world(twin, api, robot, t), t, Corrections())
+    assert outcome.done and outcome.runs == 2
+    assert [(e.phase, e.message) for e in outcome.events] == [
+        ("goal", "nothing has changed since the request was read")
+    ]
+    assert len(server.seen("extra")) == 1  # after the second run only
+    assert judge(twin, t, robot.code.handover).passed
+
+
+@pytest.fixture
+def tower(robot: RobotConfig, embedder: Embedder) -> Iterator[tuple[Twin, RobotAPI, CodeTask]]:
+    t = task(2)
+    with code_world(robot, t.scene, embedder, detector()) as (twin, api):
+        set_up(twin, t, random.Random("loop/2"), solved=lambda w: judge(w, t, 0.0).passed)
+        api.home()
+        yield twin, api, t
+
+
+def test_a_goal_with_relations_is_decided_by_the_camera_not_by_the_extra_bot(
+    robot: RobotConfig, tower: tuple[Twin, RobotAPI, CodeTask], tmp_path: Path
+) -> None:
+    """ "Put the red block into the box": the red block in the box, checked in the fresh look
+    after each run. A run that leaves it out is sent back with what the camera does not see,
+    though the Extra Bot (never asked) would have said "done"; the episode replays."""
+    twin, api, t = tower
+    solution = (Path(__file__).parents[1] / "skills/tasks/code/task2.py").read_text()
+    goal = {"mentions": ["red block", "box"],
+            "relations": [{"relation": "in", "object": "red block", "target": "box"}]}  # fmt: skip
+    server = ScriptedBots(
+        goal=[json.dumps(goal)],
+        decision=[proposal(["Look."], "detect()\n"), proposal(["Put it in the box."], solution)],
+        inner=[MATCH],
+        extra=[DONE],
+    )
+    path = tmp_path / "tower.jsonl"
+    with server:
+        outcome = episode(robot, server, world(twin, api, robot, t), t, Corrections(), path)
+    assert [(e.phase, e.message) for e in outcome.events] == [
+        ("goal", "after the run the camera does not see the red block in the box")
+    ]
+    assert outcome.decisions[-1] == "goal: met" and outcome.done and outcome.runs == 2
+    assert not server.seen("extra")
+    assert judge(twin, t, robot.code.handover).passed
+    assert "the camera does not see the red block in the box" in errors_in(
+        server.seen("decision")[1]
+    )
+    goal_record = next(r for r in read_recording(path) if r["kind"] == "goal")
+    assert goal_record["relations"] == goal["relations"]
+    recorded, replayed = replay_code_recording(path)
+    assert recorded == replayed

@@ -25,6 +25,7 @@ from onboard.base.errors import UsageError
 
 if TYPE_CHECKING:
     from onboard.config import RobotConfig
+    from onboard.evaluation.code_eval import Method
 
 __all__ = ["do_command", "eval_command", "vlm_endpoint"]
 
@@ -80,7 +81,7 @@ def do_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     from onboard.grounding.embedder import Embedder
 
     task = _task(args.task)
-    method = METHODS[args.method]
+    method = _verdict(METHODS[args.method], args.seed_verdict)
     folder = robot.root / robot.recordings / f"code-{_stamp()}"
     with tempfile.TemporaryDirectory() as scratch:
         log = Path(scratch) / "planted.jsonl"
@@ -112,7 +113,8 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     from onboard.grounding.embedder import Embedder
 
     tasks = [_task(n) for n in args.tasks]
-    methods = [METHODS[m] for m in args.methods]
+    methods = [_verdict(METHODS[m], args.seed_verdict) for m in args.methods]
+    full = _verdict(METHODS["full"], args.seed_verdict)
     models: Sequence[str] = args.models
     folder = args.recordings or robot.root / robot.recordings / f"code-eval-{_stamp()}"
     embedder, found = Embedder(robot.embedder_dir), detector()
@@ -129,9 +131,9 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
             trials = args.local_trials if choice == "local" else args.trials
             chosen = [m for m in methods if choice != "local" or m.name in args.local_methods]
             runs = [(t, m, k, False) for t, m, k in itertools.product(tasks, chosen, range(trials))]
-            if METHODS["full"] in chosen and choice != "local":
+            if full in chosen and choice != "local":
                 extra = range(trials, trials + args.disturbed)
-                runs += [(t, METHODS["full"], k, True) for t, k in itertools.product(tasks, extra)]
+                runs += [(t, full, k, True) for t, k in itertools.product(tasks, extra)]
             bar = progress.add_task(choice, total=len(runs))
             with vlm_endpoint(robot, choice, args.competence, log) as (bots_robot, url, model):
                 for task, method, trial, disturb in runs:
@@ -160,6 +162,16 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
             png.write_bytes(code_report.chart_png(rows, model))
             print(f"chart: {png}")
     return 0
+
+
+def _verdict(method: Method, seed: bool) -> Method:
+    """``method`` with the seed's outer check alone (the Extra Bot, no goal reader) when
+    ``seed`` is set."""
+    if not seed or method.corrections is None:
+        return method
+    return dataclasses.replace(
+        method, corrections=dataclasses.replace(method.corrections, goal=False)
+    )
 
 
 def _stamp() -> str:
@@ -206,8 +218,17 @@ def add_parsers(code: argparse._SubParsersAction) -> None:  # type: ignore[type-
     q.add_argument("--with", dest="with_rows", type=Path, nargs="+", default=[], metavar="FILE",
                    help="add the episodes of earlier runs' --out to the tables")  # fmt: skip
     q.add_argument("--json", action="store_true", help="print the rows and tables as JSON")
+    _seed_verdict_arg(q)
 
 
 def _endpoint_args(q: argparse.ArgumentParser, default: str) -> None:
     q.add_argument("--llm", default=default, help="standin, control, local, or a VLM's URL")
     q.add_argument("--competence", type=float, default=0.5, help="the stand-in's (0-1)")
+    _seed_verdict_arg(q)
+
+
+def _seed_verdict_arg(q: argparse.ArgumentParser) -> None:
+    q.add_argument("--seed-verdict", action="store_true",
+                   help="the seed's outer check alone: the Extra Bot judges every run, with no "
+                   "goal reader (onboard's verdict checks the request's relations against the "
+                   "camera)")  # fmt: skip

@@ -276,7 +276,7 @@ def _row(
         asks, extra = outcome.model_calls, False
     else:
         runs, asks = outcome.runs, outcome.asks
-        extra = any(e.phase == "extra" for e in outcome.events)
+        extra = any(e.phase in ("goal", "extra") for e in outcome.events)  # the outer check
     return EpisodeRow(
         task=task.number,
         name=task.name,

@@ -50,7 +50,17 @@ from onboard.manip.observation import SceneObservation
 from onboard.manip.resolve import ObjectResolver
 from onboard.manip.verify import HANDED, Effect, Geometry
 
-__all__ = ["GOAL_PROMPT", "RELATIONS", "Goal", "GoalCheck", "Relation", "SceneGoal"]
+__all__ = [
+    "GOAL_PROMPT",
+    "RELATIONS",
+    "Goal",
+    "GoalCheck",
+    "Relation",
+    "SceneGoal",
+    "cued",
+    "mention_phrase",
+    "request_words",
+]
 
 #: metres an object must move to count as a change (a judged goal's before and after)
 MOVED = 0.02
@@ -70,6 +80,22 @@ _CUES = {
 }
 _WORDS = re.compile(r"[a-z0-9]+")
 _ARTICLE = re.compile(r"^(?:the|a|an|that|this|my|your|some)\s+")
+
+
+def request_words(request: str) -> str:
+    """The request's words, lower case, one space apart (what mentions and cues match)."""
+    return " ".join(_WORDS.findall(request.lower()))
+
+
+def mention_phrase(mention: str) -> str:
+    """A mention as words with no leading article ("the Red block" -> "red block")."""
+    return _ARTICLE.sub("", " ".join(_WORDS.findall(mention.lower())))
+
+
+def cued(kind: str, words: str) -> bool:
+    """Whether a word of the request (``request_words``) asks for a relation of ``kind``."""
+    return re.search(rf"\b(?:{_CUES[kind]})\b", words) is not None
+
 
 GOAL_PROMPT = (
     'Write the end state the request asks for, as a dictionary with the keys "mentions" and '
@@ -189,10 +215,10 @@ class SceneGoal:
         names = _names(observation)
         regions = list(self.geometry.scene.regions)
         mentionable = names + self._hideable(observation)
-        words = " ".join(_WORDS.findall(self.request.lower()))
+        words = request_words(self.request)
         found: dict[str, str] = {}  # mention -> name
         for mention in (m for m in mentions if isinstance(m, str) and m.strip()):
-            phrase = _ARTICLE.sub("", " ".join(_WORDS.findall(mention.lower())))
+            phrase = mention_phrase(mention)
             if not phrase or f" {phrase} " not in f" {words} ":
                 why = f"{mention!r} is not words of the request"
                 return Verdict(False, f"goal not understood: {why}")
@@ -268,7 +294,7 @@ class SceneGoal:
             return f"in needs a region, not {r.other!r}"
         if r.other is not None and r.other not in mentioned:
             return f"the request does not name the {r.other}"
-        if not re.search(rf"\b(?:{_CUES[r.kind]})\b", words):
+        if not cued(r.kind, words):
             return f"no word of the request asks for {r.kind}"
         return ""
 

@@ -12,11 +12,13 @@ next request carries (``"<phase>: <message>"``):
   SafeArm refusals of the first refuse it;
 - ``compare``: the two programs end the dry run differently.
 
-Verifications (``Verify``) after a ``run``: the Extra Bot compares before and after (images,
-scene states, their changes, how the run ended), or, without the external correction, the
-run's own end. With internal correction every refusal is *final*: once the rounds between
-two runs are spent the task fails (the seed's rule); without it a refused proposal is a
-failed try that spends a replan (runtime/loop/engine.py).
+Verifications (``Verify``) after a ``run``: the goal (runtime/replan/goal.py): its relations
+must hold in the fresh look, or, for a judged goal, something must have changed; then, for a
+judged goal only, the Extra Bot compares before and after (images, scene states, their
+changes, how the run ended). Without the external correction: the run's own end. With
+internal correction every refusal is *final*: once the rounds between two runs are spent
+the task fails (the seed's rule); without it a refused proposal is a failed try that spends
+a replan (runtime/loop/engine.py).
 """
 
 from __future__ import annotations
@@ -32,17 +34,20 @@ from onboard.loop.kind import Observation, Step
 from onboard.replan import prompts
 from onboard.replan.allowlist import check as allowlist_check
 from onboard.replan.bots import Ask
+from onboard.replan.goal import CodeGoal
 from onboard.replan.kind import RUN, CodeKind, CodeObservation, proposal_of
 from onboard.replan.names import API_NAMES
 from onboard.replan.sandbox import RunResult
-from onboard.replan.scene_state import SceneState, changes_text
+from onboard.replan.scene_state import SceneState, changes, changes_text
 
 __all__ = [
+    "DECIDED",
     "AllowList",
     "Compare",
     "DryRun",
     "DryRunner",
     "ExtraVerify",
+    "GoalVerify",
     "PlanMatch",
     "Readable",
     "RunEnded",
@@ -237,9 +242,43 @@ class RunLog(Protocol):
     def ended(self) -> str: ...
 
 
+#: the Extra Bot's verdict when the goal's relations decided instead (not asked)
+DECIDED = "not asked: the goal's relations decide"
+
+
+@dataclass
+class GoalVerify:
+    """``goal``: after a run, every relation of the goal holds in the fresh look (else the
+    robot replans with what is missing); a judged goal needs something to have changed since
+    the goal was read (else replans), and the Extra Bot decides."""
+
+    goal: CodeGoal
+    runs: RunLog
+    name: str = "goal"
+
+    def verify(self, step: Step, before: Observation, after: Observation) -> Verdict:
+        if proposal_of(step) is None:
+            return Verdict(True)
+        last = _code_observation(after).state
+        if self.goal.judged:
+            first = self.goal.first
+            if first is not None and not changes(first, last):
+                return refusal("goal", "nothing has changed since the request was read")
+            return Verdict(True)
+        met = self.goal.met(_code_observation(after))
+        if met.ok:
+            seen = "; ".join(r.text() for r in self.goal.relations)
+            return Verdict(True, f"the camera sees {seen}", 1.0)
+        missing = met.feedback.removeprefix("not yet: ")
+        ended = self.runs.ended
+        why = f"the program ended with {ended}; " if ended != "ok" else ""
+        return refusal("goal", f"after the run {why}the camera does not see {missing}", final=False)
+
+
 @dataclass
 class ExtraVerify:
-    """The Extra Bot: before and after a run, is the request done? No verdict is final."""
+    """The Extra Bot: before and after a run, is the request done? No verdict is final. With
+    a ``goal`` whose relations decide, it is not asked (:data:`DECIDED`)."""
 
     extra: Ask
     instruction: str
@@ -247,12 +286,15 @@ class ExtraVerify:
     goal_images: Sequence[bytes] = ()
     goal_notes: Sequence[str] = ()
     text_only: bool = False
+    goal: CodeGoal | None = None
     name: str = "extra"
 
     def verify(self, step: Step, before: Observation, after: Observation) -> Verdict:
         proposal = proposal_of(step)
         if proposal is None:
             return Verdict(True)
+        if self.goal is not None and not self.goal.judged:
+            return Verdict(True, DECIDED)
         first, last = _code_observation(before), _code_observation(after)
         ended = self.runs.ended
         messages = prompts.extra_messages(

@@ -43,8 +43,16 @@ from onboard.loop.recorder import Recorder
 from onboard.loop.skill import Skill, load_skill
 from onboard.replan.api import RobotAPI, call
 from onboard.replan.bots import Ask, Bots
-from onboard.replan.checks import DryRunner, ExtraVerify, RunEnded, code_checks
+from onboard.replan.checks import (
+    DECIDED,
+    DryRunner,
+    ExtraVerify,
+    GoalVerify,
+    RunEnded,
+    code_checks,
+)
 from onboard.replan.driver import CodeDriver, CodeWorld
+from onboard.replan.goal import CodeGoal
 from onboard.replan.kind import RUN, CodeKind, CodeObservation
 from onboard.replan.names import API_NAMES, CODE_COMMANDS
 from onboard.replan.sandbox import Limits, RunResult, run
@@ -71,13 +79,16 @@ INTERNAL = frozenset({"format", "refused", "match", "dry_run", "compare"})
 @dataclass(frozen=True)
 class Corrections:
     """Which corrections run: ``internal`` (the Inner Bot and the dry run), ``external``
-    (the Extra Bot and replanning); ``text_only``: the scene as text, no image."""
+    (the Extra Bot and replanning); ``goal``: with ``external``, the request is read as
+    relations checked against perception after each run (runtime/replan/goal.py; off: the
+    Extra Bot alone, as in the seed); ``text_only``: the scene as text, no image."""
 
     internal: bool = True
     external: bool = True
     cycles: int = 5
     replans: int = 3
     text_only: bool = False
+    goal: bool = True
 
 
 @dataclass(frozen=True)
@@ -189,7 +200,8 @@ class _Counted:
         self.bot, self.name, self.calls = bot, bot.name, 0
 
     def ask(self, purpose: str, messages: Sequence[Message], schema: Any = None) -> str:
-        self.calls += 1
+        if purpose != "goal":  # the goal reader is not the Decision Bot's planning
+            self.calls += 1
         return self.bot.ask(purpose, messages, schema)
 
 
@@ -234,8 +246,16 @@ class _Ledger:
             ended = str(fields["ended"])
             self.decisions.append(f"run: {'ok' if ended == 'ok' else ended.partition(':')[0]}")
             self.cycle, self.replan = 0, self.replan + 1
+        elif kind == "verify" and fields.get("verifier") == "goal" and fields["action"] == RUN:
+            if not fields["ok"]:
+                self.decisions.append("goal: fail")
+                self._correction("goal", str(fields["feedback"]))
+            elif fields["feedback"]:  # a judged goal's pass says nothing: the Extra Bot decides
+                self.decisions.append("goal: met")
         elif kind == "verify" and fields.get("verifier") == "extra" and fields["action"] == RUN:
             ok = bool(fields["ok"])
+            if ok and fields["feedback"] == DECIDED:
+                return
             self.decisions.append("extra: done" if ok else "extra: fail")
             if not ok:
                 self._correction("extra", str(fields["feedback"]))
@@ -298,6 +318,7 @@ def run_code_episode(
             "replans": corrections.replans,
             "text_only": text_only,
             "dry_run": dry is not None,
+            "goal": corrections.external and corrections.goal,
         },
         goal_images=[hashlib.sha256(g).hexdigest() for g in goal_images],
         goal_notes=list(goal_notes),
@@ -307,11 +328,13 @@ def run_code_episode(
     decision = _Counted(bots.decision)
     driver = CodeDriver(world, clock, ledger)
     checks = code_checks(kind, decision, bots.inner, instruction, ledger, corrections.internal, dry)
-    verify: Verify = (
-        ExtraVerify(bots.extra, instruction, driver, goal_images, goal_notes, text_only)
-        if corrections.external
-        else RunEnded(driver)
-    )
+    goal = CodeGoal(instruction) if corrections.external and corrections.goal else None
+    verifiers: list[Verify] = [RunEnded(driver)]
+    if corrections.external:
+        extra = ExtraVerify(bots.extra, instruction, driver, goal_images, goal_notes, text_only)
+        verifiers = [extra]
+        if goal is not None:
+            verifiers = [GoalVerify(goal, driver), replace(extra, goal=goal)]
 
     def look(purpose: str = "after") -> CodeObservation:
         frame, state = world.look()
@@ -331,7 +354,8 @@ def run_code_episode(
         second_stage=False,
         latency=0.0,
         checks=checks,
-        verifiers=[verify],
+        verifiers=verifiers,
+        goal=goal,
         look=look,
         max_rounds=(corrections.cycles - 1) if corrections.internal else 0,
         max_replans=corrections.replans if corrections.external else 0,
@@ -369,7 +393,7 @@ def _failed(reason: str, ledger: _Ledger, corrections: Corrections) -> str:
         return "the proposal could not run"
     if last.phase == "extra" and last.message.startswith("the Extra Bot gave no verdict"):
         return last.message
-    if last.phase == "extra":
+    if last.phase in ("extra", "goal"):
         return f"not done after {corrections.replans} replan(s)"
     if last.phase == "answer":
         return "the Decision Bot gave no answer"

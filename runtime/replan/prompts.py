@@ -1,6 +1,11 @@
 """The ReplanVLM bots' requests and how their replies are read (seed 002, section III).
 
-Four requests, each an OpenAI chat exchange; the system message's first line names the bot:
+Five requests, each an OpenAI chat exchange; the system message's first line names the bot:
+
+- **goal reader** (:func:`goal_messages`, once before the first plan): the instruction and
+  the scene as text; the reply is JSON ``{"mentions": [...], "relations": [...]}`` under
+  :func:`goal_schema`, which runtime/replan/goal.py checks against the request's own words
+  and then against perception after each run (not a part of the seed: onboard's verdict);
 
 - **Decision Bot** (:func:`decision_messages`): the seed's prompt parts in order: the role,
   the error messages of earlier tries, the robot API's documentation byte for byte
@@ -36,12 +41,16 @@ from onboard.replan.api import api_doc
 __all__ = [
     "DECISION_ROLE",
     "EXTRA_ROLE",
+    "GOAL_RELATIONS",
+    "GOAL_ROLE",
     "MATCH_ROLE",
     "SAYCAN_ROLE",
     "Proposal",
     "decision_messages",
     "extra_messages",
     "extra_schema",
+    "goal_messages",
+    "goal_schema",
     "match_messages",
     "match_schema",
     "read_proposal",
@@ -54,6 +63,7 @@ DECISION_ROLE = "You are the Decision Bot of a robot arm that works at a table."
 MATCH_ROLE = "You are the Inner Bot of a robot arm: you check a plan against its code."
 EXTRA_ROLE = "You are the Extra Bot of a robot arm: you judge whether a task was done."
 SAYCAN_ROLE = "You are the step chooser of a robot arm: you choose its next skill."
+GOAL_ROLE = "You are the goal reader of a robot arm: you say what must hold when a request is done."
 
 INSTRUCTION = "Instruction:"
 ERRORS = "Error messages from earlier tries:"
@@ -292,5 +302,53 @@ def saycan_schema(steps: Sequence[str]) -> dict[str, Any]:
         "type": "object",
         "properties": {"step": {"type": "string", "enum": list(steps)}},
         "required": ["step"],
+        "additionalProperties": False,
+    }
+
+
+#: the goal reader's relations (runtime/replan/goal.py checks them against perception)
+GOAL_RELATIONS = ("on", "in", "held")
+
+
+def goal_messages(instruction: str, scene_text: str) -> list[Message]:
+    """The goal reader's question, asked once before the first plan: the request as relations
+    the camera can check (an object on another, in a container, held by the gripper)."""
+    system = (
+        f"{GOAL_ROLE}\nWrite the end state the instruction asks for, as a dictionary with the "
+        'keys "mentions" and "relations". "mentions": every object the instruction names, in '
+        'its own words. "relations": what must hold when it is done, each a dictionary with '
+        '"relation" (on: resting on another object; in: inside a container such as a box, a '
+        'plate or a drawer; held: in the gripper), "object" and "target" (the other object, '
+        'or "none" for held), with the names the scene gives. Give no relation for what the '
+        "instruction does not ask, and none at all when what it asks is not one of these."
+    )
+    text = f"{INSTRUCTION} {instruction}\n{SCENE}\n{scene_text}"
+    return [{"role": "system", "content": system}, {"role": "user", "content": text}]
+
+
+def goal_schema(names: Sequence[str]) -> dict[str, Any]:
+    """The goal reader's reply: relations over ``names`` (the objects seen)."""
+    enum = list(names) or ["none"]
+    relation = {
+        "type": "object",
+        "properties": {
+            "relation": {"type": "string", "enum": list(GOAL_RELATIONS)},
+            "object": {"type": "string", "enum": enum},
+            "target": {"type": "string", "enum": [*enum, "none"]},
+        },
+        "required": ["relation", "object", "target"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "mentions": {
+                "type": "array",
+                "items": {"type": "string", "maxLength": 40},
+                "maxItems": 6,
+            },
+            "relations": {"type": "array", "items": relation, "maxItems": 4},
+        },
+        "required": ["mentions", "relations"],
         "additionalProperties": False,
     }

@@ -1,5 +1,5 @@
 """The stand-in VLM's HTTP server: ``POST /v1/chat/completions`` and ``GET /v1/models`` on
-loopback, answering the four requests of :mod:`onboard.replan.prompts` (told apart by the
+loopback, answering the five requests of :mod:`onboard.replan.prompts` (told apart by the
 system message's first line) from the request alone: its text and its images' pixels.
 
 A request it cannot read gets HTTP 400 with a one-line JSON error naming what is wrong
@@ -27,6 +27,7 @@ from onboard.replan.prompts import (
     DECISION_ROLE,
     ERRORS,
     EXTRA_ROLE,
+    GOAL_ROLE,
     INSTRUCTION,
     MATCH_ROLE,
     SAYCAN_ROLE,
@@ -35,6 +36,7 @@ from onboard.replan.prompts import (
 )
 from onboard.testing.chat_standin import BadRequest, ChatHandler, SeededStandIn, response_schema
 from onboard.testing.vlm_standin import planting
+from onboard.testing.vlm_standin.goals import read_goal
 from onboard.testing.vlm_standin.judging import done, saycan_step
 from onboard.testing.vlm_standin.matching import match
 from onboard.testing.vlm_standin.programs import write
@@ -49,6 +51,7 @@ ROLES = {
     MATCH_ROLE: "match",
     EXTRA_ROLE: "extra",
     SAYCAN_ROLE: "saycan",
+    GOAL_ROLE: "goal",
 }
 _DATA_URL = re.compile(r"^data:image/(?:png|jpeg|jpg);base64,(?P<data>.+)$", re.S)
 
@@ -165,7 +168,16 @@ class VLMStandIn(SeededStandIn):
             return self._match(request)
         if request.bot == "extra":
             return self._extra(request, draws)
+        if request.bot == "goal":
+            return self._goal(request)
         return self._saycan(request)
+
+    def _goal(self, request: Request) -> str:
+        instruction = _line_after(request.text, INSTRUCTION)
+        if not instruction:
+            raise BadRequest(f"the user message has no {INSTRUCTION!r} line")
+        view = from_text(_section(request.text, SCENE, ()))
+        return json.dumps(read_goal(instruction, view))
 
     def _decision(self, request: Request, draws: planting.Draws) -> str:
         text = request.text
