@@ -12,7 +12,13 @@ import pytest
 
 from onboard.cli.code_eval import METHOD_NAMES
 from onboard.config import RobotConfig
-from onboard.evaluation.code_eval import METHODS, planted_log, replay_baseline, run_episode
+from onboard.evaluation.code_eval import (
+    METHODS,
+    internal_errors,
+    planted_log,
+    replay_baseline,
+    run_episode,
+)
 from onboard.evaluation.code_report import EpisodeRow
 from onboard.evaluation.code_tasks import CodeTask, load_code_tasks
 from onboard.evaluation.tidy_eval import detector
@@ -98,3 +104,48 @@ def test_the_replay_command_reproduces_a_shipped_episode(
 
     assert main(["replay", str(EPISODES[1])]) == 0
     assert "replay reproduces" in capsys.readouterr().out
+
+
+def _request(digest: str, purpose: str = "plan") -> dict[str, object]:
+    return {"kind": "request", "bot": "decision", "hash": digest, "purpose": purpose}
+
+
+def _logged(digest: str, n: int, planted: bool) -> dict[str, object]:
+    return {"bot": "decision", "hash": digest, "n": n, "planted": ["format"] if planted else []}
+
+
+def test_planted_errors_are_attributed_to_the_episode_that_sent_them() -> None:
+    """The stand-in counts a request's repeats over its whole life; an episode's are counted
+    from its own log entries: this episode's first request was the server's second of that
+    hash (another method sent it first), and its plant is this episode's, not the other's."""
+    records = [
+        _request("a"), {"kind": "correction", "phase": "match"},
+        _request("b"), {"kind": "correction", "phase": "dry_run"},
+        _request("c"), {"kind": "program"},
+    ]  # fmt: skip
+    log = [_logged("a", 1, True), _logged("b", 0, True), _logged("c", 0, True)]
+    found = internal_errors(records, log)
+    # three planted, two sent back (one by the runtime's dry run, one by the stand-in's own
+    # Inner Bot), none corrected: the program that ran carried the third plant
+    assert (found.planted, found.detected, found.by_runtime, found.corrected) == (3, 2, 1, 0)
+    clean = [*records[:4], _request("d"), {"kind": "program"}]
+    fixed = internal_errors(clean, [*log[:2], _logged("d", 0, False)])
+    assert (fixed.planted, fixed.detected, fixed.by_runtime, fixed.corrected) == (2, 2, 1, 2)
+
+
+def test_an_ablation_run_after_the_full_method_reads_its_own_plants(
+    robot: RobotConfig, embedder: Embedder, tmp_path: Path
+) -> None:
+    """Both methods send the same first request; the second episode's row counts the plants
+    the stand-in logged while it ran, not the first episode's."""
+    task = next(t for t in TASKS if t.number == 1)
+    log = tmp_path / "planted.jsonl"
+    read = planted_log(log)
+    with start_vlm_standin(0, 0.5, log) as url:
+        run_episode(robot, task, 2, 0, METHODS["full"], "standin", url, embedder, detector(),
+                    tmp_path / "full.jsonl", read)  # fmt: skip
+        before = len(read())
+        row = run_episode(robot, task, 2, 0, METHODS["no_internal"], "standin", url, embedder,
+                          detector(), tmp_path / "ablation.jsonl", read)  # fmt: skip
+    mine = [e for e in read()[before:] if e.get("bot") == "decision"]
+    assert row.planted == sum(bool(e.get("planted")) for e in mine)  # no regenerate: all plans

@@ -55,7 +55,13 @@ def test_success_tables_have_each_lines_figures_and_the_seeds_beside() -> None:
     assert [line.cell(t, False) for t in (1, 2, 3)] == ["100%", "75%", "50%"]
     assert line.average(two.tasks) == pytest.approx(0.75)
     assert two.line("full", CONTROL).average(two.tasks) == 1.0
-    assert two.line("full", SEED).average(two.tasks) == pytest.approx((100 + 100 + 90) / 300)
+    # the seed's Table II has a real-robot and a simulated column; Tables III and IV are its
+    # real-robot experiments, so their ReplanVLM line is Table II's real-robot column
+    seed = {ln.label.rsplit(", ", 1)[1]: ln for ln in two.lines if ln.model == SEED}
+    assert seed["sim"].average(two.tasks) == pytest.approx((100 + 100 + 90) / 300)
+    assert seed["real robot"].average(two.tasks) == pytest.approx((100 + 90 + 100) / 300)
+    assert next(ln.label for ln in four.lines if ln.model == SEED).endswith(", real robot")
+    assert four.line("full", SEED).average(four.tasks) == pytest.approx((100 + 90 + 100) / 300)
     assert [ln.method for ln in three.lines if ln.model == STANDIN] == [
         "saycan", "progprompt", "full"
     ]  # fmt: skip
@@ -71,8 +77,8 @@ def test_disturbed_episodes_count_in_table_five_not_in_the_success_tables() -> N
     calm = rows_of("full", STANDIN, {1: 1}, trials=2)
     shaken = [
         EpisodeRow(1, "t1", "full", STANDIN, 10, False, planted=2, internal_detected=2,
-                   internal_corrected=1, disturbed=True, disturbance_broke=True,
-                   external_detected=True, external_corrected=False),
+                   internal_corrected=1, internal_by_runtime=1, disturbed=True,
+                   disturbance_broke=True, external_detected=True, external_corrected=False),
         EpisodeRow(1, "t1", "full", STANDIN, 11, True, planted=1, internal_detected=0,
                    disturbed=True, disturbance_broke=True, external_detected=True,
                    external_corrected=True),
@@ -84,6 +90,9 @@ def test_disturbed_episodes_count_in_table_five_not_in_the_success_tables() -> N
     internal = five.line("full", STANDIN, "internal detected").by_task
     assert (internal[1].hits, internal[1].total) == (2, 3) and 2 not in internal
     assert five.line("full", STANDIN, "internal corrected").cell(1, True) == "1/3"
+    # of the two detected, one by the runtime's own checks (not the stand-in's Inner Bot)
+    runtime = five.line("full", STANDIN, "of those, by the runtime's checks")
+    assert runtime.cell(1, True) == "1/2"
     assert five.line("full", STANDIN, "external detected").cell(1, True) == "2/2"
     assert five.line("full", STANDIN, "external corrected").cell(1, True) == "1/2"
     assert five.line("full", STANDIN, "external corrected").cell(2, True) == "-"
@@ -128,8 +137,10 @@ def test_a_bad_report_is_one_line_naming_its_source_and_episode() -> None:
     bad["episodes"][1]["method"] = "magic"
     with pytest.raises(ConfigError, match=r"^r\.json: \[episodes\.1\] method 'magic': one of"):
         from_json(json.dumps(bad), "r.json")
-    with pytest.raises(ValueError, match="corrected 2 <= detected 1 <= planted 3"):
+    with pytest.raises(ValueError, match=r"corrected 2 \(and by the runtime 0\) <= detected 1"):
         replace(sample()[0], planted=3, internal_detected=1, internal_corrected=2)
+    with pytest.raises(ValueError, match=r"by the runtime 2\) <= detected 1 <= planted 3"):
+        replace(sample()[0], planted=3, internal_detected=1, internal_by_runtime=2)
 
 
 def test_the_chart_decodes_at_its_size_with_a_bar_per_method() -> None:

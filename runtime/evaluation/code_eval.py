@@ -62,7 +62,15 @@ from onboard.replan.robot import code_limits
 from onboard.replan.sandbox import RunResult
 from onboard.replan.scene_state import SceneState
 
-__all__ = ["METHODS", "Method", "replay_baseline", "run_episode", "text_only_model"]
+__all__ = [
+    "METHODS",
+    "InternalErrors",
+    "Method",
+    "internal_errors",
+    "replay_baseline",
+    "run_episode",
+    "text_only_model",
+]
 
 
 @dataclass(frozen=True)
@@ -128,6 +136,7 @@ def run_episode(
         recording.unlink(missing_ok=True)
         shutil.rmtree(images_dir(recording), ignore_errors=True)
     text_only = text_only_model(model)
+    logged = len(planted())  # the stand-in's log entries of earlier episodes
     began = time.perf_counter()
     with code_world(robot, task.scene, embedder, detector) as (twin, api):
         set_up(twin, task, rng, solved=lambda t: judge(t, task, robot.code.handover).passed)
@@ -161,7 +170,7 @@ def run_episode(
                 recorder.write("end", done=outcome.done, ended=outcome.ended)
             records = list(recorder.records)
         passed = judge(twin, task, robot.code.handover).passed
-    scored = _internal(records, planted())
+    scored = internal_errors(records, planted()[logged:])
     return _row(task, trial, method, model, outcome, passed, world.verdicts, events, scored,
                 time.perf_counter() - began)  # fmt: skip
 
@@ -220,25 +229,43 @@ def _maybe_disturbed(twin: Twin, disturb: bool) -> Iterator[list[Event]]:
 INTERNAL = frozenset({"format", "refused", "match", "compare", "dry_run"})
 
 
-@dataclass(frozen=True)
-class _Internal:
-    planted: int = 0  # proposals the stand-in planted an error in
-    detected: int = 0  # of those, ones a check sent back before they ran
+@dataclass
+class InternalErrors:
+    """The stand-in's planted errors in one episode's proposals: ``planted``, of those
+    ``detected`` (a check sent it back before it ran), ``by_runtime`` of those detected by
+    the runtime's own checks (form, allow-list, dry run, comparison: not the Inner Bot,
+    which the stand-in answers itself), and ``corrected`` (after it was sent back, the next
+    program that ran carried no planted error)."""
+
+    planted: int = 0
+    detected: int = 0
+    by_runtime: int = 0
+    corrected: int = 0
 
 
-def _internal(records: Sequence[dict[str, Any]], log: Sequence[dict[str, Any]]) -> _Internal:
-    """The stand-in's planted errors in this episode's proposals, and how many of them a
-    check caught: each proposal (a Decision request of purpose ``plan``) is found in the log
-    by its request's hash and how many times that request was sent before; it is caught when
-    a correction follows it before a program runs."""
-    planted = {
-        (str(e["hash"]), int(e["n"])): bool(e.get("planted"))
-        for e in log
-        if e.get("bot") == "decision"
-    }
+#: the internal checks that are the runtime's own, not a model's answer
+RUNTIME_CHECKS = frozenset({"format", "refused", "compare", "dry_run"})
+
+
+def internal_errors(
+    records: Sequence[dict[str, Any]], log: Sequence[dict[str, Any]]
+) -> InternalErrors:
+    """The planted errors of one episode, from its records and the stand-in's log entries
+    written during it (the server's requests in order, as the episode sent them). A proposal
+    (a Decision request of purpose ``plan``) is matched to its log entry by the request's
+    hash and how many times this episode had sent that request before, counted the same way
+    on both sides, so another episode's requests (another method's identical first request)
+    never count here, whatever order the methods ran in."""
+    seen: dict[str, int] = {}
+    planted: dict[tuple[str, int], bool] = {}
+    for entry in (e for e in log if e.get("bot") == "decision"):
+        digest = str(entry["hash"])
+        planted[(digest, seen.get(digest, 0))] = bool(entry.get("planted"))
+        seen[digest] = seen.get(digest, 0) + 1
     sent: dict[str, int] = {}
-    total = caught = 0
-    open_ = False
+    found = InternalErrors()
+    open_ = False  # the last proposal carries a planted error not yet sent back
+    pending = 0  # errors sent back, waiting for the next program that runs
     for record in records:
         kind = record.get("kind")
         if kind == "request" and record.get("bot") == "decision":
@@ -247,13 +274,17 @@ def _internal(records: Sequence[dict[str, Any]], log: Sequence[dict[str, Any]]) 
             sent[digest] = n + 1
             if record.get("purpose") == "plan":
                 open_ = planted.get((digest, n), False)
-                total += open_
+                found.planted += open_
         elif kind == "correction" and open_ and record.get("phase") in INTERNAL:
-            caught += 1
+            found.detected += 1
+            found.by_runtime += record.get("phase") in RUNTIME_CHECKS
+            pending += 1
             open_ = False
         elif kind == "program":
-            open_ = False
-    return _Internal(total, caught)
+            if not open_:
+                found.corrected += pending
+            pending, open_ = 0, False
+    return found
 
 
 def _row(
@@ -265,7 +296,7 @@ def _row(
     passed: bool,
     verdicts: list[bool],
     events: list[Event],
-    internal: _Internal,
+    internal: InternalErrors,
     seconds: float,
 ) -> EpisodeRow:
     broke = bool(events) and bool(verdicts) and not verdicts[0]
@@ -287,7 +318,8 @@ def _row(
         runs=runs,
         asks=asks,
         internal_detected=internal.detected,
-        internal_corrected=internal.detected if passed else 0,
+        internal_by_runtime=internal.by_runtime,
+        internal_corrected=internal.corrected,
         planted=internal.planted,
         disturbed=bool(events),
         disturbance_broke=broke,

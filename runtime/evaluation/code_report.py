@@ -11,14 +11,21 @@ each (method, model) is one line of a table, models in the order they first appe
 - **Table IV**: the ablations: full, without internal, without external, without both.
 - **Table V** (ReplanVLM only): internal errors detected and corrected, of those the
   stand-in planted (its log: ``planted``, ``internal_detected``, ``internal_corrected``
-  per episode); external errors detected and corrected, of the disturbances the twin logged
-  that broke the task (``disturbance_broke``; ``external_detected``: the Extra Bot said
-  "not done" after it; ``external_corrected``: the task was done in the end).
+  per episode, each error attributed to the proposal it was planted in); of those detected,
+  the ones the runtime's own checks caught (``internal_by_runtime``: the form, the
+  allow-list, the dry run and the comparison, not the Inner Bot, which the stand-in answers
+  itself, so that line is not graded by the model that planted the error); external errors
+  detected and corrected, of the disturbances the twin logged that broke the task
+  (``disturbance_broke``; ``external_detected``: the outer check, the goal's relations or
+  the Extra Bot, said "not done" after it; ``external_corrected``: the task was done in the
+  end).
 
 Tables II-IV count undisturbed episodes only (``disturbed`` false; ``build_tables(...,
 include_disturbed=True)`` counts all). A success cell is the share of that task's episodes
 that passed the judge; the average is the mean over the tasks with episodes, as the seed
-averages. Each table ends with the seed's own figures (GPT-4V, in simulation), marked so.
+averages. Each table ends with the seed's own figures (GPT-4V), marked with where they were
+measured: Table II has both its columns (real robots, simulation); Tables III, IV and V are
+the seed's real-robot experiments (their ReplanVLM line is Table II's real-robot column).
 """
 
 from __future__ import annotations
@@ -68,7 +75,11 @@ ABLATIONS = ("full", "no_internal", "no_external", "no_both")
 COMPARED = ("saycan", "progprompt", "full")
 #: the label of the seed's own figures
 SEED = "seed paper (GPT-4V)"
-_SEED_SUCCESS: dict[str, tuple[int, ...]] = {  # Tables II (simulations), III and IV, in %
+#: where the seed measured each of its tables' figures
+SIM, REAL = "sim", "real robot"
+#: in %: ReplanVLM's simulated column of Table II; the others from Tables III and IV (real
+#: robots; the seed's text gives 78.5% for "without external", its table's rows average 82.9%)
+_SEED_SUCCESS: dict[str, tuple[int, ...]] = {
     "full": (100, 100, 90, 90, 100, 90, 90),
     "saycan": (50, 0, 0, 20, 0, 0, 0),
     "progprompt": (70, 0, 0, 50, 70, 20, 10),
@@ -104,6 +115,7 @@ class EpisodeRow:
     internal_detected: int = 0
     internal_corrected: int = 0
     planted: int = 0
+    internal_by_runtime: int = 0
     disturbed: bool = False
     disturbance_broke: bool = False
     external_detected: bool = False
@@ -113,11 +125,14 @@ class EpisodeRow:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method {self.method!r}: one of {', '.join(METHODS)}")
-        if not self.internal_corrected <= self.internal_detected <= self.planted:
+        if not (
+            self.internal_corrected <= self.internal_detected <= self.planted
+            and self.internal_by_runtime <= self.internal_detected
+        ):
             raise ValueError(
                 f"task {self.task} trial {self.trial}: internal corrected "
-                f"{self.internal_corrected} <= detected {self.internal_detected} <= planted "
-                f"{self.planted} does not hold"
+                f"{self.internal_corrected} (and by the runtime {self.internal_by_runtime}) "
+                f"<= detected {self.internal_detected} <= planted {self.planted} does not hold"
             )
 
 
@@ -253,10 +268,13 @@ def _success_table(
         if (line := _success(rows, method, model)) is not None
     ]
     for method in methods:
-        if number == "II":  # the seed's Table II has both: the simulated column here
-            lines.append(_seed(method, _SEED_SUCCESS[method], f"{METHODS[method]} · {SEED}, sim"))
-        else:
-            lines.append(_seed(method, _SEED_FULL if method == "full" else _SEED_SUCCESS[method]))
+        name = f"{METHODS[method]} · {SEED}"
+        if number == "II":  # the seed's Table II has both columns
+            lines.append(_seed(method, _SEED_FULL, f"{name}, {REAL}"))
+            lines.append(_seed(method, _SEED_SUCCESS[method], f"{name}, {SIM}"))
+        else:  # Tables III and IV: the seed's real-robot experiments
+            values = _SEED_FULL if method == "full" else _SEED_SUCCESS[method]
+            lines.append(_seed(method, values, f"{name}, {REAL}"))
     return ReportTable(number, title, _tasks(rows), lines)
 
 
@@ -290,6 +308,9 @@ def _errors_table(rows: Sequence[EpisodeRow]) -> ReportTable:
             continue
         measures = {
             "internal detected": _per_task(mine, lambda r: r.internal_detected, _planted),
+            "of those, by the runtime's checks": _per_task(
+                mine, lambda r: r.internal_by_runtime, lambda r: r.internal_detected
+            ),
             "internal corrected": _per_task(mine, lambda r: r.internal_corrected, _planted),
             "external detected": _per_task(mine, lambda r: _broke(r) * r.external_detected, _broke),
             "external corrected": _per_task(
@@ -300,7 +321,7 @@ def _errors_table(rows: Sequence[EpisodeRow]) -> ReportTable:
             lines.append(Line(f"{measure} · {model}", "full", model, measure, by_task))
     for measure, values in _SEED_ERRORS.items():
         percent = {t: float(v) for t, v in enumerate(values, 1)}
-        lines.append(Line(f"{measure} · {SEED}", "full", SEED, measure, {}, percent))
+        lines.append(Line(f"{measure} · {SEED}, {REAL}", "full", SEED, measure, {}, percent))
     title = "error detection and correction, ReplanVLM"
     return ReportTable("V", title, _tasks(rows), lines, counts=True)
 
