@@ -136,7 +136,7 @@ def run_episode(
         recording.unlink(missing_ok=True)
         shutil.rmtree(images_dir(recording), ignore_errors=True)
     text_only = text_only_model(model)
-    logged = len(planted())  # the stand-in's log entries of earlier episodes
+    episode = recording_name(task, method, model, trial).removesuffix(".jsonl")
     began = time.perf_counter()
     with code_world(robot, task.scene, embedder, detector) as (twin, api):
         set_up(twin, task, rng, solved=lambda t: judge(t, task, robot.code.handover).passed)
@@ -160,7 +160,7 @@ def run_episode(
             }
             recorder.write("header", **code_header(robot, task_info, options))
             with (
-                open_bots(robot, recorder, base_url) as bots,
+                open_bots(robot, recorder, base_url, episode) as bots,
                 _maybe_disturbed(twin, disturb) as events,
             ):
                 outcome = _run_method(
@@ -170,7 +170,7 @@ def run_episode(
                 recorder.write("end", done=outcome.done, ended=outcome.ended)
             records = list(recorder.records)
         passed = judge(twin, task, robot.code.handover).passed
-    scored = internal_errors(records, planted()[logged:])
+    scored = internal_errors(records, planted())
     return _row(task, trial, method, model, outcome, passed, world.verdicts, events, scored,
                 time.perf_counter() - began)  # fmt: skip
 
@@ -234,13 +234,14 @@ class InternalErrors:
     """The stand-in's planted errors in one episode's proposals: ``planted``, of those
     ``detected`` (a check sent it back before it ran), ``by_runtime`` of those detected by
     the runtime's own checks (form, allow-list, dry run, comparison: not the Inner Bot,
-    which the stand-in answers itself), and ``corrected`` (after it was sent back, the next
-    program that ran carried no planted error)."""
+    which the stand-in answers itself), and ``replaced`` (after it was sent back, the next
+    program that ran carried no planted error). An error is *corrected* when it was replaced
+    and the episode then passed (the row's ``internal_corrected``)."""
 
     planted: int = 0
     detected: int = 0
     by_runtime: int = 0
-    corrected: int = 0
+    replaced: int = 0
 
 
 #: the internal checks that are the runtime's own, not a model's answer
@@ -250,18 +251,18 @@ RUNTIME_CHECKS = frozenset({"format", "refused", "compare", "dry_run"})
 def internal_errors(
     records: Sequence[dict[str, Any]], log: Sequence[dict[str, Any]]
 ) -> InternalErrors:
-    """The planted errors of one episode, from its records and the stand-in's log entries
-    written during it (the server's requests in order, as the episode sent them). A proposal
-    (a Decision request of purpose ``plan``) is matched to its log entry by the request's
-    hash and how many times this episode had sent that request before, counted the same way
-    on both sides, so another episode's requests (another method's identical first request)
-    never count here, whatever order the methods ran in."""
-    seen: dict[str, int] = {}
-    planted: dict[tuple[str, int], bool] = {}
-    for entry in (e for e in log if e.get("bot") == "decision"):
-        digest = str(entry["hash"])
-        planted[(digest, seen.get(digest, 0))] = bool(entry.get("planted"))
-        seen[digest] = seen.get(digest, 0) + 1
+    """The planted errors of one episode, from its records and the stand-in's log. Each
+    request names its episode and how many times the episode sent it before (``episode``,
+    ``repeat``: its record, and the body's ``user`` field the stand-in keys its draws by); a
+    proposal (a Decision request of purpose ``plan``) is matched to the log entry of the same
+    episode, hash and repeat, so another episode's requests (another method's identical first
+    request) never count here, whatever order the methods ran in."""
+    episode = next((r.get("episode") for r in records if r.get("kind") == "request"), None)
+    planted = {
+        (str(e["hash"]), int(e["n"])): bool(e.get("planted"))
+        for e in log
+        if e.get("bot") == "decision" and e.get("episode") == episode
+    }
     sent: dict[str, int] = {}
     found = InternalErrors()
     open_ = False  # the last proposal carries a planted error not yet sent back
@@ -270,7 +271,7 @@ def internal_errors(
         kind = record.get("kind")
         if kind == "request" and record.get("bot") == "decision":
             digest = str(record.get("hash"))
-            n = sent.get(digest, 0)
+            n = int(record.get("repeat", sent.get(digest, 0)))
             sent[digest] = n + 1
             if record.get("purpose") == "plan":
                 open_ = planted.get((digest, n), False)
@@ -282,7 +283,7 @@ def internal_errors(
             open_ = False
         elif kind == "program":
             if not open_:
-                found.corrected += pending
+                found.replaced += pending
             pending, open_ = 0, False
     return found
 
@@ -319,7 +320,7 @@ def _row(
         asks=asks,
         internal_detected=internal.detected,
         internal_by_runtime=internal.by_runtime,
-        internal_corrected=internal.corrected,
+        internal_corrected=internal.replaced if passed else 0,
         planted=internal.planted,
         disturbed=bool(events),
         disturbance_broke=broke,

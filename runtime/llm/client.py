@@ -63,8 +63,12 @@ class ChatClient:
         transport: httpx.BaseTransport | None = None,
         event_hooks: Mapping[str, list[Callable[..., Any]]] | None = None,
         seed: int | None = None,
+        user: str | None = None,
     ) -> None:
+        """``user``: sent as every request's ``user`` field (OpenAI's end-user identifier;
+        the evaluation names its episode with it, which a stand-in keys its draws by)."""
         self.config = config
+        self.user = user
         self.base_url = (base_url or config.base_url).rstrip("/")
         #: the form a schema is sent in: [llm] structured_output, "auto" resolved for this URL
         self.structured_output: Form = resolve(
@@ -120,6 +124,8 @@ class ChatClient:
             "temperature": self.config.temperature,
             "max_tokens": self.config.max_tokens,
         }
+        if self.user is not None:
+            body["user"] = self.user
         if schema is not None:
             form = response_format(self.structured_output, schema)
             if form is not None:

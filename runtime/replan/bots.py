@@ -56,24 +56,34 @@ class HttpBot:
     ``request`` then a ``reply`` (or an ``error``) record with the bot's name, and counted
     (``calls``, and ``seconds`` of the model's time)."""
 
-    def __init__(self, name: str, client: Completes, recorder: Recorder) -> None:
+    def __init__(
+        self, name: str, client: Completes, recorder: Recorder, episode: str | None = None
+    ) -> None:
         self.name = name
         self.client = client
         self.recorder = recorder
         self.calls = 0
         self.seconds = 0.0
+        #: the episode its requests name (their ``user`` field), and each request's repeats
+        self.episode = episode
+        self._repeats: dict[str, int] = {}
 
     def ask(
         self, purpose: str, messages: Sequence[Message], schema: Mapping[str, Any] | None = None
     ) -> str:
         sent = [dict(m) for m in messages]
+        digest = request_hash(sent)
+        repeat = self._repeats.get(digest, 0)
+        self._repeats[digest] = repeat + 1
+        named = {} if self.episode is None else {"episode": self.episode, "repeat": repeat}
         self.recorder.write(
             "request",
             bot=self.name,
             purpose=purpose,
             messages=sent,
             schema=schema,
-            hash=request_hash(sent),
+            hash=digest,
+            **named,
         )
         began = time.perf_counter()
         self.calls += 1
@@ -102,19 +112,23 @@ class HttpBot:
 
 @contextmanager
 def open_bots(
-    robot: RobotConfig, recorder: Recorder, base_url: str | None = None
+    robot: RobotConfig,
+    recorder: Recorder,
+    base_url: str | None = None,
+    episode: str | None = None,
 ) -> Iterator[Bots]:
     """The three bots of ``robot``'s ``[code]`` (``base_url``: one endpoint for all three,
-    e.g. a stand-in's, overriding robot.toml's)."""
+    e.g. a stand-in's, overriding robot.toml's; ``episode``: the name every request carries
+    in its ``user`` field and its record, with how often this episode sent it before)."""
     with ExitStack() as stack:
         made: dict[str, HttpBot] = {}
         for role in ROLES:
             config = getattr(robot.code, role).llm(robot.llm)
             if base_url is not None:
                 config = config.model_copy(update={"base_url": base_url})
-            client = stack.enter_context(ChatClient(config))
+            client = stack.enter_context(ChatClient(config, user=episode))
             recorder.hide(config.api_key())
-            made[role] = HttpBot(role, client, recorder)
+            made[role] = HttpBot(role, client, recorder, episode)
         yield Bots(made["decision"], made["inner"], made["extra"])
 
 

@@ -63,6 +63,7 @@ class Request:
     images: list[npt.NDArray[np.uint8]]
     messages: list[Mapping[str, Any]]
     schema: Mapping[str, Any] | None
+    episode: str | None = None  # the body's "user" field: the episode that sent it
 
 
 def read_request(body: Any) -> Request:
@@ -80,7 +81,10 @@ def read_request(body: Any) -> Request:
     user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
     if user is None:
         raise BadRequest("no user message")
-    return Request(ROLES[first], message_text(user), _images(user), messages, response_schema(body))
+    episode = body.get("user") if isinstance(body.get("user"), str) else None
+    return Request(
+        ROLES[first], message_text(user), _images(user), messages, response_schema(body), episode
+    )
 
 
 def _images(message: Mapping[str, Any]) -> list[npt.NDArray[np.uint8]]:
@@ -155,8 +159,12 @@ class VLMStandIn(SeededStandIn):
         super().__init__(seed, competence, log, host, port)
 
     def _draws(self, request: Request) -> planting.Draws:
+        """Seeded by the request and how many times it came before: in its episode when the
+        request names one (so an episode's draws do not depend on what ran before it on this
+        server), else in the server's life."""
         digest = planting.request_hash(request.messages)
-        return planting.Draws(self.seed, digest, self.count(digest), self.competence)
+        key = digest if request.episode is None else f"{request.episode}/{digest}"
+        return planting.Draws(self.seed, digest, self.count(key), self.competence)
 
     def answer(self, body: Any) -> str:
         """The reply's content for a request body; BadRequest when it cannot be read."""
@@ -208,6 +216,7 @@ class VLMStandIn(SeededStandIn):
         self.write_log(
             {
                 "bot": "decision",
+                "episode": request.episode,
                 "hash": draws.digest,
                 "n": draws.seen,
                 "task": task,
@@ -247,6 +256,7 @@ class VLMStandIn(SeededStandIn):
         self.write_log(
             {
                 "bot": "extra",
+                "episode": request.episode,
                 "hash": draws.digest,
                 "n": draws.seen,
                 "task": task,
