@@ -6,7 +6,10 @@
 - ``sim``: the twin's SimArm itself;
 - ``so101``: So101Arm on the pty of the Feetech servo-bus emulator, whose servos move a
   kinematic model of the SO-101 (not the physics twin: the twin's arm is the Panda), so the
-  checks that need the twin are skipped for it as on hardware.
+  checks that need the twin are skipped for it as on hardware;
+- ``moveo``: GcodeArm with ``kinematics = "joints"`` on the Marlin emulator's pty in joint space
+  (axes X Y Z A B are the BCN3D Moveo's joints), whose backend is a kinematic model of that arm
+  computing the tool's pose link by link, apart from the driver's DH chain and IK (no twin).
 
 With ``ONBOARD_GCODE_PORT`` (a serial url, e.g. /dev/ttyUSB0, with ``ONBOARD_GCODE_DIALECT``
 marlin or grbl) or ``ONBOARD_JAKA_HOST`` or ``ONBOARD_SO101_PORT`` (the bus adapter) set, the
@@ -44,6 +47,7 @@ from onboard.drivers.emulators.feetech_pty import So101Emulator
 from onboard.drivers.emulators.grbl_pty import GrblEmulator
 from onboard.drivers.emulators.jaka_server import JakaServer
 from onboard.drivers.emulators.marlin_pty import MarlinEmulator
+from onboard.drivers.emulators.moveo import moveo_config, serve_moveo
 from onboard.drivers.twin import SCENES, Twin
 from onboard.drivers.twin.tasks import pick_and_place
 
@@ -52,7 +56,7 @@ GCODE_DIALECT = os.environ.get("ONBOARD_GCODE_DIALECT", "marlin")
 JAKA_HOST = os.environ.get("ONBOARD_JAKA_HOST")
 SCENE = SCENES / "blocks.toml"
 ROOT = Path(__file__).resolve().parent.parent
-DRIVERS = ["marlin", "grbl", "jaka", "sim", "so101"]
+DRIVERS = ["marlin", "grbl", "jaka", "sim", "so101", "moveo"]
 SO101_PORT = os.environ.get("ONBOARD_SO101_PORT")
 #: a GRBL machine set up for the arm: homing on ($22), max rates 12 m/min ($110-$112; GRBL's
 #: default is 500 mm/min)
@@ -130,6 +134,13 @@ def so101() -> Iterator[Rig]:
         yield Rig("so101", arm)
 
 
+def moveo() -> Iterator[Rig]:
+    """The joint-space G-code driver on Marlin's emulator, driving the Moveo model."""
+    _, marlin = serve_moveo(boot_time=0.05)
+    with marlin as pty, GcodeArm(moveo_config(pty.path, timeout=BOUND, grip_settle=0.0)) as arm:
+        yield Rig("moveo", arm)
+
+
 def hardware(kind: str) -> Iterator[Rig] | None:
     if kind == "so101" and SO101_PORT:
         return _connected(Rig(kind, So101Arm(So101ArmConfig(url=SO101_PORT))))
@@ -161,6 +172,9 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
         return
     if request.param == "so101":
         yield from so101()
+        return
+    if request.param == "moveo":
+        yield from moveo()
         return
     with Twin(SCENE) as twin:
         yield from emulated(request.param, twin)
