@@ -3,7 +3,8 @@
 Every driver runs on the real link (G-code and the SO-101's servo bus: a pty; JAKA: loopback
 TCP) to its emulator, which drives the physics twin's SimArm (the SO-101's: a kinematic arm
 whose servos move in wall time; the Moveo's, a joint-space G-code arm: Marlin's emulator in
-joint space on a kinematic model of that arm); the reference column is that SimArm called
+joint space on a kinematic model of that arm; "panda (marlin, joints)": Marlin in joint space
+on the twin's Panda, onboard doing its kinematics); the reference column is that SimArm called
 directly, so the difference is what the protocol, the link and the driver add.
 
     .venv/bin/python bench/arm_drivers.py
@@ -29,6 +30,7 @@ from onboard.drivers.emulators.grbl_pty import GrblEmulator
 from onboard.drivers.emulators.jaka_server import JakaServer
 from onboard.drivers.emulators.marlin_pty import MarlinEmulator
 from onboard.drivers.emulators.moveo import moveo_config, serve_moveo
+from onboard.drivers.emulators.panda_joints import panda_config
 from onboard.drivers.twin import SCENES, Twin
 
 STATE_CALLS = 300
@@ -50,6 +52,13 @@ def rig(kind: str) -> Iterator[Arm]:
         try:
             if kind == "sim (direct, reference)":
                 yield backend
+            elif kind.startswith("panda"):
+                with MarlinEmulator(
+                    backend, emergency_parser=True, rotary_axes="ABCU", joint_space=True
+                ) as pty:
+                    config = panda_config(pty.path, timeout=5.0, grip_settle=0.0)
+                    with GcodeArm(config) as arm:
+                        yield arm
             elif kind.startswith(("marlin", "grbl")):
                 dialect = "marlin" if kind.startswith("marlin") else "grbl"
                 pty = (
@@ -128,6 +137,7 @@ def main() -> None:
         "jaka, queries",
         "so101 over pty",
         "moveo (marlin, joints) over pty",
+        "panda (marlin, joints) over pty",
     ]
     results = {kind: measure(kind) for kind in kinds}
     table = Table(title="Arm command round trip (p50 / p99 / max)")
@@ -140,7 +150,7 @@ def main() -> None:
     Console().print(table)
     print("moves are almost all simulated physics (the twin steps until the arm settles); the")
     print("SO-101's and the Moveo's are wall time: their joints move at their speed, as real")
-    print("ones do (the Moveo's includes onboard's IK of every 5 mm waypoint)")
+    print("ones do; the joint-space rows include onboard's IK of every 5 mm waypoint")
     stats = {k: {m: summary(v) for m, v in r.items()} for k, r in results.items()}
     path = write_results("drivers", {"environment": environment(), "stats": stats})
     print(f"wrote {path}")

@@ -162,6 +162,15 @@ class GcodeArmConfig(BaseModel):
     tool: tuple[float, float, float] = Field(
         default=(0.0, 0.0, 0.0), description="m: the tool point in the last joint's DH frame"
     )
+    tool_rotation: tuple[float, float, float] = Field(
+        default=(0.0, 0.0, 0.0),
+        description="rad: the tool's frame turned from the last joint's (roll, pitch, yaw)",
+    )
+    dh: Literal["standard", "modified"] = Field(
+        default="standard",
+        description="the joints' DH convention: standard (distal) or modified (Craig's: a and "
+        "alpha of the link before the joint)",
+    )
     segment: Annotated[
         float, Field(gt=0, description="kinematics = joints: m between move_to's waypoints")
     ] = 0.005

@@ -1,9 +1,12 @@
 """A serial arm's kinematics from its Denavit-Hartenberg table: forward kinematics, and
 inverse kinematics by damped least squares.
 
-Standard (distal) DH: link ``i`` is ``Rz(theta_i) Tz(d_i) Tx(a_i) Rx(alpha_i)``; a revolute
+Standard (distal) DH: link ``i`` is ``Rz(theta_i) Tz(d_i) Tx(a_i) Rx(alpha_i)``; modified
+(proximal, Craig's: what Franka publishes for the Panda) is ``Rx(alpha_{i-1}) Tx(a_{i-1})
+Rz(theta_i) Tz(d_i)``, the row holding ``a`` and ``alpha`` of the link before. A revolute
 joint's variable adds to ``theta``, a prismatic joint's to ``d``. The tool point is ``tool``
-(metres) in the last link's frame, and the tool's frame is that frame. Joint variables are
+(metres) in the last link's frame, and the tool's frame is that frame turned by
+``tool_rotation`` (roll, pitch, yaw in radians, extrinsic XYZ). Joint variables are
 radians (revolute) or metres (prismatic), as the Arm API's ``joints``.
 
 :meth:`Chain.solve` iterates ``dq = J^T (J J^T + lambda^2 I)^-1 e`` on the position error
@@ -47,12 +50,22 @@ class Link:
     d: float = 0.0
     theta: float = 0.0
     prismatic: bool = False
+    modified: bool = False  # Craig's convention: a and alpha come before the joint
 
     def transform(self, q: float) -> Matrix:
         theta = self.theta + (0.0 if self.prismatic else q)
         d = self.d + (q if self.prismatic else 0.0)
         ct, st = math.cos(theta), math.sin(theta)
         ca, sa = math.cos(self.alpha), math.sin(self.alpha)
+        if self.modified:
+            return np.array(
+                [
+                    [ct, -st, 0.0, self.a],
+                    [st * ca, ct * ca, -sa, -sa * d],
+                    [st * sa, ct * sa, ca, ca * d],
+                    [0.0, 0.0, 0.0, 1.0],
+                ]
+            )
         return np.array(
             [
                 [ct, -st * ca, st * sa, self.a * ct],
@@ -71,6 +84,7 @@ class Chain:
     lower: tuple[float, ...]
     upper: tuple[float, ...]
     tool: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    tool_rotation: tuple[float, float, float] = (0.0, 0.0, 0.0)
     name: str = "arm"
     orientation_weight: float = 0.1  # m per rad: 10 degrees weigh as much as 17 mm
     tolerance: float = 0.0005  # m (and tolerance / orientation_weight rad) to converge
@@ -91,6 +105,8 @@ class Chain:
             frames.append(frames[-1] @ link.transform(float(q)))
         tool = frames[-1].copy()
         tool[:3, 3] = frames[-1][:3, :3] @ np.array(self.tool) + frames[-1][:3, 3]
+        if any(self.tool_rotation):
+            tool[:3, :3] = frames[-1][:3, :3] @ rpy_to_matrix(self.tool_rotation)
         frames.append(tool)
         return frames
 
@@ -145,8 +161,9 @@ class Chain:
         )
 
     def _facing(self, q: Matrix, goal: Matrix) -> Matrix:
-        """``q`` with the first joint (about the base's z axis, in every DH table) turned so
-        that the tool's azimuth is the goal's: restarts begin facing the target."""
+        """``q`` with the first joint (about the base's z axis in a standard table, and in a
+        modified one whose first alpha is 0) turned so that the tool's azimuth is the goal's:
+        restarts begin facing the target."""
         if self.links[0].prismatic or math.hypot(goal[0], goal[1]) < 1e-6:
             return q
         tool = self.frames(q)[-1][:3, 3]
@@ -206,7 +223,9 @@ class Chain:
     def _jacobian(self, frames: list[Matrix]) -> Matrix:
         end = frames[-1][:3, 3]
         columns = []
-        for link, frame in zip(self.links, frames[:-2], strict=True):
+        # a joint turns about its own frame's z (modified DH) or the frame before's (standard)
+        axes = frames[1:-1] if self.links[0].modified else frames[:-2]
+        for link, frame in zip(self.links, axes, strict=True):
             z, origin = frame[:3, 2], frame[:3, 3]
             if link.prismatic:
                 columns.append(np.concatenate([z, np.zeros(3)]))

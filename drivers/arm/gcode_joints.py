@@ -44,6 +44,7 @@ def chain_of(config: GcodeArmConfig) -> Chain:
                 d=joint.d,
                 theta=math.radians(joint.theta),
                 prismatic=not turns,
+                modified=config.dh == "modified",
             )
         )
         to_api = math.radians if turns else (lambda v: v / 1000.0)
@@ -54,6 +55,7 @@ def chain_of(config: GcodeArmConfig) -> Chain:
         tuple(lower),
         tuple(upper),
         tool=config.tool,
+        tool_rotation=config.tool_rotation,
         name="GcodeArm",
         tolerance=config.ik_tolerance,
     )

@@ -231,7 +231,11 @@ def _parser() -> argparse.ArgumentParser:
         help='ground truth for judges, never the robot: JSON lines {"get": "truth"} and '
         '{"move": NAME, "position": [x, y, z]} (%(default)s; drivers/emulators/truth_server.py)',
     )
-    q.add_argument("--no-gcode", action="store_true", help="no G-code ptys (Marlin, GRBL)")
+    q.add_argument(
+        "--no-gcode",
+        action="store_true",
+        help="no G-code ptys (Marlin, GRBL, Marlin in joint space)",
+    )
     q.add_argument(
         "--no-so101",
         action="store_true",
