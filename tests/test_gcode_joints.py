@@ -145,7 +145,7 @@ def test_out_of_reach_and_out_of_limits_are_refused_before_anything_is_sent(
     with pytest.raises(ArmError, match=r"out of reach within the joint limits") as info:
         arm.move_to(tucked, 0.1)
     assert "\n" not in str(info.value) and "nothing was sent" in str(info.value)
-    too_far = (here.joints[0] + math.radians(200), *here.joints[1:])
+    too_far = (math.radians(150), *here.joints[1:])
     with pytest.raises(ArmError, match=r"joint X = .* outside its limits \[-121.5, 121.5\] deg"):
         arm.move_joints(too_far, 0.5)
     assert (arm.state().last_command, model.moves) == before  # no line, no motion
@@ -158,9 +158,8 @@ def test_safe_arm_checks_a_joint_move_against_the_workspace(
     put the tool into the table is refused before the driver sees it."""
     model, arm = moveo
     safe = SafeArm(arm, SafetyLimits(), forward_kinematics=arm.forward)
-    here = arm.state().joints
-    down = (here[0], here[1] + math.radians(60), *here[2:])  # the shoulder far forward
-    assert arm.forward(down).z < 0.02
+    down = tuple(math.radians(v) for v in (0, 75, 90, 0, 90))  # bent forward into the table
+    assert CHAIN.within(down) is None and arm.forward(down).z < 0.0
     moves = model.moves
     with pytest.raises(SafetyError, match=r"SafeArm: z=-[\d.]+ m is outside the workspace"):
         safe.move_joints(down, 0.5)
