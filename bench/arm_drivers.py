@@ -2,8 +2,10 @@
 
 Every driver runs on the real link (G-code and the SO-101's servo bus: a pty; JAKA: loopback
 TCP) to its emulator, which drives the physics twin's SimArm (the SO-101's: a kinematic arm
-whose servos move in wall time); the reference column is that SimArm called directly,
-so the difference is what the protocol, the link and the driver add.
+whose servos move in wall time; the Moveo's, a joint-space G-code arm: Marlin's emulator in
+joint space on a kinematic model of that arm; "panda (marlin, joints)": Marlin in joint space
+on the twin's Panda, onboard doing its kinematics); the reference column is that SimArm called
+directly, so the difference is what the protocol, the link and the driver add.
 
     .venv/bin/python bench/arm_drivers.py
 """
@@ -27,6 +29,8 @@ from onboard.drivers.emulators.feetech_pty import So101Emulator
 from onboard.drivers.emulators.grbl_pty import GrblEmulator
 from onboard.drivers.emulators.jaka_server import JakaServer
 from onboard.drivers.emulators.marlin_pty import MarlinEmulator
+from onboard.drivers.emulators.moveo import moveo_config, serve_moveo
+from onboard.drivers.emulators.panda_joints import panda_config
 from onboard.drivers.twin import SCENES, Twin
 
 STATE_CALLS = 300
@@ -39,12 +43,22 @@ def rig(kind: str) -> Iterator[Arm]:
     if kind.startswith("so101"):
         yield from so101()
         return
+    if kind.startswith("moveo"):
+        yield from moveo()
+        return
     with Twin(SCENES / "blocks.toml") as twin:
         backend = SimArm(twin)
         backend.connect()
         try:
             if kind == "sim (direct, reference)":
                 yield backend
+            elif kind.startswith("panda"):
+                with MarlinEmulator(
+                    backend, emergency_parser=True, rotary_axes="ABCU", joint_space=True
+                ) as pty:
+                    config = panda_config(pty.path, timeout=5.0, grip_settle=0.0)
+                    with GcodeArm(config) as arm:
+                        yield arm
             elif kind.startswith(("marlin", "grbl")):
                 dialect = "marlin" if kind.startswith("marlin") else "grbl"
                 pty = (
@@ -84,6 +98,14 @@ def so101() -> Iterator[Arm]:
         yield arm
 
 
+def moveo() -> Iterator[Arm]:
+    """GcodeArm in joint space (onboard's IK) on the Marlin emulator driving the Moveo model,
+    whose joints move in wall time."""
+    _, marlin = serve_moveo()
+    with marlin as pty, GcodeArm(moveo_config(pty.path, timeout=5.0, grip_settle=0.0)) as arm:
+        yield arm
+
+
 def timed(call: Callable[[], object], n: int) -> list[float]:
     samples = []
     for _ in range(n):
@@ -114,6 +136,8 @@ def main() -> None:
         "jaka, status stream",
         "jaka, queries",
         "so101 over pty",
+        "moveo (marlin, joints) over pty",
+        "panda (marlin, joints) over pty",
     ]
     results = {kind: measure(kind) for kind in kinds}
     table = Table(title="Arm command round trip (p50 / p99 / max)")
@@ -125,7 +149,8 @@ def main() -> None:
         table.add_row(label, *[fmt_ms(summary(results[kind][metric])) for kind in kinds])
     Console().print(table)
     print("moves are almost all simulated physics (the twin steps until the arm settles); the")
-    print("SO-101's are wall time: its servos move at their speed, as real ones do")
+    print("SO-101's and the Moveo's are wall time: their joints move at their speed, as real")
+    print("ones do; the joint-space rows include onboard's IK of every 5 mm waypoint")
     stats = {k: {m: summary(v) for m, v in r.items()} for k, r in results.items()}
     path = write_results("drivers", {"environment": environment(), "stats": stats})
     print(f"wrote {path}")

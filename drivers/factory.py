@@ -97,7 +97,10 @@ def _arm(
     if config.kind == "gcode":
         from onboard.drivers.arm.gcode import GcodeArm
 
-        arm = GcodeArm(config)
+        gcode = GcodeArm(config)
+        arm = gcode
+        if gcode.joint_space is not None:  # joint moves are checked against the workspace
+            forward = gcode.forward
     elif config.kind == "jaka":
         from onboard.drivers.arm.jaka import JakaArm
 

@@ -6,7 +6,12 @@
 - ``sim``: the twin's SimArm itself;
 - ``so101``: So101Arm on the pty of the Feetech servo-bus emulator, whose servos move a
   kinematic model of the SO-101 (not the physics twin: the twin's arm is the Panda), so the
-  checks that need the twin are skipped for it as on hardware.
+  checks that need the twin are skipped for it as on hardware;
+- ``moveo``: GcodeArm with ``kinematics = "joints"`` on the Marlin emulator's pty in joint space
+  (axes X Y Z A B are the BCN3D Moveo's joints), whose backend is a kinematic model of that arm
+  computing the tool's pose link by link, apart from the driver's DH chain and IK (no twin);
+- ``panda-joints``: the same driver on a Marlin emulator in joint space whose axes X Y Z A B C
+  U are the twin's Panda joints (Franka's published DH table; PyBullet's pose is the truth).
 
 With ``ONBOARD_GCODE_PORT`` (a serial url, e.g. /dev/ttyUSB0, with ``ONBOARD_GCODE_DIALECT``
 marlin or grbl) or ``ONBOARD_JAKA_HOST`` or ``ONBOARD_SO101_PORT`` (the bus adapter) set, the
@@ -44,6 +49,8 @@ from onboard.drivers.emulators.feetech_pty import So101Emulator
 from onboard.drivers.emulators.grbl_pty import GrblEmulator
 from onboard.drivers.emulators.jaka_server import JakaServer
 from onboard.drivers.emulators.marlin_pty import MarlinEmulator
+from onboard.drivers.emulators.moveo import moveo_config, serve_moveo
+from onboard.drivers.emulators.panda_joints import panda_config
 from onboard.drivers.twin import SCENES, Twin
 from onboard.drivers.twin.tasks import pick_and_place
 
@@ -52,7 +59,7 @@ GCODE_DIALECT = os.environ.get("ONBOARD_GCODE_DIALECT", "marlin")
 JAKA_HOST = os.environ.get("ONBOARD_JAKA_HOST")
 SCENE = SCENES / "blocks.toml"
 ROOT = Path(__file__).resolve().parent.parent
-DRIVERS = ["marlin", "grbl", "jaka", "sim", "so101"]
+DRIVERS = ["marlin", "grbl", "jaka", "sim", "so101", "moveo", "panda-joints"]
 SO101_PORT = os.environ.get("ONBOARD_SO101_PORT")
 #: a GRBL machine set up for the arm: homing on ($22), max rates 12 m/min ($110-$112; GRBL's
 #: default is 500 mm/min)
@@ -86,6 +93,15 @@ def emulated(kind: str, twin: Twin) -> Iterator[Rig]:
     backend.connect()
     if kind == "sim":
         yield Rig(kind, backend, Behind(twin, backend))
+    elif kind == "panda-joints":
+        joint_space = MarlinEmulator(
+            backend, emergency_parser=True, rotary_axes="ABCU", joint_space=True
+        )
+        with (
+            joint_space as pty,
+            GcodeArm(panda_config(pty.path, timeout=BOUND, grip_settle=0.0)) as arm,
+        ):
+            yield Rig(kind, arm, Behind(twin, backend, pty.worker))
     elif kind in ("marlin", "grbl"):
         # the Marlin build docs/drivers.md asks for: EMERGENCY_PARSER on, so M410 stops at once
         # GRBL: homing enabled, so it boots in alarm; its machine zero is the twin's base
@@ -130,6 +146,13 @@ def so101() -> Iterator[Rig]:
         yield Rig("so101", arm)
 
 
+def moveo() -> Iterator[Rig]:
+    """The joint-space G-code driver on Marlin's emulator, driving the Moveo model."""
+    _, marlin = serve_moveo(boot_time=0.05)
+    with marlin as pty, GcodeArm(moveo_config(pty.path, timeout=BOUND, grip_settle=0.0)) as arm:
+        yield Rig("moveo", arm)
+
+
 def hardware(kind: str) -> Iterator[Rig] | None:
     if kind == "so101" and SO101_PORT:
         return _connected(Rig(kind, So101Arm(So101ArmConfig(url=SO101_PORT))))
@@ -161,6 +184,9 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
         return
     if request.param == "so101":
         yield from so101()
+        return
+    if request.param == "moveo":
+        yield from moveo()
         return
     with Twin(SCENE) as twin:
         yield from emulated(request.param, twin)
@@ -323,7 +349,8 @@ def test_serve_exposes_every_protocol_and_stops_on_sigterm() -> None:
             marlin = re.search(r"gcode \(marlin\): (/dev/pts/\d+)", said)
             grbl = re.search(r"gcode \(grbl\): (/dev/pts/\d+)", said)
             so101 = re.search(r"so101 \(feetech bus[^)]*\): (/dev/pts/\d+)", said)
-            assert jaka and marlin and grbl and so101, said
+            joints = re.search(r"gcode \(marlin, joint space[^)]*\): (/dev/pts/\d+)", said)
+            assert jaka and marlin and grbl and so101 and joints, said
             host, port, status_port = jaka.group(1), int(jaka.group(2)), int(jaka.group(3))
             config = JakaArmConfig(host=host, port=port, status_port=status_port, grip_settle=0.0)
             with JakaArm(config) as arm:
@@ -333,6 +360,8 @@ def test_serve_exposes_every_protocol_and_stops_on_sigterm() -> None:
                 config = GcodeArmConfig(url=pty.group(1), dialect=dialect, grip_settle=0.0)
                 with GcodeArm(config) as arm:
                     assert close_to(arm.state().pose, by_tcp, 0.001)  # one twin behind all
+            with GcodeArm(panda_config(joints.group(1), grip_settle=0.0)) as arm:
+                assert close_to(arm.state().pose, by_tcp, 0.001)  # its joints, our kinematics
             with So101Arm(So101ArmConfig(url=so101.group(1))) as bus_arm:
                 assert not bus_arm.state().moving  # its own kinematic arm, not the twin's
             server.send_signal(signal.SIGTERM)

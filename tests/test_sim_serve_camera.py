@@ -48,9 +48,9 @@ LIMITS = SafetyLimits(z_floor=0.0, max_speed=0.5)  # the blocks rest below the d
 
 
 @contextlib.contextmanager
-def serving(scene: str = "blocks") -> Iterator[tuple[Served, threading.Event]]:
+def serving(scene: str = "blocks", gcode: bool = False) -> Iterator[tuple[Served, threading.Event]]:
     """``serve`` on ``scene``, every port free, in a thread; stopped at the end (or when the
-    test sets the event it is handed)."""
+    test sets the event it is handed); ``gcode``: the G-code emulators' ptys too."""
     stop, up = threading.Event(), threading.Event()
     where: list[Served] = []
 
@@ -66,7 +66,7 @@ def serving(scene: str = "blocks") -> Iterator[tuple[Served, threading.Event]]:
             "status_port": 0,
             "camera_port": 0,
             "truth_port": 0,
-            "gcode": False,
+            "gcode": gcode,
             "stop": stop,
             "say": lambda _line: None,
             "ready": ready,

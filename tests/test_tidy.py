@@ -360,6 +360,59 @@ quaternion_xyzw = {list(robot.hand_eye.quaternion_xyzw or ())}
     assert "replay reproduces the recorded action sequence" in capsys.readouterr().out
 
 
+def test_the_same_run_drives_a_joint_space_gcode_arm_and_succeeds(
+    robot: RobotConfig, tmp_path: Path, server: StandInServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``onboard run tidy`` with robot.toml naming a joint-space G-code arm: sim serve's Marlin
+    in joint space, its axes X Y Z A B C U the twin's Panda joints, onboard doing the
+    kinematics from Franka's published DH table; the served camera sees what it moves."""
+    from test_sim_serve_camera import serving
+
+    from onboard.drivers.emulators.panda_joints import panda_config
+    from onboard.drivers.emulators.truth_client import TruthClient
+
+    assert robot.hand_eye is not None
+    with serving("blocks", gcode=True) as (served, _stop):
+        assert served.marlin_joints is not None
+        config = panda_config(served.marlin_joints)
+        arm = {"kind": "gcode"} | config.model_dump(mode="json", exclude_defaults=True)
+        joints = "".join(
+            "[[drivers.arm.joints]]\n" + "".join(f"{k} = {v!r}\n" for k, v in j.items())
+            for j in arm.pop("joints")
+        )
+        keys = "".join(f"{k} = {json.dumps(v)}\n" for k, v in arm.items())
+        camera_host, camera_port = served.camera
+        toml = f"""
+name = "joint-space-tidy"
+skills = "{bundled.skills_dir()}"
+recordings = "{tmp_path / "recordings"}"
+[llm]
+base_url = "{server.base_url}"
+[drivers.arm]
+{keys}grip_settle = 0.0
+{joints}
+[drivers.camera]
+kind = "sim-serve"
+host = "{camera_host}"
+port = {camera_port}
+[hand_eye]
+translation = {list(robot.hand_eye.translation)}
+quaternion_xyzw = {list(robot.hand_eye.quaternion_xyzw or ())}
+"""
+        path = tmp_path / "robot.toml"
+        path.write_text(toml, encoding="utf-8")
+        goal = "put the red block on the blue block"
+        args = ["--robot", str(path), "run", "tidy", "--goal", goal, "--clock", "virtual"]
+        assert main(args) == 0, capsys.readouterr()
+        out = capsys.readouterr().out
+        assert "-> place@" in out and "-> done@" in out
+        with TruthClient(*served.truth) as truth_port:
+            now = truth_port.truth()
+        red, blue = now.objects["red block"].base, now.objects["blue block"].base
+        across = math.dist(red.position[:2], blue.position[:2])
+        assert across < 0.03 and red.position[2] > blue.position[2] + 0.02
+
+
 def test_a_recorded_tidy_trial_and_a_recorded_run_replay(
     robot: RobotConfig, tidy: Skill, tasks: dict[str, TidyTask], server: StandInServer,
     tmp_path: Path, capsys: pytest.CaptureFixture[str],

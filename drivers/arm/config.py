@@ -7,6 +7,7 @@ PyBullet. Every arm is wrapped in :class:`~onboard.drivers.arm.safety.SafeArm` w
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 __all__ = [
     "GCODE_DEFAULTS",
     "ArmConfig",
+    "DhJoint",
     "GcodeArmConfig",
     "JakaArmConfig",
     "SimArmConfig",
@@ -39,6 +41,39 @@ GCODE_DEFAULTS: dict[str, dict[str, Any]] = {
 #: axis letters each dialect may name as rotational axes (Marlin 2.1: up to six more axes,
 #: I J K U V W, or A B C when renamed; grblHAL: A B C; classic GRBL: none)
 ROTARY_LETTERS = {"marlin": "ABCIJKUVW", "grbl": "ABC"}
+
+
+class DhJoint(BaseModel):
+    """``[[drivers.arm.joints]]``: one joint of a joint-space G-code arm, the firmware axis that
+    drives it and its row of the arm's standard Denavit-Hartenberg table (link ``i`` is
+    ``Rz(theta) Tz(d) Tx(a) Rx(alpha)``; the joint's value adds to ``theta`` when it turns,
+    to ``d`` when it slides)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    axis: str = Field(pattern=r"^[A-Z]$", description="the firmware's letter for it: X, Y, A...")
+    unit: Literal["deg", "mm"] = Field(
+        default="deg", description="deg: it turns (revolute); mm: it slides (prismatic)"
+    )
+    a: float = Field(default=0.0, description="m: DH link length")
+    alpha: float = Field(default=0.0, description="deg: DH link twist")
+    d: float = Field(default=0.0, description="m: DH link offset")
+    theta: float = Field(default=0.0, description="deg: DH joint angle at the axis's zero")
+    min: float = Field(description="the lowest value the axis may take (deg or mm)")
+    max: float = Field(description="the highest value the axis may take (deg or mm)")
+    scale: float = Field(
+        default=1.0,
+        description="firmware units per joint unit: -1 when the axis counts the other way "
+        "from the table's sense",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DhJoint:
+        if not self.min < self.max:
+            raise ValueError(f"joint {self.axis}: min {self.min} must be below max {self.max}")
+        if self.scale == 0 or not math.isfinite(self.scale):
+            raise ValueError(f"joint {self.axis}: scale must be a non-zero number")
+        return self
 
 
 class GcodeArmConfig(BaseModel):
@@ -115,6 +150,33 @@ class GcodeArmConfig(BaseModel):
     hold_timeout: Annotated[
         float, Field(gt=0, description="GRBL: seconds a feed hold may take to come to rest")
     ] = 5.0
+    kinematics: Literal["cartesian", "joints"] = Field(
+        default="cartesian",
+        description="cartesian: G1 X Y Z is the tool's position (the firmware does the "
+        "kinematics); joints: every axis is a joint of the arm ([[drivers.arm.joints]]) and "
+        "onboard does the kinematics from their DH table",
+    )
+    joints: tuple[DhJoint, ...] = Field(
+        default=(), description="kinematics = joints: the arm's joints, base first"
+    )
+    tool: tuple[float, float, float] = Field(
+        default=(0.0, 0.0, 0.0), description="m: the tool point in the last joint's DH frame"
+    )
+    tool_rotation: tuple[float, float, float] = Field(
+        default=(0.0, 0.0, 0.0),
+        description="rad: the tool's frame turned from the last joint's (roll, pitch, yaw)",
+    )
+    dh: Literal["standard", "modified"] = Field(
+        default="standard",
+        description="the joints' DH convention: standard (distal) or modified (Craig's: a and "
+        "alpha of the link before the joint)",
+    )
+    segment: Annotated[
+        float, Field(gt=0, description="kinematics = joints: m between move_to's waypoints")
+    ] = 0.005
+    ik_tolerance: Annotated[
+        float, Field(gt=0, description="kinematics = joints: m an IK answer may miss by")
+    ] = 0.0005
 
     @field_validator("grip_on", "grip_off", "home_command", "startup")
     @classmethod
@@ -130,6 +192,10 @@ class GcodeArmConfig(BaseModel):
 
     @model_validator(mode="after")
     def _axes_the_dialect_has(self) -> GcodeArmConfig:
+        if self.kinematics == "joints":
+            self._joint_space_axes()
+        elif self.joints:
+            raise ValueError('joints: set kinematics = "joints" to drive the axes as joints')
         allowed = ROTARY_LETTERS[self.dialect]
         wrong = sorted(set(self.joint_axes) - set(allowed))
         if wrong:
@@ -151,6 +217,33 @@ class GcodeArmConfig(BaseModel):
                             "commands (status, feed hold, resume) wherever they are in a line"
                         )
         return self
+
+    def _joint_space_axes(self) -> None:
+        if not self.joints:
+            raise ValueError(
+                'kinematics = "joints" needs the arm\'s joints: one [[drivers.arm.joints]] '
+                "table per axis, base first (axis, unit, a, alpha, d, theta, min, max)"
+            )
+        if self.joint_axes:
+            raise ValueError(
+                'kinematics = "joints": name the axes in [[drivers.arm.joints]], not in joint_axes'
+            )
+        letters = "".join(j.axis for j in self.joints)
+        allowed = "XYZ" + ROTARY_LETTERS[self.dialect]
+        wrong = sorted(set(letters) - set(allowed))
+        if wrong:
+            raise ValueError(
+                f"joints: {self.dialect} has no axis {', '.join(wrong)} (its axes: "
+                f"{' '.join(allowed)})"
+            )
+        if len(set(letters)) != len(letters):
+            raise ValueError(f"joints: axes {letters!r} name an axis twice")
+
+    @property
+    def axis_letters(self) -> str:
+        """Every axis the driver reads: X Y Z, then the others it drives, in order."""
+        extra = "".join(j.axis for j in self.joints) if self.joints else self.joint_axes
+        return "XYZ" + "".join(a for a in extra if a not in "XYZ")
 
     def default(self, key: str) -> Any:
         """A key of :data:`GCODE_DEFAULTS` for this dialect."""

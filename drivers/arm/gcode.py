@@ -22,6 +22,12 @@ What the driver sends, in millimetres and mm/min (SI in the API)::
                                    homing (GRBL)
     emergency_stop():              M112 (Marlin: halts the board until reset) | ctrl-x (GRBL)
 
+With ``kinematics = "joints"`` every axis is a joint of the arm (X Y Z included) and onboard
+does the kinematics (:mod:`~onboard.drivers.arm.gcode_joints`): ``move_to`` streams
+``G1 <every joint axis> F`` waypoints along the straight line, all solved before the first is
+written; ``move_joints`` names every joint's axis; ``state()`` reads the axes and computes the
+tool's pose from them.
+
 Moves are refused ("home() before the next motion") once the position is lost: Marlin's
 M410 stopped a motion, the controller rebooted (a reconnect that resets the board), or GRBL
 raised an alarm; a successful ``home()`` clears it. After every move the position the firmware
@@ -58,6 +64,7 @@ from onboard.base.errors import ArmError, ArmTimeout, SafetyError
 from onboard.drivers.arm.base import ArmState, Pose
 from onboard.drivers.arm.config import GcodeArmConfig
 from onboard.drivers.arm.gcode_dialects import Dialect, Grbl, Marlin, parse_position
+from onboard.drivers.arm.gcode_joints import JointSpace, Waypoint
 from onboard.drivers.arm.gcode_link import SerialLink
 from onboard.drivers.device import Device
 
@@ -103,6 +110,11 @@ def fixed(letter: str, value: float, digits: int = 3) -> str:
 _MOVES = frozenset({"G0", "G1", "G2", "G3", "G28", "G29", "G30", "$H"})
 
 
+def _pairs(waypoints: list[Waypoint]) -> list[tuple[Waypoint, dict[str, float] | None]]:
+    """Each waypoint with the axes of the one before it (None: the first)."""
+    return [(w, waypoints[i - 1].axes if i else None) for i, w in enumerate(waypoints)]
+
+
 def _head(line: str) -> str:
     return line.split()[0].upper() if line.strip() else ""
 
@@ -141,6 +153,14 @@ class GcodeArm(Device):
         self._at_rest = True  # no motion sent since the last one was seen to end
         #: why the position is lost (moves are refused until home()), or None
         self._home_first: str | None = None
+        #: kinematics = "joints": the arm's joints and their DH chain, else None
+        self.joint_space = JointSpace(config) if config.kinematics == "joints" else None
+
+    def forward(self, joints: tuple[float, ...]) -> Pose:
+        """The tool's pose for ``joints`` (kinematics = "joints" only), for SafeArm."""
+        if self.joint_space is None:
+            raise ArmError('GcodeArm: forward kinematics needs kinematics = "joints"')
+        return self.joint_space.chain.forward(joints)
 
     @property
     def gripper_closed(self) -> bool:
@@ -241,6 +261,9 @@ class GcodeArm(Device):
             self._prepare()
 
     def move_to(self, pose: Pose, speed: float | None = None) -> None:
+        if self.joint_space is not None:
+            self._move_to_in_joints(self.joint_space, pose, speed)
+            return
         feed = self._feed(speed)
         x, y, z = (round(v * 1000.0, 3) for v in pose.position())
         words = [fixed(a, v) for a, v in zip("XYZ", (x, y, z), strict=True)]
@@ -253,7 +276,71 @@ class GcodeArm(Device):
         said = self._motion(line, distance / feed)
         self._check_reach(line, dict(zip("XYZ", (x, y, z), strict=True)), said)
 
+    def _move_to_in_joints(self, space: JointSpace, pose: Pose, speed: float | None) -> None:
+        """Straight-line waypoints, each solved (and checked against the joint limits) before
+        the first line is written."""
+        tool_speed = self._feed(speed) / 60_000.0
+        self._check_latch()
+        self._check_position()
+        here = self._joints_now(space)
+        waypoints = space.line_to(here, pose, tool_speed, self.config.joint_feed_max)
+        lines = [
+            f"G1 {' '.join(fixed(a, v) for a, v in w.axes.items())} {fixed('F', w.feed, 0)}"
+            for w in waypoints
+        ]
+        minutes = sum(self._travel(w.axes, before) / w.feed for w, before in _pairs(waypoints))
+        said = self._motion_lines(lines, minutes)
+        self._check_joint_reach(space, lines[-1], waypoints[-1].axes, said)
+
+    def _joints_now(self, space: JointSpace) -> tuple[float, ...]:
+        if not set(space.letters) <= self._position.keys():
+            self.state()
+        return space.from_axes(self._position)
+
+    def _travel(self, target: dict[str, float], before: dict[str, float] | None) -> float:
+        start = before if before is not None else self._position
+        return math.dist([start.get(a, v) for a, v in target.items()], list(target.values()))
+
+    def _move_joints_in_joints(
+        self, space: JointSpace, joints: tuple[float, ...], speed: float | None
+    ) -> None:
+        if not 0 < len(joints) <= len(space.joints):
+            raise ArmError(
+                f"GcodeArm: move_joints got {len(joints)} joints; the arm has "
+                f"{len(space.joints)} ([[drivers.arm.joints]] {space.letters})"
+            )
+        target = space.to_axes(joints)
+        feed = self._joint_feed(speed)
+        line = f"G1 {' '.join(fixed(a, v) for a, v in target.items())} {fixed('F', feed, 0)}"
+        self._check_latch()
+        self._check_position()
+        self._joints_now(space)
+        travel = max(abs(v - self._position.get(a, v + 360.0)) for a, v in target.items())
+        said = self._motion(line, travel / feed)
+        self._check_joint_reach(space, line, target, said)
+
+    def _check_joint_reach(
+        self, space: JointSpace, line: str, target: dict[str, float], said: list[str]
+    ) -> None:
+        reached = self.dialect.position()
+        self._position.update(reached)
+        off = {a: abs(v - reached.get(a, math.inf)) for a, v in target.items()}
+        if all(off[a] <= space.tolerance(a) for a in target):
+            return
+        where = " ".join(f"{a}:{reached[a]:.3f}" for a in target if a in reached)
+        echo = [s for s in said if s.lower().startswith(("echo:", "error:", "[msg:"))]
+        why = f"it said {'; '.join(echo)!r}" if echo else "it clamped the move or dropped it"
+        worst = max(off, key=lambda a: off[a] / space.tolerance(a))
+        raise ArmError(
+            f"GcodeArm: {line!r} did not reach its target: the firmware reports {where} "
+            f"({worst} {off[worst]:.3f} off; joint_tolerance {self.config.joint_tolerance} rad, "
+            f"reach_tolerance {self.config.reach_tolerance} m); {why}"
+        )
+
     def move_joints(self, joints: tuple[float, ...], speed: float | None = None) -> None:
+        if self.joint_space is not None:
+            self._move_joints_in_joints(self.joint_space, joints, speed)
+            return
         axes = self.config.joint_axes
         if not 0 < len(joints) <= len(axes):
             raise ArmError(
@@ -324,14 +411,20 @@ class GcodeArm(Device):
             self._position.update(self.dialect.position())
         p = self._position
         moving = self._motions > 0 or (not stale and self.dialect.reports_moving())
-        return ArmState(
-            pose=Pose(
+        if self.joint_space is not None:
+            joints = self.joint_space.from_axes(p)
+            pose = self.joint_space.chain.forward(joints)
+        else:
+            joints = tuple(math.radians(p[a]) for a in self.config.joint_axes if a in p)
+            pose = Pose(
                 p.get("X", 0.0) / 1000.0,
                 p.get("Y", 0.0) / 1000.0,
                 p.get("Z", 0.0) / 1000.0,
                 *self.config.orientation,
-            ),
-            joints=tuple(math.radians(p[a]) for a in self.config.joint_axes if a in p),
+            )
+        return ArmState(
+            pose=pose,
+            joints=joints,
             gripper_closed=self._gripper_closed,
             moving=moving,
             stopped=self._latched.is_set(),
@@ -370,8 +463,11 @@ class GcodeArm(Device):
         self._run(lines, timeout=timeout)
 
     def _motion(self, line: str, minutes: float) -> list[str]:
+        return self._motion_lines([line], minutes)
+
+    def _motion_lines(self, lines: list[str], minutes: float) -> list[str]:
         self._check_latch()
-        return self._run([line, *self.dialect.sync_lines], motion=self._motion_timeout(minutes))
+        return self._run([*lines, *self.dialect.sync_lines], motion=self._motion_timeout(minutes))
 
     def _lost_position(self) -> str | None:
         if self._home_first is None:

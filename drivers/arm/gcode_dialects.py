@@ -362,7 +362,7 @@ class Grbl(Dialect):
             self._status.notify_all()
 
     def _axes(self) -> str:
-        return "XYZ" + self.config.joint_axes
+        return self.config.axis_letters
 
     # -- status ---------------------------------------------------------------------------
 

@@ -2,7 +2,9 @@
 
 Each is written from its firmware's or controller's public source, cited rule by rule:
 
-- :mod:`onboard.drivers.emulators.marlin_pty`: Marlin 2.1 (MarlinFirmware/Marlin) on a pty;
+- :mod:`onboard.drivers.emulators.marlin_pty`: Marlin 2.1 (MarlinFirmware/Marlin) on a pty
+  (also in joint space, its axes a joint-space arm's joints:
+  :mod:`onboard.drivers.emulators.moveo`, a kinematic model of the BCN3D Moveo);
 - :mod:`onboard.drivers.emulators.grbl_pty`: GRBL 1.1h (gnea/grbl) on a pty, with its G-code
   reading in :mod:`onboard.drivers.emulators.grbl_gcode`;
 - :mod:`onboard.drivers.emulators.jaka_server`: a JAKA controller's JSON protocol on TCP

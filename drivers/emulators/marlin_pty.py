@@ -393,7 +393,11 @@ class MarlinEmulator(PtyController):
     boards take 0.5 to 2 s), ``rx_buffer`` (bytes of unread input before the rest is dropped,
     as a UART board's RX_BUFFER_SIZE; None: no loss); ``resend_ok`` (False: as some 2.0.x
     builds, ``Resend: N`` with no ``ok`` after it); ``motion_before_homing`` (False:
-    NO_MOTION_BEFORE_HOMING, a move before ``G28`` is dropped with ``echo:Home XYZ first``).
+    NO_MOTION_BEFORE_HOMING, a move before ``G28`` is dropped with ``echo:Home XYZ first``);
+    ``joint_space`` (a joint-space arm, BCN3D Moveo or Thor: every axis, X Y Z and then
+    ``rotary_axes``, is one of the backend's joints in order, in degrees; a G1 is one joint
+    move of all of them, its F along the line in axis space, as ARTICULATED_ROBOT_ARM measures
+    it; nothing is the tool's position).
     """
 
     def __init__(
@@ -425,6 +429,7 @@ class MarlinEmulator(PtyController):
         machine_name: str = "3D Printer",
         resend_ok: bool = True,
         motion_before_homing: bool = True,
+        joint_space: bool = False,
     ) -> None:
         if len(set(rotary_axes)) != len(rotary_axes) or not set(rotary_axes) <= set(ROTARY_NAMES):
             raise ValueError(f"rotary_axes {rotary_axes!r}: distinct letters of {ROTARY_NAMES}")
@@ -455,15 +460,15 @@ class MarlinEmulator(PtyController):
         self.machine_name = machine_name
         self.resend_ok = resend_ok
         self.motion_before_homing = motion_before_homing
+        self.joint_space = joint_space
+        #: the axes that are the backend's joints, in order
+        self.joint_axes = self.axes if joint_space else rotary_axes
         limits = {a: (-1000.0, 1000.0) for a in "XYZ"} | {a: (-360.0, 360.0) for a in rotary_axes}
         self.soft_endstops = limits | dict(soft_endstops or {})
         here = arm.state()
-        self._home = {"X": here.pose.x * 1000.0, "Y": here.pose.y * 1000.0}
-        self._home["Z"] = here.pose.z * 1000.0
+        self._home = self._actual(here.pose, here.joints)
         if home_position is not None:
             self._home.update(zip("XYZ", home_position, strict=True))
-        for i, axis in enumerate(rotary_axes):
-            self._home[axis] = math.degrees(here.joints[i]) if i < len(here.joints) else 0.0
         # -- observable state (for tests) --
         self.halted = False  # kill() was called: nothing more until a reset
         self.boots = 0
@@ -934,7 +939,7 @@ class MarlinEmulator(PtyController):
 
     def _actual(self, pose: Pose, joints: tuple[float, ...]) -> dict[str, float]:
         actual = {"X": pose.x * 1000.0, "Y": pose.y * 1000.0, "Z": pose.z * 1000.0}
-        for i, axis in enumerate(self.rotary_axes):
+        for i, axis in enumerate(self.joint_axes):
             actual[axis] = math.degrees(joints[i]) if i < len(joints) else 0.0
         return actual
 
@@ -1201,7 +1206,7 @@ class MarlinEmulator(PtyController):
             value = cmd.float(axis)
             if value is None:
                 continue
-            if axis in "XYZ":
+            if axis in "XYZ" and not self.joint_space:
                 value *= self._unit
             dest[axis] = self._native[axis] + value if self._relative else value - self._shift[axis]
         if self.extruders:
@@ -1215,8 +1220,8 @@ class MarlinEmulator(PtyController):
         for axis in self._homed:
             low, high = self.soft_endstops[axis]
             dest[axis] = min(max(dest[axis], low), high)
-        cartesian = any(dest[a] != self._native[a] for a in "XYZ")
-        rotary = any(dest[a] != self._native[a] for a in self.rotary_axes)
+        cartesian = any(dest[a] != self._native[a] for a in "XYZ") and not self.joint_space
+        rotary = any(dest[a] != self._native[a] for a in self.joint_axes)
         if not all(math.isfinite(v) for v in dest.values()):
             log.warning("marlin emulator: a non-finite target %s is not planned", dest)
             cartesian = rotary = False
@@ -1225,7 +1230,7 @@ class MarlinEmulator(PtyController):
             mm = (target["X"], target["Y"], target["Z"])
             self._plan(_linear_move(mm, self._feedrate, self.orientation))
         if rotary:
-            degrees = {i: target[a] for i, a in enumerate(self.rotary_axes)}
+            degrees = {i: target[a] for i, a in enumerate(self.joint_axes)}
             self._plan(_joint_move(degrees, self._feedrate))
         self._native = dest
         return []

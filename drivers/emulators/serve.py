@@ -9,6 +9,7 @@ SIGTERM or SIGINT (or until ``stop`` is set). ``onboard sim serve`` runs it. Con
 
     GcodeArmConfig(url="/dev/pts/N")                     # the printed Marlin pty
     GcodeArmConfig(url="/dev/pts/M", dialect="grbl")     # the printed GRBL pty
+    panda_config("/dev/pts/J")                           # Marlin in joint space (the Panda)
     So101ArmConfig(url="/dev/pts/K")                     # the SO-101's servo bus
     JakaArmConfig(host="127.0.0.1", port=10001, status_port=10000)
     SimServeCameraConfig(host="127.0.0.1", port=10002)   # what the served arm's camera sees
@@ -16,7 +17,10 @@ SIGTERM or SIGINT (or until ``stop`` is set). ``onboard sim serve`` runs it. Con
 and a judge: ``TruthClient("127.0.0.1", 10003)``. Every TCP port listens on ``jaka_host``.
 
 The Marlin emulator is a build with ``EMERGENCY_PARSER`` (what docs/drivers.md asks of the firmware)
-and a fan output for the gripper; the GRBL one is set up as :data:`GRBL_ARM` says. The SO-101's
+and a fan output for the gripper; the GRBL one is set up as :data:`GRBL_ARM` says. A second
+Marlin runs in joint space: its axes X Y Z A B C U are the Panda's seven joints, the driver
+doing the kinematics (``kinematics = "joints"``, :func:`~onboard.drivers.emulators.
+panda_joints.panda_config`). The SO-101's
 servo bus (:mod:`~onboard.drivers.emulators.feetech_pty`) moves a kinematic model of its own,
 not the twin's arm (the Panda): the camera and the truth port do not see it.
 """
@@ -58,6 +62,7 @@ class Served:
     marlin: str | None  # pty paths; None with gcode=False
     grbl: str | None
     so101: str | None = None  # the SO-101's servo bus (pty); None with so101=False
+    marlin_joints: str | None = None  # Marlin in joint space (pty); None with gcode=False
 
 
 def serve(
@@ -97,6 +102,7 @@ def serve(
         host, port = jaka.address
         say(f"jaka: {host}:{port} (status stream {host}:{jaka.status_address[1]})")
         ptys: list[str | None] = [None, None]
+        joint_space: str | None = None
         if gcode:
             marlin = stack.enter_context(MarlinEmulator(arm, emergency_parser=True))
             say(f"gcode (marlin): {marlin.path}")
@@ -105,6 +111,11 @@ def serve(
             )
             say(f"gcode (grbl): {grbl.path}")
             ptys = [marlin.path, grbl.path]
+            joints = stack.enter_context(
+                MarlinEmulator(arm, emergency_parser=True, rotary_axes="ABCU", joint_space=True)
+            )
+            joint_space = joints.path
+            say(f"gcode (marlin, joint space: X Y Z A B C U are the Panda's joints): {joint_space}")
         bus = None
         if so101:
             from onboard.drivers.emulators.feetech_pty import So101Emulator
@@ -119,7 +130,7 @@ def serve(
         say("serving the twin's arm and camera; stop with SIGTERM or Ctrl-C")
         if ready is not None:
             served = Served(jaka.address, jaka.status_address, camera, truth, *ptys)
-            ready(replace(served, so101=bus.path if bus else None))
+            ready(replace(served, so101=bus.path if bus else None, marlin_joints=joint_space))
         with on_stop_signals(lambda _name: stop.set()):
             while not stop.wait(0.5):
                 pass

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onboard.base.errors import ConfigError, OnboardError, UsageError
+from onboard.cli.arm_profiles import PROFILES
 from onboard.loop.exitcodes import ExitCode, for_error
 
 if TYPE_CHECKING:
@@ -230,7 +231,11 @@ def _parser() -> argparse.ArgumentParser:
         help='ground truth for judges, never the robot: JSON lines {"get": "truth"} and '
         '{"move": NAME, "position": [x, y, z]} (%(default)s; drivers/emulators/truth_server.py)',
     )
-    q.add_argument("--no-gcode", action="store_true", help="no G-code ptys (Marlin, GRBL)")
+    q.add_argument(
+        "--no-gcode",
+        action="store_true",
+        help="no G-code ptys (Marlin, GRBL, Marlin in joint space)",
+    )
     q.add_argument(
         "--no-so101",
         action="store_true",
@@ -312,6 +317,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("folder", type=Path)
     p.add_argument("--name", help="the robot's name (default: the folder's name)")
     p.add_argument("--force", action="store_true", help="overwrite files that exist")
+    p.add_argument(
+        "--arm",
+        choices=sorted(PROFILES),
+        help="add this kind of arm's [drivers.arm] and [safety], settings to check marked",
+    )
     p.set_defaults(func=_init)
     return parser
 
@@ -501,4 +511,4 @@ def _standin(args: argparse.Namespace) -> int:
 def _init(args: argparse.Namespace) -> int:
     from onboard.cli.init import init
 
-    return init(args.folder, args.name, args.force)
+    return init(args.folder, args.name, args.force, arm=args.arm)
