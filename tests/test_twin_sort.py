@@ -152,12 +152,20 @@ def test_a_scene_has_one_arm_table_or_named_arms() -> None:
         Scene.model_validate({"arms": [{"name": "a"}, {"name": "a", "position": [0, 1, 0]}]})
 
 
-def test_the_command_runs_a_level_on_the_twin(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["task", "twin", "sort_cubes", "--level", "level1", "--json"]) == 0
-    (line,) = capsys.readouterr().out.splitlines()
-    episode = json.loads(line)
-    assert episode["level"] == "level1" and episode["agreed"] and episode["twin_success"]
-    assert episode["steps"][-1]["twin"] == SORT_TARGETS
+def test_the_command_runs_a_methods_plan_on_the_twin_beside_the_oracles(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """ReAd-J on the team stand-in chooses the joint actions (the symbolic env's episode, its
+    critic vetoing); the arms run them step by step, judged from physics after each."""
+    argv = ["task", "twin", "sort_cubes", "--level", "level1", "--method", "read_j", "--json"]
+    assert main(argv) == 0
+    oracle, read_j = map(json.loads, capsys.readouterr().out.splitlines())
+    assert (oracle["plan"], read_j["plan"]) == ("oracle", "read_j")
+    assert oracle["seed"] == read_j["seed"] and oracle["start"] == read_j["start"]
+    for episode in (oracle, read_j):
+        assert episode["level"] == "level1" and episode["agreed"] and episode["twin_success"]
+        assert episode["steps"][-1]["twin"] == SORT_TARGETS
+    assert read_j["steps"] != oracle["steps"]  # the method's own plan, not the oracle's
 
 
 def test_the_command_refuses_a_task_without_a_twin_rig(capsys: pytest.CaptureFixture[str]) -> None:

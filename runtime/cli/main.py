@@ -448,7 +448,7 @@ def _task_eval(args: argparse.Namespace) -> int:
 def _task_twin(args: argparse.Namespace) -> int:
     from onboard.cli.task_twin import twin_command
 
-    return twin_command(args)
+    return twin_command(args, _robot(args) if args.method else None)
 
 
 def _critic_check(args: argparse.Namespace) -> int:

@@ -4,14 +4,15 @@ panels as physics has them with the symbolic env's state.
 
 An evaluation harness, never imported by the robot: :func:`lay_out` moves the cubes in the
 twin (as a person laying out the table would) and tells the rig where they are, and
-:func:`twin_assignment` is the judge, reading the twin's truth. The plan is the symbolic env's
-oracle (each agent the first useful action given the earlier agents'); only the actions the
-symbolic env lets through run on the arms.
+:func:`twin_assignment` is the judge, reading the twin's truth. The plan is a team method's
+(the joint actions its episode chose, step by step) or the symbolic env's oracle (each agent
+the first useful action given the earlier agents'); only the actions the symbolic env lets
+through run on the arms.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from onboard.collab.envs.base import WAIT, Snapshot
@@ -86,11 +87,16 @@ def symbolic_assignment(env: SortCubes) -> dict[str, str]:
 
 
 def run_episode(
-    rig: SortRig, env: SortCubes, seed: int, start: Mapping[str, str] | None = None
+    rig: SortRig,
+    env: SortCubes,
+    seed: int,
+    start: Mapping[str, str] | None = None,
+    plan: Sequence[Mapping[str, str]] | None = None,
 ) -> TwinEpisode:
     """One episode of ``env``'s level (start by ``seed``, or ``start``: each cube's panel)
-    on the twin, the oracle's plan; stops at the first step where the twin and the symbolic
-    state differ."""
+    on the twin: the joint actions of ``plan`` in order (a team method's episode, which the
+    symbolic env reset with the same seed ran), or the oracle's; stops at the first step
+    where the twin and the symbolic state differ, or when the plan ends."""
     env.reset(seed)
     if start is not None:
         state = SortState(tuple(PANELS.index(start[c]) for c in CUBES))
@@ -101,8 +107,11 @@ def run_episode(
     t0 = rig.twin.time
     steps: list[TwinStep] = []
     agreed = twin_start == laid
+    chosen = None if plan is None else iter(plan)
     while agreed and not env.done:
-        joint = oracle_joint(env)
+        joint = oracle_joint(env) if chosen is None else dict(next(chosen, {}))
+        if not joint:
+            break  # the method's episode ended here (its step limit)
         result = env.step(joint)
         executed = {a: act for a, act in joint.items() if not result.feedback[a] and act != WAIT}
         rig.execute(executed)
