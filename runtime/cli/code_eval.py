@@ -58,10 +58,11 @@ def vlm_endpoint(
         with local_server() as url:
             yield robot.model_copy(update={"llm": llm, "code": code}), url, "smollm2"
     else:
+        from onboard.base.urls import public_url
         from onboard.cli.endpoint import _check_url
 
         _check_url(choice)
-        yield robot, choice.rstrip("/"), choice
+        yield robot, choice.rstrip("/"), public_url(choice)
 
 
 def _task(number: int):  # type: ignore[no-untyped-def]

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from onboard.base.errors import UsageError
+from onboard.base.urls import public_url
 from onboard.cli.endpoint import llm_endpoint
 from onboard.config import RobotConfig
 from onboard.grounding.mapping import ActionMapper
@@ -209,7 +210,7 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
         with ChatClient(robot.llm, base_url=url) as client:
             results = evaluate(robot, skill, scenarios, HttpAsk(client), mapper, args.trials,
                                options, args.record)  # fmt: skip
-    llm = "standin" if standin else ("local" if choice == "local" else url)
+    llm = "standin" if standin else ("local" if choice == "local" else public_url(url))
     return _report(skill, llm, options, results, groups, scenarios, args, began)
 
 
