@@ -82,11 +82,12 @@ def do_command(robot: RobotConfig, args: argparse.Namespace) -> int:
 
     task = _task(args.task)
     method = METHODS[args.method]
-    folder = robot.root / robot.recordings / f"code-{_stamp()}"
+    stamp = _stamp()
     with tempfile.TemporaryDirectory() as scratch:
         log = Path(scratch) / "planted.jsonl"
         with vlm_endpoint(robot, args.llm, args.competence, log) as (robot, url, model):
-            path = args.record or folder / recording_name(task, method, model, args.trial)
+            name = recording_name(task, method, model, args.trial)
+            path = args.record or _in_recordings(robot, f"code-{stamp}") / name
             row = run_episode(
                 robot, task, args.trial, robot.eval.seed, method, model, url,
                 Embedder(robot.embedder_dir), detector(), path, planted_log(log), args.disturb,
@@ -115,7 +116,7 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     tasks = [_task(n) for n in args.tasks]
     methods = [METHODS[m] for m in args.methods]
     models: Sequence[str] = args.models
-    folder = args.recordings or robot.root / robot.recordings / f"code-eval-{_stamp()}"
+    folder = args.recordings or _in_recordings(robot, f"code-eval-{_stamp()}")
     embedder, found = Embedder(robot.embedder_dir), detector()
     rows = []
     for earlier in args.with_rows:  # rows of an earlier run's --out, printed with these
@@ -165,6 +166,14 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
 
 def _stamp() -> str:
     return time.strftime("%Y%m%dT%H%M%S")
+
+
+def _in_recordings(robot: RobotConfig, name: str) -> Path:
+    """``recordings/NAME``, the robot's recordings folder made if it is missing and its
+    parent exists: a recorder makes the recording's own folder (NAME), never its parents."""
+    if robot.recordings_dir.parent.is_dir():
+        robot.recordings_dir.mkdir(exist_ok=True)
+    return robot.recordings_dir / name
 
 
 def add_parsers(code: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
