@@ -181,6 +181,8 @@ def main() -> None:
     args = parser.parse_args()
     console = Console(width=140)
     CELLS_DIR.mkdir(parents=True, exist_ok=True)
+    if args.recordings is not None:  # a cell's recordings go in a new folder inside it
+        args.recordings.mkdir(parents=True, exist_ok=True)
     if not args.table:
         missing = {c: missing_trials(*c) for c in cells()}
         todo = [(*c, k) for c, trials in missing.items() for k in trials]

@@ -6,11 +6,12 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_serializer, field_validator
 
 from onboard import bundled
-from onboard.base.errors import UsageError
+from onboard.base.errors import ConfigError, Problem, UsageError
 from onboard.base.tomlfile import load_model
+from onboard.base.urls import public_url, url_problem
 from onboard.drivers.arm.config import ArmConfig
 from onboard.drivers.arm.safety import SafetyLimits
 from onboard.drivers.camera.config import CameraConfig
@@ -35,7 +36,15 @@ StructuredOutput = Literal["auto", "llama-cpp", "openai", "none"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan are no limit, deadline or quota: each is refused where robot.toml sets it
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _http_url(value: str) -> str:
+    problem = url_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value.rstrip("/")
 
 
 class LLMConfig(_Strict):
@@ -77,9 +86,16 @@ class LLMConfig(_Strict):
     @field_validator("base_url")
     @classmethod
     def _url_or_local(cls, value: str) -> str:
-        if value != "local" and not value.startswith(("http://", "https://")):
+        if value == "local":
+            return value
+        if not value.startswith(("http://", "https://")):
             raise ValueError('must be "local" or an http(s) URL')
-        return value.rstrip("/")
+        return _http_url(value)
+
+    @field_serializer("base_url")
+    def _public(self, value: str) -> str:
+        """Dumped (a recording's header) without its userinfo: a password is a secret."""
+        return public_url(value)
 
     def api_key(self) -> str | None:
         """The key from the environment, never from the file; never logged."""
@@ -180,6 +196,15 @@ class BotConfig(_Strict):
     max_tokens: Annotated[int, Field(gt=0)] = 1024
     deadline: Annotated[float, Field(gt=0, description="seconds per exchange, retries in")] = 120.0
     temperature: Annotated[float, Field(ge=0, le=2)] = 0.2
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return None if value is None else _http_url(value)
+
+    @field_serializer("base_url")
+    def _public(self, value: str | None) -> str | None:
+        return None if value is None else public_url(value)
 
     def llm(self, base: LLMConfig) -> LLMConfig:
         """``base`` (``[llm]``) with this bot's endpoint, model, limits and free decoding."""
@@ -294,8 +319,13 @@ class RobotConfig(_Strict):
 
 def load_robot(path: Path) -> RobotConfig:
     """Load and validate robot.toml; raises ConfigError naming file, key and line."""
-    config, _ = load_model(path, RobotConfig)
-    return config.model_copy(update={"root": path.resolve().parent})
+    config, lines = load_model(path, RobotConfig)
+    config = config.model_copy(update={"root": path.resolve().parent})
+    folder = config.recordings_dir
+    if folder.exists() and not folder.is_dir():  # /dev/full, a file: no episode could record
+        line = lines.line_of(("recordings",))
+        raise ConfigError([Problem(path, "recordings", line, f"{folder} is not a folder")])
+    return config
 
 
 def load_example_robot() -> RobotConfig:

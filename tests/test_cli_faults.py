@@ -119,6 +119,7 @@ def test_a_hostile_skill_name_is_recorded_inside_recordings(tmp_path: Path) -> N
 
 def test_eval_records_hostile_scenario_names_inside_its_folder(tmp_path: Path) -> None:
     folder = tmp_path / "deep" / "rec"
+    folder.parent.mkdir()  # --record DIR creates DIR, never its parents
     scenarios = []
     for i, name in enumerate(["../../escaped", "../x/../../y"]):
         sub = tmp_path / f"s{i}"

@@ -221,7 +221,7 @@ def test_the_text_loader_reuses_the_file_loader_checks(tmp_path: Path) -> None:
     }
     with pytest.raises(SkillError) as syntax:
         load_skill_text("[skill\nname = 1", "rec.jsonl (skill x)")
-    assert str(syntax.value).startswith("rec.jsonl (skill x): TOML syntax error:")
+    assert str(syntax.value).startswith("rec.jsonl (skill x):1: TOML syntax error:")
     assert "\n" not in str(syntax.value)
     with pytest.raises(SkillError) as blind:  # a robot without gaze: the same problem as a file
         load_skill_text(text, "rec.jsonl (skill engage)", ("activity",))

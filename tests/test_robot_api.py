@@ -94,7 +94,7 @@ def test_failures_are_one_line_naming_the_call(
     wrong = [
         (("pick", [3], {}), "pick(3): name must be str, got an int"),
         (("pick", [], {}), "pick(): missing a required argument: 'name'"),
-        (("move_to", [0.4, 0.0, float("nan")], {}), "z must be float, got a float"),
+        (("move_to", [0.4, 0.0, float("nan")], {}), "z must be a finite number, got nan"),
         (("place", [[0.4, "a"]], {}), "target must be str | list[float], got a list"),
         (("wait", [True], {}), "seconds must be float, got a bool"),
         (("fly", [], {}), "fly: not a robot API function"),

@@ -79,6 +79,10 @@ log = logging.getLogger(__name__)
 Reply = dict[str, Any]
 WaitComplete = Literal["receipt", "done"]
 MAX_WAITS = 8  # answers held back per connection; more are refused
+#: the fastest motion the emulator accepts: joint deg/s, tool mm/s. An emulator bound, not a
+#: controller fact: far above what any driver sends (SafeArm caps it), far below 1e308
+MAX_JOINT_SPEED = 360.0
+MAX_LINEAR_SPEED = 5000.0
 #: the status fields [cs] turns on one by one (section ATTROPTIONALDATA)
 OPTIONAL_FIELDS = (
     "joint_actual_position",
@@ -260,7 +264,7 @@ class JakaServer:
         self._spawn(self._read_commands, sock)
 
     def _read_commands(self, sock: socket.socket) -> None:
-        stream, lock = JsonStream(lines=True), threading.Lock()
+        stream, lock = _CommandStream(lines=True), threading.Lock()
         waits = threading.BoundedSemaphore(MAX_WAITS)
         while True:
             try:
@@ -422,8 +426,8 @@ class JakaServer:
             raise ValueError("the robot is not powered on and enabled: send power_on, enable_robot")
 
     def _joint_move(self, command: Reply) -> Reply:
-        target = _numbers(command, "jointPosition")
-        speed = _number(command, "speed", 30.0)
+        target = _numbers(command, "jointPosition", length=len(self.arm.state().joints))
+        speed = _speed(command, 30.0, MAX_JOINT_SPEED, "deg/s")
         relative = _number(command, "relFlag", 0.0) == 1
         self._ready()
 
@@ -439,7 +443,7 @@ class JakaServer:
         key = "endPosition" if command.get("cmdName") == "end_move" else "cartPosition"
         target = _numbers(command, key, length=6)
         # end_move's speed is a joint speed (deg/s); run it as a moderate tool speed
-        speed = 100.0 if key == "endPosition" else _number(command, "speed", 100.0)
+        speed = 100.0 if key == "endPosition" else _speed(command, 100.0, MAX_LINEAR_SPEED, "mm/s")
         relative = _number(command, "relFlag", 0.0) == 1
 
         def job(arm: Arm) -> None:
@@ -634,6 +638,46 @@ def _number(command: Reply, key: str, default: float | None = None) -> float:
     if isinstance(value, bool) or not math.isfinite(number):
         raise _BadCommand(f"{key} must be a number, got {str(value)[:40]!r}")
     return number
+
+
+def _speed(command: Reply, default: float, most: float, unit: str) -> float:
+    speed = _number(command, "speed", default)
+    if not 0 < speed <= most:
+        raise _BadCommand(f"speed must be above 0 and at most {most:g} {unit}, got {speed:g}")
+    return speed
+
+
+class _CommandStream(JsonStream):
+    """The command splitter, refusing an object that names a key twice: json.loads keeps the
+    last ``cmdName`` of ``{"cmdName": "stop_program", "cmdName": "joint_move"}``, and which
+    one a controller obeys is not a guess an emulator should make."""
+
+    def _parse(self) -> Frame:
+        raw = bytes(self._frame)
+        frame = super()._parse()
+        if isinstance(frame, BadFrame):
+            return frame
+        repeated = _repeated_key(raw)
+        if repeated is not None:
+            self.skipped += 1
+            return BadFrame(f"key {repeated[:40]!r} given twice in one object")
+        return frame
+
+
+def _repeated_key(raw: bytes) -> str | None:
+    """The first key an object of ``raw`` (valid JSON, nesting already bounded) repeats."""
+    repeated: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen:
+                repeated.append(key)
+            seen.add(key)
+        return dict(items)
+
+    json.loads(raw, object_pairs_hook=pairs, parse_constant=float)
+    return repeated[0] if repeated else None
 
 
 def _numbers(command: Reply, key: str, length: int | None = None) -> list[float]:

@@ -1,4 +1,5 @@
-"""SIGINT and SIGTERM as a stop request, for as long as a ``with`` block runs."""
+"""SIGINT and SIGTERM as a stop request, for as long as a ``with`` block runs; outside one,
+SIGTERM unwinds the command as SIGINT does (:func:`terminate_raises`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,32 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["on_stop_signals"]
+__all__ = ["Terminated", "on_stop_signals", "terminate_raises"]
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived outside an episode (start-up, loading, writing the report): raised in
+    the main thread like KeyboardInterrupt, so every ``with`` block closes on the way out
+    and ``onboard`` exits 143 instead of dying of the signal."""
+
+
+def _raise_terminated(_signum: int, _frame: object) -> None:
+    raise Terminated
+
+
+@contextmanager
+def terminate_raises() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` while the block runs (from the first line of
+    ``main``: a supervisor's SIGTERM during start-up must not kill the process before the
+    episode's own handlers exist); the old handler is back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager

@@ -6,15 +6,17 @@ key path (tables, arrays of tables, dotted and inline keys) to the line that def
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pydantic
 
 from onboard.base.errors import ConfigError, Problem
+from onboard.base.nesting import MAX_NESTING, TOO_DEEP, nesting
 
 KeyPath = tuple[str | int, ...]
 ProblemAt = Callable[[KeyPath, str], Problem]
@@ -121,13 +123,47 @@ def read_toml(path: Path, error: type[ConfigError] = ConfigError) -> tuple[dict[
         raise error([Problem(path, "", None, "file not found")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise error([Problem(path, "", None, f"cannot read: {exc}")]) from exc
+    return parse_toml(source, path, error), source
+
+
+def parse_toml(
+    source: str, path: Path | str, error: type[ConfigError] = ConfigError
+) -> dict[str, Any]:
+    """Parse TOML text from ``path``; a syntax error (with its line) or nesting deeper than
+    MAX_NESTING becomes ``error``."""
     try:
-        return tomllib.loads(source), source
+        data = tomllib.loads(source)
     except tomllib.TOMLDecodeError as exc:
         found = _TOML_POSITION.search(str(exc))
         line = int(found.group(1)) if found else None
         message = _TOML_POSITION.sub("", str(exc)).strip()
         raise error([Problem(path, "", line, f"TOML syntax error: {message}")]) from exc
+    except RecursionError:  # tomllib recurses per nested array or inline table
+        raise error([Problem(path, "", None, TOO_DEEP)]) from None
+    if nesting(data) > MAX_NESTING:
+        raise error([Problem(path, "", None, TOO_DEEP)])
+    infinite = list(_not_finite(data))
+    if infinite:
+        lines = KeyLines(source)
+        raise error([
+            Problem(path, format_key(key), lines.line_of(key), f"{value}: must be a finite number")
+            for key, value in infinite
+        ])  # fmt: skip
+    return data
+
+
+def _not_finite(data: dict[str, Any]) -> Iterator[tuple[KeyPath, float]]:
+    """Each inf or nan in ``data`` with its key path: no onboard file has a use for one (a
+    limit, deadline, speed or distance of inf is none), so every file is refused with it."""
+    stack: list[tuple[KeyPath, Any]] = [((), data)]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            yield key, value
+        elif isinstance(value, dict):
+            stack += [((*key, k), v) for k, v in reversed(value.items())]
+        elif isinstance(value, list):
+            stack += [((*key, i), v) for i, v in reversed(list(enumerate(value)))]
 
 
 def validation_problems(

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onboard.base.errors import ConfigError, Problem
+from onboard.base.terminal import shown
+from onboard.base.urls import public_url
 from onboard.config import RobotConfig, load_example_robot, load_robot
 
 if TYPE_CHECKING:
@@ -43,6 +45,10 @@ def check(robot_path: Path | None) -> int:
         line = _line_of(robot_path, "skills")
         what = "does not exist" if not robot.skills_dir.exists() else "is not a folder"
         problems.append(Problem(robot_path, "skills", line, f"{robot.skills_dir} {what}"))
+    if not robot.recordings_dir.parent.is_dir():  # run creates the folder, not its parents
+        line = _line_of(robot_path, "recordings")
+        what = f"{robot.recordings_dir}: its folder {robot.recordings_dir.parent} does not exist"
+        problems.append(Problem(robot_path, "recordings", line, what))
     skills: list[Skill] = []
     scenarios: list[tuple[bool, Scenario]] = []
     for path in sorted(robot.skills_dir.glob("*.toml")):
@@ -81,10 +87,10 @@ def check(robot_path: Path | None) -> int:
     if decoding == "constrained":
         form = resolve(robot.llm.structured_output, local=robot.llm.base_url == "local")
         decoding += f", {form} form"
-    print(f"{robot_path}: robot {robot.name!r}, llm {robot.llm.base_url} ({decoding}), "
+    print(f"{robot_path}: robot {robot.name!r}, llm {public_url(robot.llm.base_url)} ({decoding}), "
           f"clock {robot.clock}, driver {robot.drivers.robot.kind}")  # fmt: skip
     for skill in skills:
-        print(f"  skill {skill.name}: {len(skill.actions)} actions, start {skill.start!r}, "
+        print(f"  skill {shown(skill.name)}: {len(skill.actions)} actions, start {skill.start!r}, "
               f"end {skill.end!r}  ({skill.path})")  # fmt: skip
         if skill.critic is not None:
             c = skill.critic
@@ -97,18 +103,20 @@ def check(robot_path: Path | None) -> int:
         if missing:
             print(f"    note: {skill.name} is a scene skill: to run it, robot.toml needs "
                   f"{', '.join(missing)} (onboard calibrate --write gives [hand_eye])")  # fmt: skip
-    own = [s.name for held_out, s in scenarios if not held_out]
-    held = [s.name for held_out, s in scenarios if held_out]
+    own = [shown(s.name) for held_out, s in scenarios if not held_out]
+    held = [shown(s.name) for held_out, s in scenarios if held_out]
     print(f"  {len(own)} scenarios: {', '.join(own)}")
     if held:
         print(f"  {len(held)} held-out scenarios: {', '.join(held)}")
-    print(f"  {len(scenes)} scenes: {', '.join(p.stem for p in scenes)}")
+    print(f"  {len(scenes)} scenes: {', '.join(shown(p.stem) for p in scenes)}")
     print(
         f"  {len(tasks)} team tasks: "
-        + ", ".join(f"{t.name} ({len(t.agents)} agents, {len(t.levels)} levels)" for t in tasks)
+        + ", ".join(
+            f"{shown(t.name)} ({len(t.agents)} agents, {len(t.levels)} levels)" for t in tasks
+        )
     )
     for note in critic_notes:
-        print(f"    note: {note}")
+        print(f"    note: {shown(note)}")
     _warn_ambiguous(robot, skills)
     print("ok")
     return 0

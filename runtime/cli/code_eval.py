@@ -59,10 +59,11 @@ def vlm_endpoint(
         with local_server() as url:
             yield robot.model_copy(update={"llm": llm, "code": code}), url, "smollm2"
     else:
+        from onboard.base.urls import public_url
         from onboard.cli.endpoint import _check_url
 
         _check_url(choice)
-        yield robot, choice.rstrip("/"), choice
+        yield robot, choice.rstrip("/"), public_url(choice)
 
 
 def _task(number: int):  # type: ignore[no-untyped-def]
@@ -82,11 +83,12 @@ def do_command(robot: RobotConfig, args: argparse.Namespace) -> int:
 
     task = _task(args.task)
     method = _verdict(METHODS[args.method], args.seed_verdict)
-    folder = robot.root / robot.recordings / f"code-{_stamp()}"
+    stamp = _stamp()
     with tempfile.TemporaryDirectory() as scratch:
         log = Path(scratch) / "planted.jsonl"
         with vlm_endpoint(robot, args.llm, args.competence, log) as (robot, url, model):
-            path = args.record or folder / recording_name(task, method, model, args.trial)
+            name = recording_name(task, method, model, args.trial)
+            path = args.record or _in_recordings(robot, f"code-{stamp}") / name
             row = run_episode(
                 robot, task, args.trial, robot.eval.seed, method, model, url,
                 Embedder(robot.embedder_dir), detector(), path, planted_log(log), args.disturb,
@@ -116,7 +118,7 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     methods = [_verdict(METHODS[m], args.seed_verdict) for m in args.methods]
     full = _verdict(METHODS["full"], args.seed_verdict)
     models: Sequence[str] = args.models
-    folder = args.recordings or robot.root / robot.recordings / f"code-eval-{_stamp()}"
+    folder = args.recordings or _in_recordings(robot, f"code-eval-{_stamp()}")
     embedder, found = Embedder(robot.embedder_dir), detector()
     rows = []
     for earlier in args.with_rows:  # rows of an earlier run's --out, printed with these
@@ -176,6 +178,14 @@ def _verdict(method: Method, seed: bool) -> Method:
 
 def _stamp() -> str:
     return time.strftime("%Y%m%dT%H%M%S")
+
+
+def _in_recordings(robot: RobotConfig, name: str) -> Path:
+    """``recordings/NAME``, the robot's recordings folder made if it is missing and its
+    parent exists: a recorder makes the recording's own folder (NAME), never its parents."""
+    if robot.recordings_dir.parent.is_dir():
+        robot.recordings_dir.mkdir(exist_ok=True)
+    return robot.recordings_dir / name
 
 
 def add_parsers(code: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

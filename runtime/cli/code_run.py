@@ -12,6 +12,7 @@ from pathlib import Path
 
 from onboard.base.errors import UsageError
 from onboard.base.signals import on_stop_signals
+from onboard.base.terminal import shown
 from onboard.config import RobotConfig
 
 __all__ = ["api_command", "run_command"]
@@ -34,7 +35,7 @@ def run_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     source = _read(path)
     refusals = check(source, API_NAMES)
     for refusal in refusals:
-        print(f"{path}:{refusal.line}: refused: {refusal.reason}")
+        print(f"{shown(path)}:{refusal.line}: refused: {shown(refusal.reason)}")
     if refusals:
         return 1
     if args.scene:
@@ -121,9 +122,9 @@ def _report(result: object, as_json: bool) -> None:
         return
     for name, args, kwargs in result.calls:
         parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
-        print(f"call: {name}({', '.join(parts)})")
+        print(f"call: {shown(name)}({shown(', '.join(parts))})")
     if result.output:
         print("output:")
-        print(result.output.rstrip("\n"))
+        print(shown(result.output.rstrip("\n"), lines=True))
     how = "ran to its end" if result.ok else f"ended early ({result.reason}): {result.message}"
-    print(f"{how}; {result.steps} steps, {len(result.calls)} API calls")
+    print(f"{shown(how)}; {result.steps} steps, {len(result.calls)} API calls")

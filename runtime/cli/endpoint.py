@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from urllib.parse import urlsplit
 
 from onboard.base.errors import UsageError
+from onboard.base.urls import public_url, url_problem
 from onboard.config import RobotConfig
 
 __all__ = ["llm_endpoint"]
@@ -15,9 +15,9 @@ __all__ = ["llm_endpoint"]
 @contextmanager
 def llm_endpoint(robot: RobotConfig, choice: str | None) -> Iterator[tuple[str, bool]]:
     """The base URL to use, and whether it is the stand-in; starts local servers as needed."""
+    if choice is not None and choice not in ("local", "standin"):
+        _check_url(choice)  # robot.toml's base_url was checked when robot.toml was loaded
     choice = choice or robot.llm.base_url
-    if choice not in ("local", "standin"):
-        _check_url(choice)
     if choice == "local":
         from onboard.llm.local_server import local_server
 
@@ -34,11 +34,10 @@ def llm_endpoint(robot: RobotConfig, choice: str | None) -> Iterator[tuple[str, 
 
 def _check_url(url: str) -> None:
     """``--llm URL`` is refused as robot.toml's ``llm.base_url`` is: an http(s) URL only."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port  # raises ValueError when out of range or not a number
-    except ValueError as exc:
-        raise UsageError(f"--llm {url!r}: not a URL ({exc})") from exc
-    if parts.scheme not in ("http", "https") or not parts.hostname or not url.isprintable():
-        raise UsageError(f'--llm {url!r}: must be "local", "standin" or an http(s) URL')
-    del port
+    problem = url_problem(url)
+    if problem is None:
+        return
+    shown = public_url(url)
+    if problem.startswith("not a URL ("):
+        raise UsageError(f"--llm {shown!r}: {problem}")
+    raise UsageError(f'--llm {shown!r}: must be "local", "standin" or an http(s) URL')

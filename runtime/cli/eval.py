@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from onboard.base.errors import UsageError
+from onboard.base.terminal import shown
+from onboard.base.urls import public_url
 from onboard.cli.endpoint import llm_endpoint
 from onboard.config import RobotConfig
 from onboard.grounding.mapping import ActionMapper
@@ -100,6 +103,11 @@ def _tables(
 ) -> list[Table]:
     first, second = ("V", "VI") if ablation else ("III", "IV")
     suffix = " (without action text)" if ablation else ""
+    # scenario names come from files: no escape sequence, no rich markup reaches the terminal
+    grouped = {
+        group: {markup_escape(shown(name)): runs for name, runs in results.items()}
+        for group, results in grouped.items()
+    }
     outcomes = Table(
         title=f"Table {first}: outcomes over trials{suffix}; {what}",
         caption=STANDIN_NOTE if standin else None,
@@ -209,7 +217,7 @@ def evaluate_command(robot: RobotConfig, args: argparse.Namespace) -> int:
         with ChatClient(robot.llm, base_url=url) as client:
             results = evaluate(robot, skill, scenarios, HttpAsk(client), mapper, args.trials,
                                options, args.record)  # fmt: skip
-    llm = "standin" if standin else ("local" if choice == "local" else url)
+    llm = "standin" if standin else ("local" if choice == "local" else public_url(url))
     return _report(skill, llm, options, results, groups, scenarios, args, began)
 
 

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from onboard import bundled
 from onboard.base.errors import UsageError
+from onboard.base.urls import public_url
 from onboard.cli.endpoint import llm_endpoint
 from onboard.cli.eval import STANDIN_NOTE
 from onboard.config import RobotConfig
@@ -76,7 +77,7 @@ def evaluate_tidy_command(robot: RobotConfig, skill: Skill, args: argparse.Names
                     results[task.name].append(trial_result)
                     bar.advance(job)
     wall = time.monotonic() - began
-    llm = "standin" if standin else ("local" if choice == "local" else url)
+    llm = "standin" if standin else ("local" if choice == "local" else public_url(url))
     total = sum(len(runs) for runs in results.values())
     wrong = sum(t.finished != t.success for runs in results.values() for t in runs)
     code = ExitCode.SUCCESS if wrong == 0 else ExitCode.TASK_FAILED

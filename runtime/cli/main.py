@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onboard.base.errors import ConfigError, OnboardError, UsageError
+from onboard.base.signals import Terminated, terminate_raises
+from onboard.base.terminal import shown
 from onboard.cli.arm_profiles import PROFILES
 from onboard.loop.exitcodes import ExitCode, for_error
 
@@ -84,6 +86,15 @@ def _grouped_help() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; the return value is an :class:`ExitCode` (docs/exit-codes.md)."""
+    with terminate_raises():  # first: SIGTERM while starting up exits 143, not by the signal
+        try:
+            return _main(argv)
+        except Terminated:
+            print("onboard: stopped by SIGTERM", file=sys.stderr)
+            return ExitCode.SIGTERM
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)  # a bad command line exits 2 (ExitCode.INPUT_ERROR)
     try:
@@ -91,10 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except ConfigError as exc:
         for problem in exc.problems:
-            print(f"onboard: error: {problem}", file=sys.stderr)
+            print(f"onboard: error: {shown(problem)}", file=sys.stderr)
         return ExitCode.INPUT_ERROR
     except OnboardError as exc:
-        print(f"onboard: error: {exc}", file=sys.stderr)
+        print(f"onboard: error: {shown(exc)}", file=sys.stderr)
         return for_error(exc)
     except KeyboardInterrupt:
         print("onboard: interrupted", file=sys.stderr)

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 from onboard.base.errors import UsageError
+from onboard.base.terminal import shown
+from onboard.base.urls import public_url
 from onboard.cli.endpoint import llm_endpoint
 from onboard.config import RobotConfig
 from onboard.loop.paths import inside, safe_name
@@ -62,7 +64,8 @@ def run(robot: RobotConfig, args: argparse.Namespace) -> int:
         )
         with ChatClient(robot.llm, base_url=url) as client, Recorder(path) as recorder:
             mode = f"constrained, {client.structured_output} form" if constrained else "free"
-            print(f"onboard: {skill.name} on {scenario.name}, LLM {url} ({mode}), {clock} clock")
+            print(f"onboard: {shown(skill.name)} on {shown(scenario.name)}, LLM "
+                  f"{public_url(url)} ({mode}), {clock} clock")  # fmt: skip
             ask = HttpAsk(client)
             outcome = run_episode(robot, skill, scenario, ask, mapper, recorder, options)
     verdict = judge(outcome, scenario)
@@ -128,7 +131,8 @@ def run_scene(robot: RobotConfig, skill: Skill, args: argparse.Namespace) -> int
             scene_hardware(robot, realtime=clock == "wall") as found,
         ):
             mode = f"constrained, {client.structured_output} form" if constrained else "free"
-            print(f"onboard: {skill.name}: {args.goal!r}, LLM {url} ({mode}), {clock} clock")
+            print(f"onboard: {shown(skill.name)}: {args.goal!r}, LLM {public_url(url)} ({mode}), "
+                  f"{clock} clock")  # fmt: skip
             asked = {"goal": args.goal, "scene": str(getattr(robot.drivers.arm, "scene", None))}
             outcome = run_scene_episode(
                 robot, skill, HttpAsk(client), recorder, found, detector, options, task=asked

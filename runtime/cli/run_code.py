@@ -14,6 +14,7 @@ import time
 from contextlib import ExitStack
 
 from onboard.base.errors import UsageError
+from onboard.base.urls import public_url
 from onboard.config import RobotConfig
 from onboard.loop.paths import inside, safe_name
 from onboard.loop.skill import Skill
@@ -79,8 +80,8 @@ def run_code(robot: RobotConfig, skill: Skill, args: argparse.Namespace) -> int:
         task = {"instruction": args.goal, "scene": scene}
         recorder.write("header", **code_header(robot, task, options, skill))
         bots = stack.enter_context(open_bots(robot, recorder, url))
-        print(f"onboard: {skill.name}: {args.goal!r}, bots {url or 'of robot.toml [code]'}, "
-              f"{scene or 'arm'} scene")  # fmt: skip
+        bots_at = public_url(url) if url else "of robot.toml [code]"
+        print(f"onboard: {skill.name}: {args.goal!r}, bots {bots_at}, {scene or 'arm'} scene")
         api.home()
         outcome = run_code_episode(
             world,

@@ -67,11 +67,12 @@ def team_endpoint(
         with local_server() as url, _client(config, url, MODEL_ALIAS, LOCAL_TOKENS) as client:
             yield TeamEndpoint(client, "smollm2", True if constrained is None else constrained)
     else:
+        from onboard.base.urls import public_url
         from onboard.cli.endpoint import _check_url
 
         _check_url(choice)
         with _client(robot.llm, choice.rstrip("/"), None) as client:
-            yield TeamEndpoint(client, choice, bool(constrained))
+            yield TeamEndpoint(client, public_url(choice), bool(constrained))
 
 
 def _client(

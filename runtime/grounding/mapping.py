@@ -806,18 +806,17 @@ class ActionMapper:
     def ambiguities(self) -> list[tuple[str, str, str, str, float]]:
         """Pairs of references of different actions closer than the threshold allows."""
         sims = self._refs @ self._refs.T
-        found = []
-        for i in range(len(self._owner)):
-            for j in range(i + 1, len(self._owner)):
-                owners = (self._owner[i], self._owner[j])
-                if owners[0] != owners[1] and sims[i, j] >= self.ambiguity:
-                    found.append(
-                        (
-                            [*self._names, OUT_OF_SET][owners[0]],
-                            [*self._names, OUT_OF_SET][owners[1]],
-                            self._ref_texts[i],
-                            self._ref_texts[j],
-                            float(sims[i, j]),
-                        )
-                    )
-        return found
+        owners = np.asarray(self._owner)
+        # pairs i < j of different actions, found by numpy rather than a loop over every pair
+        close = np.triu(sims >= self.ambiguity, k=1) & (owners[:, None] != owners[None, :])
+        names = [*self._names, OUT_OF_SET]
+        return [
+            (
+                names[owners[i]],
+                names[owners[j]],
+                self._ref_texts[i],
+                self._ref_texts[j],
+                float(sims[i, j]),
+            )
+            for i, j in zip(*np.nonzero(close), strict=True)
+        ]

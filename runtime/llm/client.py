@@ -35,6 +35,7 @@ import httpx
 
 from onboard.base.errors import LLMError, LLMRefused, LLMReplyError, LLMTimeout
 from onboard.base.secrets import scrub
+from onboard.base.urls import public_url, url_secrets
 from onboard.config import LLMConfig
 from onboard.llm.local_server import exit_reason, serves
 from onboard.llm.structured import Form, reply_problem, resolve, response_format
@@ -69,7 +70,9 @@ class ChatClient:
         the evaluation names its episode with it, which a stand-in keys its draws by)."""
         self.config = config
         self.user = user
-        self.base_url = (base_url or config.base_url).rstrip("/")
+        url = (base_url or config.base_url).rstrip("/")
+        #: the endpoint as printed, logged and recorded: its userinfo (a password) as ***
+        self.base_url = public_url(url)
         #: the form a schema is sent in: [llm] structured_output, "auto" resolved for this URL
         self.structured_output: Form = resolve(
             config.structured_output, local=serves(self.base_url)
@@ -78,14 +81,14 @@ class ChatClient:
         key = config.api_key()
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        self._secrets = [key] if key else []
+        self._secrets = ([key] if key else []) + url_secrets(url)
         self._until = threading.local()
         self._generation = 0
         limits = httpx.Limits(max_keepalive_connections=4, max_connections=8)
         if transport is None:
             transport = _deadline_transport(limits, self._deadline)
         self._http = httpx.Client(
-            base_url=self.base_url,
+            base_url=url,  # its userinfo, if any, goes as basic auth
             headers=headers,
             timeout=httpx.Timeout(config.read_timeout, connect=config.connect_timeout),
             limits=limits,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from onboard.base.errors import RecordingError, RecordingWriteError
+from onboard.base.nesting import MAX_NESTING, TOO_DEEP, nesting
 from onboard.base.secrets import scrub
 from onboard.loop.recording import Image, image_file, images_dir, restore_images, split_images
 
@@ -56,8 +57,13 @@ class Recorder:
         self._stored: set[Path] = set()
         if path is None:
             return
+        if not path.parent.parent.is_dir():  # a typo must not build a tree from the root
+            raise RecordingError(
+                f"{path}: cannot record: folder {path.parent.parent} does not exist (onboard "
+                f"creates the recording's folder, never its parents)"
+            )
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(exist_ok=True)
             self._file = path.open("a", encoding="utf-8")
         except OSError as exc:
             raise RecordingError(f"{path}: cannot open for recording: {exc.strerror}") from exc
@@ -278,6 +284,10 @@ def _records(path: Path) -> Iterator[dict[str, Any]]:
             if number == len(lines):
                 return
             raise RecordingError(f"{path}:{number}: not a JSON record ({exc.msg})") from exc
+        except RecursionError:  # json recurses per nested array or object
+            raise RecordingError(f"{path}:{number}: {TOO_DEEP}") from None
+        if nesting(record) > MAX_NESTING:
+            raise RecordingError(f"{path}:{number}: {TOO_DEEP}")
         if not isinstance(record, dict) or "kind" not in record:
             raise RecordingError(f"{path}:{number}: not an onboard record (no 'kind')")
         yield record

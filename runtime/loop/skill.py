@@ -8,7 +8,6 @@ and the driver command each action runs. A skill that loads is a skill that can 
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -19,7 +18,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from onboard.base.errors import Problem, SkillError
-from onboard.base.tomlfile import KeyLines, ProblemAt, format_key, read_toml, validation_problems
+from onboard.base.tomlfile import (
+    KeyLines,
+    ProblemAt,
+    format_key,
+    parse_toml,
+    read_toml,
+    validation_problems,
+)
 
 __all__ = [
     "ActionSpec",
@@ -38,6 +44,9 @@ Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 
 #: Fields an action text may use: what was observed when the action began.
 OBSERVED_FIELDS = {"X_a": "activity", "X_g": "gaze"}
+#: references per skill: each is embedded when the skill loads (milliseconds each) and
+#: ``onboard check`` compares every pair; the shipped skills have under 100
+MAX_REFERENCES = 1000
 
 #: What a skill observes and how its replies read (runtime/loop/kind.py): a person as text,
 #: replies onto action names; a scene seen by the camera, replies onto actions with
@@ -348,10 +357,7 @@ def load_skill_text(
     """Load and check a skill from its TOML text (a recording's header holds it), with the
     same checks as :func:`load_skill`; ``name`` stands for the file in every problem (and
     is the skill's ``path``)."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SkillError([Problem(name, "", None, f"TOML syntax error: {exc}")]) from exc
+    data = parse_toml(text, name, SkillError)
     return _resolve(data, text, Path(name), perception, commands)
 
 
@@ -499,6 +505,15 @@ def _check_actions(
     seen_names: dict[str, str] = {}
     seen_refs: dict[str, str] = {}
     seen_phrases: dict[tuple[str, str], str] = {}
+    total = 0
+    for name, action in spec.actions.items():
+        total += len(action.references)
+        if total > MAX_REFERENCES:
+            count = sum(len(a.references) for a in spec.actions.values())
+            yield problem(("actions", name, "references"), f"{count} references, more than "
+                          f"{MAX_REFERENCES} a skill may have (each is embedded when the skill "
+                          "loads): keep the ones that differ")  # fmt: skip
+            break
     for name, action in spec.actions.items():
         key = ("actions", name)
         folded = " ".join(name.lower().split())

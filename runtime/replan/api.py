@@ -573,10 +573,18 @@ def call(api: RobotAPI, name: str, args: Sequence[Any], kwargs: dict[str, Any]) 
     hints = typing.get_type_hints(method)
     for param, value in list(bound.arguments.items())[1:]:
         if not _fits(value, hints[param]):
+            if _not_finite(value):
+                raise RobotAPIError(f"{text}: {param} must be a finite number, got {value!r}")
             raise RobotAPIError(
                 f"{text}: {param} must be {_type_text(hints[param])}, got {_json_type(value)}"
             )
     return method(*bound.args, **bound.kwargs)
+
+
+def _not_finite(value: object) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    return isinstance(value, list | tuple) and any(_not_finite(v) for v in value)
 
 
 def _fits(value: object, hint: Any) -> bool:
