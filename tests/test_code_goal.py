@@ -43,7 +43,9 @@ def test_a_relation_the_request_asks_for_is_read_and_checked_against_what_is_see
     goal = read("Put the red block into the box.",
                 {"mentions": ["the red block", "box"], "relations": [RED_IN_BOX]})  # fmt: skip
     assert not goal.judged and goal.to_record() == {"relations": [RED_IN_BOX]}
-    assert goal.met(look()).feedback == "not yet: the red block in the box"
+    # what is missing, and where the camera sees it instead: what a planner needs
+    missing = "the red block in the box (it is on the table, with the blue block on it)"
+    assert goal.met(look()).feedback == f"not yet: {missing}"
     inside = ObjectState("red block", "red block", (0.45, 0.28, 0.05), on="box", inside="box")
     after = SceneState((TABLE.objects[0], TABLE.objects[1], inside))
     assert goal.met(look(after)).ok

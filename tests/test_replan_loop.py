@@ -328,13 +328,16 @@ def test_a_goal_with_relations_is_decided_by_the_camera_not_by_the_extra_bot(
     path = tmp_path / "tower.jsonl"
     with server:
         outcome = episode(robot, server, world(twin, api, robot, t), t, Corrections(), path)
-    assert [(e.phase, e.message) for e in outcome.events] == [
-        ("goal", "after the run the camera does not see the red block in the box")
-    ]
+    # what is missing, and where the camera sees the red block instead (under what it sees
+    # stacked on it: which of the tower's blocks show depends on the detector)
+    ((phase, message),) = [(e.phase, e.message) for e in outcome.events]
+    assert phase == "goal"
+    assert message.startswith("after the run the camera does not see the red block in the box "
+                              "(it is on the table, with the ")  # fmt: skip
     assert outcome.decisions[-1] == "goal: met" and outcome.done and outcome.runs == 2
     assert not server.seen("extra")
     assert judge(twin, t, robot.code.handover).passed
-    assert "the camera does not see the red block in the box" in errors_in(
+    assert "the camera does not see the red block in the box (it is on" in errors_in(
         server.seen("decision")[1]
     )
     goal_record = next(r for r in read_recording(path) if r["kind"] == "goal")

@@ -63,6 +63,31 @@ class CodeRelation:
     def to_record(self) -> dict[str, str]:
         return {"relation": self.kind, "object": self.subject, "target": self.other or "none"}
 
+    def missing(self, state: SceneState) -> str:
+        """What the camera does not see, and where the object is seen instead ("the red block
+        in the box (it is on the table, with the blue block on it)"): what a planner needs to
+        put it right."""
+        return f"{self.text()} ({where(self.subject, state)})"
+
+
+def where(name: str, state: SceneState) -> str:
+    """Where ``name`` is seen now, and what rests on it."""
+    seen = state.named(name)
+    if state.held == name:
+        return "it is in the gripper"
+    if seen is None:
+        return "it is not seen"
+    if seen.inside is not None:
+        at = f"it is in the {seen.inside}"
+    elif seen.on in (None, "table"):
+        at = "it is on the table"
+    else:
+        at = f"it is on the {seen.on}"
+    above = [o.name for o in state.objects if o.on == name and o.name != name]
+    if above:
+        at += f", with the {' and the '.join(above)} on it"
+    return at
+
 
 class CodeGoal:
     """Implements :class:`~onboard.loop.engine.GoalGate` for code skills (see the module)."""
@@ -138,7 +163,7 @@ class CodeGoal:
         if self.judged:
             return Verdict(False, f"judged: {self.why}")
         state = _state(observation)
-        missing = [r.text() for r in self.relations if not r.holds(state)]
+        missing = [r.missing(state) for r in self.relations if not r.holds(state)]
         if missing:
             return Verdict(False, "not yet: " + "; ".join(missing), 0.0)
         return Verdict(True, score=1.0)
