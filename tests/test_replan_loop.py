@@ -10,12 +10,15 @@ import base64
 import json
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from scripted_bots import ScriptedBots, proposal, verdict
 
 from onboard.config import RobotConfig
+from onboard.drivers.twin.camera import DEFAULT_LIGHT
 from onboard.drivers.twin.world import Twin
 from onboard.evaluation.code_judges import judge
 from onboard.evaluation.code_tasks import CodeTask, load_code_tasks, set_up
@@ -30,6 +33,7 @@ from onboard.replan.episode import Corrections, RobotWorld, run_code_episode, tw
 from onboard.replan.record import code_header
 from onboard.replan.replay import replay_code_recording
 from onboard.replan.robot import code_limits
+from onboard.replan.sandbox import RunResult
 
 HUNGRY_PLAN = ["Find the apple.", "Pick up the apple.", "Hold it out to the person."]
 HUNGRY_CODE = 'detect()\npick("apple")\ngive_me()\n'
@@ -344,3 +348,42 @@ def test_a_goal_with_relations_is_decided_by_the_camera_not_by_the_extra_bot(
     assert goal_record["relations"] == goal["relations"]
     recorded, replayed = replay_code_recording(path)
     assert recorded == replayed
+
+
+class _LightsOutWorld(RobotWorld):
+    """The room's lights go down to an eighth while the program runs (the environment's
+    doing, as a disturbance is: the loop is not told)."""
+
+    def __init__(self, twin: Twin, *args: Any) -> None:
+        super().__init__(*args)
+        self.twin = twin
+
+    def run(self, program: str) -> RunResult:
+        result = super().run(program)
+        self.twin.set_light(replace(DEFAULT_LIGHT, ambient=0.08, diffuse=0.05, specular=0.0))
+        return result
+
+
+def test_a_run_judged_in_the_dark_could_not_be_verified_never_done_nor_not_done(
+    robot: RobotConfig, tower: tuple[Twin, RobotAPI, CodeTask]
+) -> None:
+    """The look after the run is too dark to trust (taken twice): the outer check says it
+    could not verify, once, and the episode ends; the Extra Bot is not asked, nothing runs
+    again on a guess."""
+    twin, api, t = tower
+    solution = (Path(__file__).parents[1] / "skills/tasks/code/task2.py").read_text()
+    goal = {"mentions": ["red block", "box"],
+            "relations": [{"relation": "in", "object": "red block", "target": "box"}]}  # fmt: skip
+    server = ScriptedBots(goal=[json.dumps(goal)], decision=[proposal(["Do it."], solution)],
+                          inner=[MATCH], extra=[DONE])  # fmt: skip
+    world = _LightsOutWorld(twin, api, code_limits(robot.code), t.scene, lambda: twin.time)
+    try:
+        with server:
+            outcome = episode(robot, server, world, t, Corrections())
+    finally:
+        twin.set_light(None)
+    assert not outcome.done and outcome.runs == 1
+    ((phase, message),) = [(e.phase, e.message) for e in outcome.events]
+    assert phase == "goal" and message.startswith("could not verify: the view is too dark")
+    assert not server.seen("extra")
+    assert judge(twin, t, robot.code.handover).passed  # it was done: the robot could not see it

@@ -52,7 +52,9 @@ def scene(
         detections.append(Detection(label, 0.9, paint(depth, centre, BLOCK)))
     if holes:
         depth[np.random.default_rng(0).random(depth.shape) < 0.05] = 0.0
-    frame = Frame(np.zeros((240, 320, 3), np.uint8), depth, INTR, timestamp=0.0)
+    # a lit grey frame: the observer reads only depth here, but a black one is too dark to
+    # trust (runtime/perception/view.py)
+    frame = Frame(np.full((240, 320, 3), 128, np.uint8), depth, INTR, timestamp=0.0)
     return detections, frame
 
 

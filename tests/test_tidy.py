@@ -25,6 +25,7 @@ from onboard.catalog import load_robot_skill, make_mapper
 from onboard.cli.main import main
 from onboard.config import RobotConfig
 from onboard.drivers.factory import Hardware
+from onboard.drivers.twin.camera import DEFAULT_LIGHT
 from onboard.evaluation.tidy_eval import detector, run_tidy_trial
 from onboard.evaluation.tidy_judge import TidyTask, judge, load_tasks
 from onboard.grounding.embedder import Embedder
@@ -56,6 +57,8 @@ from onboard.perception.scene_observer import SceneObserver
 from onboard.testing.standin_server import StandInServer
 
 TASKS = bundled.skills_dir() / "tasks" / "tidy.toml"
+#: the room's lights down to an eighth (the twin's camera renders under it)
+DIM = replace(DEFAULT_LIGHT, ambient=0.08, diffuse=0.05, specular=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -743,3 +746,50 @@ def test_eval_tidy_puts_the_robots_verdict_beside_the_judges(
     assert "the robot's verdict against the judge's (the twin's truth)" in table
     rows = {line.split("│")[1].strip(): line for line in table.splitlines() if "│" in line}
     assert [c.strip() for c in rows["all"].split("│")[2:7]] == ["2", "1", "1", "0", "0"]
+
+
+def test_a_done_in_the_dark_is_never_success_nor_a_missing_object(
+    robot: RobotConfig, tidy: Skill, server: StandInServer, hardware: Hardware
+) -> None:
+    """The goal is read in the light; then the room's lights go down to an eighth before the
+    model says "done". The fresh look at the end step is too dark to trust (taken twice): the
+    episode ends as not verified because it could not see, not with what is missing."""
+    assert hardware.twin is not None
+    with ChatClient(robot.llm, base_url=server.base_url) as client:
+        http = HttpAsk(client)
+
+        def dims_then_says_done(purpose: str, messages: Any, schema: Any) -> ChatResult:
+            if purpose == "goal":
+                return http(purpose, messages, schema)
+            hardware.twin.set_light(DIM)
+            done = '{"action": "done", "object": "none", "target": "none"}'
+            return ChatResult(text=done, latency=0.0, attempts=1)
+
+        try:
+            outcome, recorder = _episode(robot, tidy, server, hardware,
+                                         "put the red block on the blue block",
+                                         dims_then_says_done)  # fmt: skip
+        finally:
+            hardware.twin.set_light(None)
+    assert not outcome.finished
+    assert outcome.reason.startswith("goal not verified: could not see: the view is too dark")
+    goal = next(r for r in recorder.records if r["kind"] == "goal")
+    assert goal["ok"] and goal["relations"]  # read in the light
+    dark = [r for r in recorder.records if r["kind"] == "observation" and r.get("view")]
+    assert dark and all(r["view"].startswith("too dark") for r in dark)
+
+
+def test_a_goal_asked_in_the_dark_is_not_read_and_nothing_moves(
+    robot: RobotConfig, tidy: Skill, server: StandInServer, hardware: Hardware
+) -> None:
+    """Lights down before the start: "the apple is not in view" would be a guess."""
+    assert hardware.twin is not None
+    hardware.twin.set_light(DIM)
+    try:
+        outcome, recorder = _episode(
+            robot, tidy, server, hardware, "put the red block on the blue block"
+        )
+    finally:
+        hardware.twin.set_light(None)
+    assert outcome.reason.startswith("goal not understood: could not see: the view is too dark")
+    assert outcome.actions == [] and not [r for r in recorder.records if r["kind"] == "command"]

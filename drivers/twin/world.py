@@ -118,6 +118,9 @@ class Twin:
             self.path = None
         self.scene = scene
         self.lock = threading.RLock()
+        #: the room's light the camera renders under (None: the renderer's default); a test
+        #: or a disturbance dims it (:meth:`set_light`)
+        self.light: camera.Light | None = None
         self._steps = 0
         self._stepped = threading.Condition()
         self._hooks: tuple[StepHook, ...] = ()
@@ -390,9 +393,14 @@ class Twin:
     def render(self, links: bool = False, light: camera.Light | None = None) -> camera.Images:
         """RGB (H, W, 3) uint8, depth (H, W) float32 metres, segmentation (H, W) int32: body
         ids, or with ``links`` body and link (:func:`camera.split_segmentation`); ``light``:
-        another than the renderer's default (:class:`camera.Light`)."""
+        another than the room's (:attr:`light`, else the renderer's default)."""
         with self.lock:
-            return camera.render(self._p, self.scene.camera, links, light)
+            return camera.render(self._p, self.scene.camera, links, light or self.light)
+
+    def set_light(self, light: camera.Light | None) -> None:
+        """The room's light from now on (None: the renderer's default)."""
+        with self.lock:
+            self.light = light
 
     def intrinsics(self) -> Intrinsics:
         return camera.intrinsics(self.scene.camera)

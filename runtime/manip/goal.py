@@ -210,6 +210,9 @@ class SceneGoal:
         mentions, relations = parsed.get("mentions"), parsed.get("relations")
         if not isinstance(mentions, list) or not isinstance(relations, list):
             return Verdict(False, "goal not understood: the reply has no mentions and relations")
+        view = observation.scene.view if isinstance(observation, SceneObservation) else None
+        if view is not None:  # "not in view" would be a guess: nothing moves, and it says why
+            return Verdict(False, f"goal not understood: could not see: the view is {view}")
         if isinstance(observation, SceneObservation):
             self.first = observation
         names = _names(observation)
@@ -391,6 +394,10 @@ class GoalCheck:
     def check(self, steps: Sequence[Step], observation: Observation) -> Verdict:
         if not any(step.action == self.skill.end for step in steps):
             return Verdict(True)
+        view = observation.scene.view if isinstance(observation, SceneObservation) else None
+        if view is not None:  # what it does not show is unknown: never met, nor missing
+            return Verdict(False, f"goal not verified: could not see: the view is {view}", 0.0,
+                           final=True)  # fmt: skip
         if self.goal.judged:
             first = self.goal.first
             if first is not None and not _changes(first, observation, moved_only=True):

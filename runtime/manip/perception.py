@@ -36,8 +36,12 @@ class ScenePerception:
         self.images = images
 
     def look(self) -> SceneObservation:
+        """A look; a frame too dark or too blurred to trust (runtime/perception/view.py) is
+        taken once more before the look says so (the loop sees the second)."""
         frame = self.camera.read()
-        detections = self.detector.detect(frame.color)
-        scene = self.observer.observe(detections, frame)
+        scene = self.observer.observe(self.detector.detect(frame.color), frame)
+        if scene.view is not None:
+            frame = self.camera.read()
+            scene = self.observer.observe(self.detector.detect(frame.color), frame)
         png = png_bytes(frame.color) if self.images else None
         return SceneObservation(self.now(), scene, self.holding(), frame.index, png)

@@ -102,6 +102,9 @@ class EffectVerify:
     def verify(self, step: Step, before: Observation, after: Observation) -> Verdict:
         if not isinstance(before, SceneObservation) or not isinstance(after, SceneObservation):
             return Verdict(True)
+        if after.scene.view is not None:  # the step's effect is unknown: the robot stops
+            why = f"could not verify {step.text()}: the view is {after.scene.view}"
+            return Verdict(False, why, 0.0, final=True)
         verdict = self._effect(step, before, after)
         if not verdict.ok:
             return verdict

@@ -26,6 +26,7 @@ import numpy.typing as npt
 from onboard.base.errors import CameraError
 from onboard.drivers.camera.base import Frame
 from onboard.perception.pose import Box, HandEye, Located, locate
+from onboard.perception.view import view_problem
 
 if TYPE_CHECKING:
     from onboard.perception.detector import Detection
@@ -106,6 +107,9 @@ class SceneState:
     objects: tuple[SeenObject, ...]
     unlocated: tuple[str, ...] = ()  # labels seen without valid depth
     frame: Literal["base", "camera"] = "base"
+    #: why the frame cannot be trusted ("too dark (...)", runtime/perception/view.py), or
+    #: None: what such a view does not show is unknown, not absent
+    view: str | None = None
 
     def get(self, name: str) -> SeenObject:
         for obj in self.objects:
@@ -128,8 +132,14 @@ class SceneState:
     def text(self) -> str:
         """One line per object, for the prompt, by name: the detector's order (by score)
         changes with a pixel of noise, and a prompt should not."""
+        if self.view is not None:
+            unsure = f"The view is {self.view}: what is not seen may be there."
+            return unsure if not self.objects else f"{unsure}\n{self._lines()}"
         if not self.objects and not self.unlocated:
             return "No objects are seen."
+        return self._lines()
+
+    def _lines(self) -> str:
         counts = Counter(obj.label for obj in self.objects)
         lines = [self._line(obj, counts) for obj in sorted(self.objects, key=lambda o: o.name)]
         lines += [
@@ -152,6 +162,7 @@ class SceneState:
             "frame": self.frame,
             "objects": [obj.to_record() for obj in self.objects],
             "unlocated": list(self.unlocated),
+            **({"view": self.view} if self.view is not None else {}),
         }
 
     @classmethod
@@ -161,6 +172,7 @@ class SceneState:
             objects=tuple(SeenObject.from_record(o) for o in record.get("objects", [])),
             unlocated=tuple(str(x) for x in record.get("unlocated", [])),
             frame="camera" if frame == "camera" else "base",
+            view=None if record.get("view") is None else str(record["view"]),
         )
 
 
@@ -222,7 +234,7 @@ class SceneObserver:
         up = np.array([0.0, 0.0, 1.0]) if based else np.array([0.0, -1.0, 0.0])
         frame_name: Literal["base", "camera"] = "base" if based else "camera"
         related = relate(objects, up, self.near, self.sides)
-        return SceneState(related, tuple(unlocated), frame_name)
+        return SceneState(related, tuple(unlocated), frame_name, view_problem(frame.color))
 
     def _object(self, name: str, det: Detection, seen: Located) -> SeenObject:
         width = seen.size[0]

@@ -260,6 +260,9 @@ class GoalVerify:
         if proposal_of(step) is None:
             return Verdict(True)
         last = _code_observation(after).state
+        if last.view is not None:  # what it does not show is unknown: never done, nor not done
+            why = f"could not verify: the view is {last.view}, looked at twice"
+            return refusal("goal", why, final=True)
         if self.goal.judged:
             first = self.goal.first
             if first is not None and not changes(first, last):

@@ -139,9 +139,13 @@ class RobotWorld:
         self._stopped = False
 
     def look(self) -> tuple[npt.NDArray[np.uint8] | None, SceneState]:
+        """A look; a frame too dark or too blurred to trust is taken once more before the
+        look says so (the loop sees the second)."""
         from onboard.replan.perceive import perceive, scene_image
 
         state = perceive(self.api, self.fixtures)
+        if state.view is not None:
+            state = perceive(self.api, self.fixtures)
         return scene_image(self.api), state
 
     def run(self, program: str) -> RunResult:

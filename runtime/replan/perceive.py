@@ -29,6 +29,7 @@ import numpy.typing as npt
 from onboard.drivers.rotations import quat_from_euler
 from onboard.drivers.twin.frames import Transform
 from onboard.drivers.twin.scene import Scene, find_scene, load_scene
+from onboard.perception.view import view_problem
 from onboard.replan.api import RobotAPI
 from onboard.replan.scene_state import ObjectState, SceneState
 from onboard.replan.seeing import Look
@@ -104,7 +105,8 @@ def state_of(look: Look, held: str | None, belts: tuple[Footprint, ...] = ()) ->
             objects.append(ObjectState(seen.name, seen.label, _rounded(seen.position), _size(seen)))
         else:
             objects.append(_resting(seen, loose, [*shapes.values(), *belts]))
-    return SceneState(tuple(objects), held)
+    view = None if look.frame is None else view_problem(look.frame.color)
+    return SceneState(tuple(objects), held, view=view)
 
 
 def _container(seen: Seen, shape: Footprint) -> ObjectState:

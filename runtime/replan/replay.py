@@ -47,7 +47,10 @@ def state_from_record(record: Mapping[str, Any]) -> SceneState:
         )
         for o in record.get("objects", [])
     )
-    return SceneState(objects=objects, held=record.get("held"))
+    view = record.get("view")
+    return SceneState(
+        objects=objects, held=record.get("held"), view=None if view is None else str(view)
+    )
 
 
 class _RecordedWorld:

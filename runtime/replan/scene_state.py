@@ -70,6 +70,9 @@ class SceneState:
     objects: tuple[ObjectState, ...] = ()
     held: str | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    #: why the frame cannot be trusted ("too dark (...)": runtime/perception/view.py), or
+    #: None; what such a view does not show is unknown, not absent
+    view: str | None = None
 
     def named(self, name: str) -> ObjectState | None:
         return next((o for o in self.objects if o.name == name), None)
@@ -78,10 +81,16 @@ class SceneState:
         lines = ["Objects seen (centre x, y, z in metres, robot base frame):"]
         lines += [o.line() for o in self.objects] or ["- nothing"]
         lines.append(f"The gripper holds: {self.held or 'nothing'}.")
+        if self.view is not None:
+            lines.append(f"The view is {self.view}: what is not seen may be there.")
         return "\n".join(lines)
 
     def to_record(self) -> dict[str, object]:
-        return {"objects": [o.to_record() for o in self.objects], "held": self.held}
+        seen: dict[str, object] = {
+            "objects": [o.to_record() for o in self.objects],
+            "held": self.held,
+        }
+        return seen if self.view is None else {**seen, "view": self.view}
 
 
 def _rests(o: ObjectState) -> str:
