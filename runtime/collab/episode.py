@@ -189,6 +189,10 @@ def run_team_episode(
     outcome.success, outcome.steps = bool(env.success), int(env.steps)
     outcome.queries, outcome.reward = recorded.requests, float(env.reward_total)
     recorder.write("outcome", finished=outcome.success, outcome=outcome.to_json())
+    if recorded.refusal is not None and recorded.answered == 0:
+        # the endpoint refused every request (a stand-in that cannot read another task, a
+        # bad key): the episode measured nothing, so its one line ends the command
+        raise recorded.refusal
     return outcome
 
 

@@ -62,6 +62,10 @@ class RecordedAsk:
         self.llm = llm
         self.recorder = recorder
         self.requests = 0
+        #: requests answered, and the last request the endpoint refused outright (an HTTP
+        #: status asking again does not change: a plain LLMError, not a timeout or a reply)
+        self.answered = 0
+        self.refusal: LLMError | None = None
         #: the response_format form a schema goes in, when the client says (ChatClient does)
         self.form: str | None = getattr(llm, "structured_output", None)
 
@@ -83,7 +87,10 @@ class RecordedAsk:
         except LLMError as exc:
             self.recorder.write("error", id=self.requests, source="llm", purpose=purpose,
                                 message=str(exc))  # fmt: skip
+            if type(exc) is LLMError:
+                self.refusal = exc
             raise
+        self.answered += 1
         self.recorder.write("reply", id=self.requests, purpose=purpose, text=result.text,
                             latency=round(time.perf_counter() - began, 4),
                             tokens=[result.prompt_tokens, result.completion_tokens],
