@@ -211,13 +211,19 @@ def test_a_refused_joint_action_bans_the_combination_not_one_agents_action() -> 
 
 
 def test_a_request_it_cannot_read_gets_a_400_with_the_reason(perfect: httpx.Client) -> None:
+    """Every refusal says it is the stand-in's (a user's own task meets it: docs/team-envs.md)."""
     status, text = ask(perfect, "## Task\nsweep the floor\n## Reply\nfor Bob only.")
-    assert (status, text) == (400, "the user message has no '## State' section")
+    assert (status, text) == (400, "team stand-in: the user message has no '## State' section")
     env = make_env(TASKS["sort_cubes"], "level1")
     env.reset(0)
-    prompt = build_prompt(TASKS["sort_cubes"], env, ["Alice"]).replace("## Reply", "## Replied")
-    status, text = ask(perfect, prompt)
-    assert (status, text) == (400, "the '## Reply' section names no agent to plan for")
+    prompt = build_prompt(TASKS["sort_cubes"], env, ["Alice"])
+    status, text = ask(perfect, prompt.replace("## Reply", "## Replied"))
+    assert (status, text) == (400, "team stand-in: the '## Reply' section names no agent to plan"
+                                   " for")  # fmt: skip
+    task = prompt.split("## Agents")[0]
+    status, text = ask(perfect, prompt.replace(task, "## Task\nStack the blocks into a tower.\n"))
+    assert (status, text) == (400, "team stand-in: the '## Task' is none of its tasks (sweep,"
+                                   " sandwich, sort, overcooked)")  # fmt: skip
 
 
 def test_the_stand_in_imports_no_simulator(tmp_path: Path) -> None:

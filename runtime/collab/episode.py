@@ -128,7 +128,8 @@ def run_team_episode(
     history is left as it is and no prompt says so, except a method's that reads
     ``turn.log.disturbed_at`` (RoCo-P). ``memory``: what the method keeps across the episodes
     of one evaluation cell (Reflexion's reflections); the evaluation passes the same object
-    to each episode of the cell, in order."""
+    to each episode of the cell, in order. When the endpoint refused every request (an HTTP
+    4xx), the outcome is recorded and that LLMError raised: the episode measured nothing."""
     if method.critic is not None and critic is None:
         raise UsageError(f"method {method.name} scores proposals with a critic: give it one")
     _check_fit(critic, env)
@@ -189,6 +190,10 @@ def run_team_episode(
     outcome.success, outcome.steps = bool(env.success), int(env.steps)
     outcome.queries, outcome.reward = recorded.requests, float(env.reward_total)
     recorder.write("outcome", finished=outcome.success, outcome=outcome.to_json())
+    if recorded.refusal is not None and recorded.answered == 0:
+        # the endpoint refused every request (a stand-in that cannot read another task, a
+        # bad key): the episode measured nothing, so its one line ends the command
+        raise recorded.refusal
     return outcome
 
 

@@ -52,6 +52,8 @@ from onboard.loop.skill import Action, Skill
 __all__ = ["PlanAsk", "RecordedAsk", "TeamFigures", "TeamKind", "TeamLedger", "team_checks"]
 
 _ENDPOINT = re.compile(r"^LLM at \S+: ")
+#: the client's line for a request the endpoint refused with a client error
+_REFUSED = re.compile(r"^LLM at \S+: HTTP 4\d\d\b")
 
 
 class RecordedAsk:
@@ -62,6 +64,10 @@ class RecordedAsk:
         self.llm = llm
         self.recorder = recorder
         self.requests = 0
+        #: requests answered, and the last request the endpoint refused outright (an HTTP
+        #: 4xx, which the client does not ask again; not a timeout, not an unreadable reply)
+        self.answered = 0
+        self.refusal: LLMError | None = None
         #: the response_format form a schema goes in, when the client says (ChatClient does)
         self.form: str | None = getattr(llm, "structured_output", None)
 
@@ -83,7 +89,10 @@ class RecordedAsk:
         except LLMError as exc:
             self.recorder.write("error", id=self.requests, source="llm", purpose=purpose,
                                 message=str(exc))  # fmt: skip
+            if _REFUSED.match(str(exc)):  # by its text: a replay raises what was recorded
+                self.refusal = exc
             raise
+        self.answered += 1
         self.recorder.write("reply", id=self.requests, purpose=purpose, text=result.text,
                             latency=round(time.perf_counter() - began, 4),
                             tokens=[result.prompt_tokens, result.completion_tokens],

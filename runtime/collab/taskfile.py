@@ -3,9 +3,10 @@ levels, the step and refinement limits, and the critic settings.
 
 A file is checked in two passes, every problem reported at once as FILE:LINE: [key] reason:
 its shape (pydantic, ``extra="forbid"``), then what the named simulator accepts (its verbs,
-agent count, reach values, level names and level keys). The simulators' facts live here, not
-in :mod:`onboard.collab.envs`, so loading a task file imports no environment module (the
-critic reads task files and must not import one).
+agent count, reach values, level names and level keys). The shipped simulators' facts live
+here, not in :mod:`onboard.collab.envs`, so loading a shipped task file imports no
+environment module (the critic reads task files and must not import one); a user's env
+(:mod:`onboard.collab.envs.registry`) carries its own facts and is imported to read them.
 """
 
 from __future__ import annotations
@@ -111,16 +112,24 @@ LevelModel = SweepLevel | SandwichLevel | SortLevel | OvercookedLevel
 Where = tuple[tuple[str | int, ...], str]  # (key path inside the level, reason)
 
 
+def _no_check(name: str, level: Any) -> list[Where]:
+    return []
+
+
 @dataclass(frozen=True)
 class EnvSpec:
-    """What a simulator accepts from a task file."""
+    """What a simulator accepts from a task file: its number of agents, the verbs of its
+    actions (WAIT among them), the places an agent's ``reach`` may name, the model of a
+    level's table (a pydantic model; ``extra="forbid"`` catches a misspelt key), a regular
+    expression level names match, and a check of a level beyond its model's (``(key path
+    inside the level, reason)`` per problem)."""
 
     agents: int
     verbs: frozenset[str]
     reach: tuple[str, ...]
-    level: type[LevelModel]
+    level: type[BaseModel]
     level_name: str  # a regular expression
-    check_level: Callable[[str, Any], list[Where]] = field(repr=False)
+    check_level: Callable[[str, Any], list[Where]] = field(default=_no_check, repr=False)
 
 
 def _check_sweep(name: str, level: SweepLevel) -> list[Where]:
@@ -254,7 +263,7 @@ class TeamTask:
     refine_limit: int
     agents: list[TeamAgent]
     verbs: list[str]
-    levels: dict[str, LevelModel]
+    levels: dict[str, BaseModel]  # a shipped env's: a LevelModel
     critic: CriticSettings
 
     @property
@@ -275,7 +284,7 @@ class TeamTask:
 
         return self.critic_path(level, package_path("onboard.models").parent)
 
-    def level(self, name: str) -> LevelModel:
+    def level(self, name: str) -> BaseModel:
         """A level's settings; TeamTaskError naming the known levels otherwise."""
         if name not in self.levels:
             known = ", ".join(self.levels)
@@ -293,9 +302,14 @@ def load_team_task(path: Path) -> TeamTask:
         problems.append(Problem(path, format_key(key), lines.line_of(key), message))
 
     spec = ENV_SPECS.get(raw.task.env)
-    if spec is None:
-        problem(("task", "env"), f"unknown env {raw.task.env!r} (envs: {', '.join(ENV_SPECS)})")
-        raise TeamTaskError(problems)
+    if spec is None:  # a user's env (an entry point, a dotted path): the registry imports it
+        from onboard.collab.envs.registry import EnvRefError, env_spec
+
+        try:
+            spec = env_spec(raw.task.env)
+        except EnvRefError as exc:
+            problem(("task", "env"), str(exc))
+            raise TeamTaskError(problems) from None
     if "{level}" not in raw.critic.model:
         problem(("critic", "model"), "the path template needs {level} (one critic per level)")
     _check_agents(raw, spec, problem)
@@ -351,8 +365,8 @@ def _check_verbs(raw: TaskFile, spec: EnvSpec, problem: Report) -> None:
         problem(("actions", "verbs"), "a verb appears twice")
 
 
-def _check_levels(raw: TaskFile, spec: EnvSpec, problem: Report) -> dict[str, LevelModel]:
-    levels: dict[str, LevelModel] = {}
+def _check_levels(raw: TaskFile, spec: EnvSpec, problem: Report) -> dict[str, BaseModel]:
+    levels: dict[str, BaseModel] = {}
     for name, settings in raw.levels.items():
         if not re.fullmatch(spec.level_name, name):
             problem(("levels", name), f"env {raw.task.env} does not know level {name!r} "

@@ -20,8 +20,9 @@ from typing import Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import BaseModel
 
-from onboard.collab.taskfile import LevelModel, TeamTask
+from onboard.collab.taskfile import TeamTask
 
 __all__ = ["ABSENT", "WAIT", "Snapshot", "StepResult", "TeamEnv"]
 
@@ -54,7 +55,7 @@ class TeamEnv(ABC, Generic[S]):
     def __init__(self, task: TeamTask, level: str) -> None:
         self.task = task
         self.level = level
-        self.settings: LevelModel = task.level(level)
+        self.settings: BaseModel = task.level(level)
         self.agents: tuple[str, ...] = task.agent_names
         self.step_limit = task.step_limit
         self.reach: dict[str, frozenset[str]] = {a.name: frozenset(a.reach) for a in task.agents}

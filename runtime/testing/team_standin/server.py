@@ -106,6 +106,14 @@ class TeamStandIn(SeededStandIn):
         super().__init__(seed, competence, log, host, port)
 
     def answer(self, body: Any) -> str:
+        """The reply's content; BadRequest ``team stand-in: why`` (an HTTP 400) for a request
+        it cannot read: another task's wording, no state, no agent to plan for."""
+        try:
+            return self._answer(body)
+        except BadRequest as exc:
+            raise BadRequest(f"team stand-in: {exc}") from None
+
+    def _answer(self, body: Any) -> str:
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             raise BadRequest("the body is not a JSON object with a 'messages' list")
         user = next((m for m in reversed(body["messages"])

@@ -34,9 +34,8 @@ def recognise(task_text: str) -> str:
         return "sweep_floor"
     if "panel" in words and "cube" in words:
         return "sort_cubes"
-    raise ValueError(
-        "the '## Task' text describes no task I know (sweep, sandwich, sort, overcooked)"
-    )
+    # kept short: the client quotes 120 characters of an error body
+    raise ValueError("the '## Task' is none of its tasks (sweep, sandwich, sort, overcooked)")
 
 
 def _lines(state: str) -> dict[str, str]:
