@@ -20,7 +20,7 @@ from onboard.service.mission import Mission, check_mission, mission_files
 from onboard.service.notify import Notifier
 from onboard.service.service import Options, Service
 
-__all__ = ["BACKOFF", "check_all", "up_command"]
+__all__ = ["BACKOFF", "check_all", "supervised_llm", "up_command"]
 
 #: the local LLM server's restarts: 1, 2, 4 ... seconds, at most 30
 BACKOFF = (1.0, 30.0)
@@ -62,7 +62,7 @@ def up_command(robot: RobotConfig, robot_path: Path | None, args: argparse.Names
         with ExitStack() as stack:
             llm = args.llm
             if (llm or robot.llm.base_url) == "local":
-                llm = stack.enter_context(_supervised_llm(log))
+                llm = stack.enter_context(supervised_llm(log))
             _connect(robot, log)
             options = Options(llm=llm, clock=args.clock, once=args.once)
             return Service(robot, queue, options, log, notifier).run()
@@ -71,7 +71,7 @@ def up_command(robot: RobotConfig, robot_path: Path | None, args: argparse.Names
 
 
 @contextmanager
-def _supervised_llm(log: JsonLog) -> Iterator[str]:
+def supervised_llm(log: JsonLog) -> Iterator[str]:
     from onboard.llm.local_server import local_server, server_pid
 
     def report(event: str, fields: dict[str, Any]) -> None:
