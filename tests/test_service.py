@@ -132,11 +132,12 @@ def test_a_broken_mission_is_refused_by_check_and_up_check_with_file_and_line(
     assert "on_failure skip_to 'a' names no later step" in err and f"{mission}:" in err
     mission.write_text(
         '[[steps]]\nname = "a"\nskill = "engage"\ngoal = "wave"\n\n'
-        '[[steps]]\nname = "b"\nskill = "tidy"\n',
+        '[[steps]]\nname = "b"\nskill = "tidy"\n\n[[steps]]\nname = "c"\nskill = "dance"\n',
         encoding="utf-8",
     )
     assert main(["--robot", str(robot), "up", "--check", "--mission", str(mission)]) == 2
     err = capsys.readouterr().err
+    assert f"{mission}:12: [steps[2].skill] no skill named 'dance' (skills here: code," in err
     assert f"{mission}:4: [steps[0].goal] engage is a person skill: it takes scenario" in err
     assert f"{mission}:8: [steps[1].skill] tidy is a scene skill: the step needs goal" in err
     # in the robot's missions folder, onboard check finds it too

@@ -119,7 +119,8 @@ def mission_files(robot: RobotConfig) -> list[Path]:
 
 def check_mission(robot: RobotConfig, path: Path) -> Mission:
     """Load ``path`` and hold each step to the robot: its skill exists, its kind takes the
-    parameters given (and has the one it needs), a scenario exists. All problems at once."""
+    parameters given (and has the one it needs), a scenario exists. All problems at once;
+    a skill that does not load is the skill file's problem, which ``onboard check`` reports."""
     from onboard.catalog import load_robot_skill
     from onboard.hri.scenario import find_scenario
 
@@ -131,11 +132,14 @@ def check_mission(robot: RobotConfig, path: Path) -> Mission:
             at = ("steps", index, key)
             problems.append(Problem(path, f"steps[{index}].{key}", lines.line_of(at), message))
 
+        if not (robot.skills_dir / f"{step.skill}.toml").is_file():
+            there = ", ".join(sorted(p.stem for p in robot.skills_dir.glob("*.toml")))
+            problem("skill", f"no skill named {step.skill!r} (skills here: {there or 'none'})")
+            continue
         try:
             kind = load_robot_skill(robot, step.skill).kind
-        except ConfigError as exc:
-            problem("skill", f"{step.skill!r}: {exc.problems[0].message if exc.problems else exc}")
-            continue
+        except ConfigError:
+            continue  # the skill file's own problems: onboard check reports them, once
         allowed = PARAMETERS.get(kind, ())
         for key in step.parameters():
             if key not in allowed:
