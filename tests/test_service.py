@@ -140,6 +140,10 @@ def test_a_broken_mission_is_refused_by_check_and_up_check_with_file_and_line(
     assert f"{mission}:12: [steps[2].skill] no skill named 'dance' (skills here: code," in err
     assert f"{mission}:4: [steps[0].goal] engage is a person skill: it takes scenario" in err
     assert f"{mission}:8: [steps[1].skill] tidy is a scene skill: the step needs goal" in err
+    # up holds a mission to what the robot drives: this one has no arm
+    assert main(["--robot", str(robot), "up", "--check", "--mission", str(EXAMPLE)]) == 2
+    err = capsys.readouterr().err
+    assert f"{EXAMPLE}:12: [steps[1].skill] tidy is a scene skill: this robot has no " in err
     # in the robot's missions folder, onboard check finds it too
     missions = tmp_path / "skills" / "missions"
     missions.mkdir(parents=True)

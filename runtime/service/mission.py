@@ -117,10 +117,12 @@ def mission_files(robot: RobotConfig) -> list[Path]:
     return sorted((robot.skills_dir / "missions").glob("*.toml"))
 
 
-def check_mission(robot: RobotConfig, path: Path) -> Mission:
+def check_mission(robot: RobotConfig, path: Path, hardware: bool = False) -> Mission:
     """Load ``path`` and hold each step to the robot: its skill exists, its kind takes the
     parameters given (and has the one it needs), a scenario exists. All problems at once;
-    a skill that does not load is the skill file's problem, which ``onboard check`` reports."""
+    a skill that does not load is the skill file's problem, which ``onboard check`` reports.
+    ``hardware``: the robot must have what each step drives (``onboard up``: a scene or code
+    step needs robot.toml's arm, camera and hand-eye calibration)."""
     from onboard.catalog import load_robot_skill
     from onboard.hri.scenario import find_scenario
 
@@ -148,6 +150,12 @@ def check_mission(robot: RobotConfig, path: Path) -> Mission:
         needed = REQUIRED.get(kind)
         if needed is not None and getattr(step, needed) is None:
             problem("skill", f'{step.skill} is a {kind} skill: the step needs {needed} = "..."')
+        missing = [key for key, value in (("[drivers.arm]", robot.drivers.arm),
+                   ("[drivers.camera]", robot.drivers.camera), ("[hand_eye]", robot.hand_eye))
+                   if value is None]  # fmt: skip
+        if hardware and kind in ("scene", "code") and missing:
+            problem("skill", f"{step.skill} is a {kind} skill: this robot has no "
+                    f"{' or '.join(missing)} (robot.toml) to run it on")  # fmt: skip
         if kind == "person":
             try:
                 named = step.scenario or "person-object"

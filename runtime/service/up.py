@@ -40,7 +40,7 @@ def check_all(robot: RobotConfig, robot_path: Path | None, missions: list[Path])
     checked: list[Mission] = []
     for path in missions:
         try:
-            checked.append(check_mission(robot, path))
+            checked.append(check_mission(robot, path, hardware=True))
         except ConfigError as exc:
             problems += exc.problems
     if problems:
