@@ -229,3 +229,30 @@ def test_up_under_systemd_notify_says_ready_pings_stops_pinging_when_stopped_and
             process.wait()
         if process.stdout is not None:
             process.stdout.close()
+
+
+def test_a_failed_step_is_retried_then_skips_to_the_step_its_mission_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    robot = _robot(tmp_path)
+    mission = tmp_path / "skip.toml"
+    mission.write_text(
+        '[[steps]]\nname = "stack"\nskill = "tidy"\ngoal = "put the red block on the blue one"\n'
+        'scene = "nowhere"\nretries = 1\non_failure = { skip_to = "greet" }\n\n'
+        '[[steps]]\nname = "never"\nskill = "engage"\n\n'
+        '[[steps]]\nname = "greet"\nskill = "engage"\n\n'
+        '[[steps]]\nname = "again"\nskill = "tidy"\ngoal = "put the red block on the blue one"\n'
+        'scene = "nowhere"\n\n'
+        '[[steps]]\nname = "after"\nskill = "engage"\n',
+        encoding="utf-8",
+    )
+    args = ["--robot", str(robot), "up", "--once", "--llm", "standin", "--clock", "virtual"]
+    assert main([*args, "--mission", str(mission)]) == 1  # a step failed
+    events = _events(capsys.readouterr().out)
+    ends = [(e["step"], e["attempt"], e["verdict"]) for e in events if e["event"] == "step_end"]
+    assert ends == [("stack", 1, "error"), ("stack", 2, "error"), ("greet", 1, "success"),
+                    ("again", 1, "error")]  # fmt: skip
+    error = next(e for e in events if e["event"] == "step_end")["error"]
+    assert "nowhere" in error
+    last = [e for e in events if e["event"] == "mission_end"][-1]
+    assert last["result"] == "aborted" and last["at_step"] == "again"
