@@ -256,3 +256,43 @@ def test_a_failed_step_is_retried_then_skips_to_the_step_its_mission_names(
     assert "nowhere" in error
     last = [e for e in events if e["event"] == "mission_end"][-1]
     assert last["result"] == "aborted" and last["at_step"] == "again"
+
+
+def test_sigterm_during_a_step_stops_the_episode_closes_its_recording_and_exits_143(
+    tmp_path: Path, notify_socket: tuple[socket.socket, str]
+) -> None:
+    sock, path = notify_socket
+    robot = _robot(tmp_path, arm=False)
+    mission = tmp_path / "greet.toml"
+    mission.write_text('[[steps]]\nname = "greet"\nskill = "engage"\n', encoding="utf-8")
+    env = {**os.environ, "NOTIFY_SOCKET": path}
+    args = ["--robot", robot, "up", "--llm", "standin", "--clock", "wall", "--mission", mission]
+    process = subprocess.Popen(
+        [str(ONBOARD), *map(str, args)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        _until(sock, "READY=1")
+        for line in process.stdout:  # the wall-clock episode lasts tens of seconds
+            if json.loads(line)["event"] == "step_start":
+                break
+        recordings = tmp_path / "rec"
+        # the episode's runner has started (and with it the episode's own stop handler)
+        while not any('"kind": "transition"' in p.read_text() for p in recordings.glob("*.jsonl")):
+            time.sleep(0.01)
+        process.send_signal(signal.SIGTERM)
+        _until(sock, "STOPPING=1")
+        assert process.wait(60) == 143
+        events = [json.loads(x) for x in process.stdout.read().splitlines()]
+        end = next(e for e in events if e["event"] == "step_end")
+        assert end["exit_code"] == 143 and end["verdict"] != "success"
+        assert events[-1]["event"] == "stopped" and events[-1]["signal"] == "SIGTERM"
+        (recording,) = recordings.glob("*.jsonl")
+        kinds = [json.loads(x)["kind"] for x in recording.read_text().splitlines()]
+        assert kinds[0] == "header" and "end" in kinds[-3:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()

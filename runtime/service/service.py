@@ -135,6 +135,11 @@ class Service:
         try:
             result = run_step(self.robot, mission.name, step, attempt, self.options.llm,
                               self.options.clock)  # fmt: skip
+        except (Terminated, KeyboardInterrupt):
+            self.log.event("step_end", level="warning", mission=mission.name, step=step.name,
+                           skill=step.skill, attempt=attempt, verdict="stopped",
+                           signal=self._signal)  # fmt: skip
+            raise
         finally:
             self._in_step = False
             self.watchdog.restore()
