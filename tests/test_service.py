@@ -2,7 +2,7 @@
 
 The example mission (engage, tidy, code) runs in process on the twin with the stand-ins; the
 watchdog is watched through a real unix datagram socket, on the service's loop in process
-and on a real ``onboard up`` process that is stopped (SIGSTOP) and stopped (SIGTERM).
+and on a real ``onboard up`` process that is paused (SIGSTOP) and stopped (SIGTERM).
 """
 
 from __future__ import annotations
