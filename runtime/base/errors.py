@@ -10,7 +10,8 @@ translated at the boundary that meets them, with ``raise ... from exc``.
     ├── ConfigError            robot.toml, a skill or a scenario file is wrong (file, key, line)
     │   ├── SkillError         a skill file
     │   ├── ScenarioError      a scenario file
-    │   └── TeamTaskError      a multi-robot task file (tasks/*.toml)
+    │   ├── TeamTaskError      a multi-robot task file (tasks/*.toml)
+    │   └── MissionError       a mission file (skills/missions/*.toml)
     ├── ModelError             a model file is missing or unreadable
     │   ├── ModelMismatch      ... differs from the one a recording was made with
     │   └── CriticError        a critic model or its card is wrong (one line: FILE: reason)
@@ -64,6 +65,7 @@ __all__ = [
     "LLMTimeout",
     "LinkLost",
     "MissingExtraError",
+    "MissionError",
     "ModelError",
     "ModelMismatch",
     "OnboardError",
@@ -123,6 +125,10 @@ class ScenarioError(ConfigError):
 
 class TeamTaskError(ConfigError):
     """A multi-robot task file (``tasks/*.toml``) is wrong."""
+
+
+class MissionError(ConfigError):
+    """A mission file (``skills/missions/*.toml``) is malformed or names what is not there."""
 
 
 class ModelError(OnboardError):

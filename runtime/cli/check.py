@@ -37,6 +37,7 @@ def check(robot_path: Path | None) -> int:
     from onboard.drivers.twin.scene import load_scene
     from onboard.hri.scenario import HELD_OUT, load_scenario, scenario_files
     from onboard.llm.structured import resolve
+    from onboard.service.mission import check_mission, mission_files
 
     robot = load_robot(robot_path) if robot_path is not None else load_example_robot()
     robot_path = robot_path if robot_path is not None else example_robot()
@@ -73,6 +74,12 @@ def check(robot_path: Path | None) -> int:
     for path in _task_files(robot):
         try:
             tasks.append(load_team_task(path))
+        except ConfigError as exc:
+            problems += exc.problems
+    missions = []
+    for path in mission_files(robot):
+        try:
+            missions.append(check_mission(robot, path))
         except ConfigError as exc:
             problems += exc.problems
     critic_notes, critic_problems = _team_critics(tasks)
@@ -114,6 +121,10 @@ def check(robot_path: Path | None) -> int:
         + ", ".join(
             f"{shown(t.name)} ({len(t.agents)} agents, {len(t.levels)} levels)" for t in tasks
         )
+    )
+    print(
+        f"  {len(missions)} missions: "
+        + ", ".join(f"{shown(m.name or '')} ({len(m.steps)} steps)" for m in missions)
     )
     for note in critic_notes:
         print(f"    note: {shown(note)}")

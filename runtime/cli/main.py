@@ -58,6 +58,7 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
         "this robot",
         [
             ("check", "validate robot.toml and every skill, scenario and scene it uses"),
+            ("up", "run the robot headless as a service: missions until stopped (systemd)"),
             ("calibrate", "hand-eye calibration from a marker held by the arm"),
             ("init", "write a new robot to edit: DIR/robot.toml and the shipped skills"),
         ],
@@ -324,6 +325,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--noise", type=float, default=0.15)
     p.set_defaults(func=_standin)
 
+    p = add("up")
+    p.add_argument("--check", action="store_true", help="validate robot.toml, the drivers' "
+                   "settings and the missions, then exit 0 or 2; nothing moves")  # fmt: skip
+    p.add_argument("--mission", type=Path, action="append", help="a mission file to run "
+                   "(repeatable; default: every file in skills/missions/)")  # fmt: skip
+    p.add_argument("--llm", help="URL, 'local' or 'standin' for every step (default: robot.toml)")
+    p.add_argument("--clock", choices=["wall", "virtual"], help="person and scene steps' clock "
+                   "(default: robot.toml)")  # fmt: skip
+    p.add_argument("--once", action="store_true", help="exit when the missions are done "
+                   "(0: every step succeeded, 1: one failed), not when stopped")  # fmt: skip
+    p.set_defaults(func=_up)
+
     p = add("init")
     p.add_argument("folder", type=Path)
     p.add_argument("--name", help="the robot's name (default: the folder's name)")
@@ -517,6 +530,12 @@ def _standin(args: argparse.Namespace) -> int:
     check_listen("standin", args.host, {"--port": args.port})
     return serve(["--host", args.host, "--port", str(args.port), "--seed", str(args.seed),
                   "--noise", str(args.noise)])  # fmt: skip
+
+
+def _up(args: argparse.Namespace) -> int:
+    from onboard.service.up import up_command
+
+    return up_command(_robot(args), _robot_path(args), args)
 
 
 def _init(args: argparse.Namespace) -> int:

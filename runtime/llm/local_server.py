@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 
@@ -47,6 +47,9 @@ def gguf_path() -> Path:
         raise ModelError(f"local LLM: no .gguf file in {Path(spec.origin).parent}")
     return files[0]
 
+
+#: how the watcher says what happened to the server: ``report(event, fields)``
+Report = Callable[[str, dict[str, Any]], None]
 
 #: the embedded servers this process runs, by base URL
 _serving: dict[str, _Supervised] = {}
@@ -81,12 +84,20 @@ def _free_port() -> int:
 
 
 @contextmanager
-def local_server(threads: int = 2, startup_timeout: float = 90.0) -> Iterator[str]:
+def local_server(
+    threads: int = 2,
+    startup_timeout: float = 90.0,
+    report: Report | None = None,
+    restarts: int | None = RESTARTS,
+    backoff: tuple[float, float] = (0.0, 0.0),
+) -> Iterator[str]:
     """Serve SmolLM2 on 127.0.0.1; yields the base URL (``http://127.0.0.1:PORT/v1``).
 
     The server is watched: when it dies (llama.cpp can crash on a request), the reason is
-    printed and kept for the client's error, and it is started again on the same port, at
-    most :data:`RESTARTS` times; the request that was in flight fails."""
+    kept for the client's error and reported (``report(event, fields)``; by default a line
+    on stderr), and it is started again on the same port, at most ``restarts`` times (None:
+    always), the n-th after ``min(backoff[0] * 2 ** (n - 1), backoff[1])`` seconds; the
+    request that was in flight fails."""
     if importlib.util.find_spec("llama_cpp") is None:
         raise ModelError(f"local LLM: llama-cpp-python is missing (the local-llm extra: {_EXTRA})")
     model, port = gguf_path(), _free_port()
@@ -97,7 +108,8 @@ def local_server(threads: int = 2, startup_timeout: float = 90.0) -> Iterator[st
         "--n_ctx", str(CONTEXT_TOKENS), "--n_threads", str(threads), "--verbose", "False",
     ]  # fmt: skip
     base_url = f"http://127.0.0.1:{port}/v1"
-    served = _Supervised(command, base_url, startup_timeout)
+    served = _Supervised(command, base_url, startup_timeout, report or _print_report, restarts)
+    served.backoff = backoff
     served.start()
     try:
         _serving[base_url] = served
@@ -110,8 +122,17 @@ def local_server(threads: int = 2, startup_timeout: float = 90.0) -> Iterator[st
 class _Supervised:
     """One embedded server process, started again when it dies while in use."""
 
-    def __init__(self, command: list[str], base_url: str, startup_timeout: float) -> None:
+    def __init__(
+        self,
+        command: list[str],
+        base_url: str,
+        startup_timeout: float,
+        report: Report,
+        limit: int | None,
+    ) -> None:
         self.command, self.base_url, self.startup_timeout = command, base_url, startup_timeout
+        self.report, self.limit = report, limit
+        self.backoff = (0.0, 0.0)
         self.death: str | None = None
         self.restarts = 0
         self._stopping = threading.Event()
@@ -142,13 +163,16 @@ class _Supervised:
             if self._stopping.is_set():
                 return
             self.death = f"the local LLM server exited with code {code}: {_tail(self._log)}"
-            if self.restarts >= RESTARTS:
-                print(f"onboard: {self.death}; left down after {RESTARTS} restarts",
-                      file=sys.stderr, flush=True)  # fmt: skip
+            if self.limit is not None and self.restarts >= self.limit:
+                self.report("llm_server_down", {"reason": self.death, "restarts": self.restarts})
                 return
             self.restarts += 1
-            print(f"onboard: {self.death}; starting it again ({self.restarts} of {RESTARTS})",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            first, cap = self.backoff
+            delay = min(first * 2 ** (self.restarts - 1), cap)
+            died = {"reason": self.death, "code": code, "restart": self.restarts}
+            self.report("llm_server_died", died | {"limit": self.limit, "in_seconds": delay})
+            if self._stopping.wait(delay):
+                return
             with self._lock:
                 if self._stopping.is_set():
                     return
@@ -159,8 +183,10 @@ class _Supervised:
                 if self._stopping.is_set():
                     return
                 self.death = str(exc)
-                print(f"onboard: {exc}; left down", file=sys.stderr, flush=True)
+                self.report("llm_server_down", {"reason": self.death, "restarts": self.restarts})
                 return
+            self.report("llm_server_restarted", {"pid": self.process.pid,
+                        "restart": self.restarts, "url": self.base_url})  # fmt: skip
 
     def stop(self) -> None:
         self._stopping.set()
@@ -175,6 +201,18 @@ class _Supervised:
         if self._watcher.is_alive():
             self._watcher.join(timeout=10)
         self._log.close()
+
+
+def _print_report(event: str, fields: dict[str, Any]) -> None:
+    """The default report: a line on stderr for a death and for being left down."""
+    if event == "llm_server_died":
+        limit = fields["limit"]
+        of = f" of {limit}" if limit is not None else ""
+        print(f"onboard: {fields['reason']}; starting it again ({fields['restart']}{of})",
+              file=sys.stderr, flush=True)  # fmt: skip
+    elif event == "llm_server_down":
+        print(f"onboard: {fields['reason']}; left down after {fields['restarts']} restarts",
+              file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _die_with_parent() -> Callable[[], None] | None:

@@ -1,0 +1,1 @@
+"""``onboard up``: a robot run headless as a service (missions, systemd, supervision)."""

@@ -1,0 +1,189 @@
+"""The service's loop: missions' steps one after another, systemd's watchdog pinged from a
+timer on the same loop, until a stop signal (or, with ``once``, until the queue is empty).
+
+Steps run as callbacks on the loop, on the main thread: each step's episode handles a stop
+signal as ``onboard run`` does (the arm stopped, the recording closed). While a step runs
+the loop runs nothing else, so the pings pause: before each step the service stretches
+systemd's watchdog to the step's timeout (``WATCHDOG_USEC``), and a step hung past it gets
+the service killed and restarted by systemd. Between steps a blocked loop stops the pings.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from onboard.base.signals import Terminated, on_stop_signals
+from onboard.config import RobotConfig
+from onboard.loop.clock import WallClock
+from onboard.loop.exitcodes import ExitCode, for_signal
+from onboard.service.log import JsonLog
+from onboard.service.mission import Mission, SkipTo
+from onboard.service.notify import Notifier, watchdog_seconds
+from onboard.service.steps import StepResult, run_step
+
+__all__ = ["Service", "Watchdog"]
+
+#: a step ended by a stop signal: the service stops with it
+_SIGNALLED = (ExitCode.SIGINT, ExitCode.SIGTERM)
+
+
+class Watchdog:
+    """``WATCHDOG=1`` every half of systemd's timeout, from a timer on ``clock``'s loop."""
+
+    def __init__(self, clock: WallClock, notifier: Notifier, timeout: float | None) -> None:
+        self.clock, self.notifier, self.timeout = clock, notifier, timeout
+        self.pings = 0
+
+    def start(self) -> None:
+        if self.timeout is not None:
+            self.clock.post(self._ping)
+
+    def _ping(self) -> None:
+        self.notifier.send("WATCHDOG=1")
+        self.pings += 1
+        assert self.timeout is not None
+        self.clock.call_later(self.timeout / 2, self._ping)
+
+    def stretch(self, seconds: float) -> None:
+        """systemd's timeout becomes ``seconds`` (a step about to block the loop) and the
+        count starts again."""
+        if self.timeout is not None:
+            self.notifier.send(f"WATCHDOG_USEC={int(seconds * 1e6)}", "WATCHDOG=1")
+
+    def restore(self) -> None:
+        if self.timeout is not None:
+            self.notifier.send(f"WATCHDOG_USEC={int(self.timeout * 1e6)}", "WATCHDOG=1")
+
+
+@dataclass
+class Options:
+    llm: str | None = None  # each step's --llm: a URL, "standin", or None (robot.toml)
+    clock: str | None = None  # person and scene steps' clock (None: robot.toml's)
+    once: bool = False  # stop when the queue is empty, else wait for a stop signal
+
+
+class Service:
+    def __init__(
+        self,
+        robot: RobotConfig,
+        queue: list[Mission],
+        options: Options,
+        log: JsonLog,
+        notifier: Notifier,
+        clock: WallClock | None = None,
+    ) -> None:
+        self.robot, self.queue, self.options = robot, list(queue), options
+        self.log, self.notifier = log, notifier
+        self.clock = clock or WallClock(workers=1)
+        self.watchdog = Watchdog(self.clock, notifier, watchdog_seconds())
+        self.failed_steps = 0
+        self._signal: str | None = None
+        self._in_step = False
+
+    def run(self, ready: Callable[[], None] | None = None) -> int:
+        """Run until stopped; ``ready`` is called on the loop first (tests)."""
+        with on_stop_signals(self._on_signal):
+            self.notifier.send("READY=1", "STATUS=connected; running missions")
+            self.log.event("ready", missions=[m.name for m in self.queue],
+                           watchdog_seconds=self.watchdog.timeout)  # fmt: skip
+            self.watchdog.start()
+            if ready is not None:
+                self.clock.post(ready)
+            self.clock.post(self._next_mission)
+            try:
+                self.clock.run(until=math.inf)
+            except (Terminated, KeyboardInterrupt):
+                pass  # raised by _on_signal to unwind a step: self._signal says which
+            finally:
+                self.notifier.send("STOPPING=1")
+        if self._signal is not None:
+            self.log.event("stopped", signal=self._signal)
+            return for_signal(self._signal)
+        self.log.event("stopped", failed_steps=self.failed_steps)
+        return ExitCode.TASK_FAILED if self.failed_steps else ExitCode.SUCCESS
+
+    def _on_signal(self, name: str) -> None:
+        self._signal = name
+        self.clock.stop()
+        if self._in_step:  # a step whose episode has no handler of its own: unwind it
+            raise Terminated if name == signal.Signals.SIGTERM.name else KeyboardInterrupt
+
+    def _next_mission(self) -> None:
+        if not self.queue:
+            self.log.event("idle", detail="no mission queued")
+            if self.options.once:
+                self.clock.stop()
+            return
+        mission = self.queue.pop(0)
+        self.log.event("mission_start", mission=mission.name, path=str(mission.path),
+                       steps=[s.name for s in mission.steps])  # fmt: skip
+        self.clock.post(lambda: self._step(mission, 0, 1))
+
+    def _step(self, mission: Mission, index: int, attempt: int) -> None:
+        if self._signal is not None:
+            return
+        step = mission.steps[index]
+        assert mission.name is not None
+        self.log.event("step_start", mission=mission.name, step=step.name, skill=step.skill,
+                       attempt=attempt, **step.parameters())  # fmt: skip
+        if self.watchdog.timeout is not None:
+            self.watchdog.stretch(step.timeout + self.watchdog.timeout)
+        self._in_step = True
+        try:
+            result = run_step(self.robot, mission.name, step, attempt, self.options.llm,
+                              self.options.clock)  # fmt: skip
+        except (Terminated, KeyboardInterrupt):
+            self.log.event("step_end", level="warning", mission=mission.name, step=step.name,
+                           skill=step.skill, attempt=attempt, verdict="stopped",
+                           signal=self._signal)  # fmt: skip
+            raise
+        finally:
+            self._in_step = False
+            self.watchdog.restore()
+        self._log_result(mission, index, attempt, result)
+        if result.code in _SIGNALLED:
+            self._signal = "SIGINT" if result.code == ExitCode.SIGINT else "SIGTERM"
+            self.clock.stop()
+            return
+        if result.success:
+            self._then(mission, index + 1)
+            return
+        if attempt <= step.retries:
+            self.clock.post(lambda: self._step(mission, index, attempt + 1))
+            return
+        self.failed_steps += 1
+        if isinstance(step.on_failure, SkipTo):
+            self._then(mission, mission.index_of(step.on_failure.skip_to))
+        elif step.on_failure == "continue":
+            self._then(mission, index + 1)
+        else:
+            self.log.event("mission_end", level="warning", mission=mission.name,
+                           result="aborted", at_step=step.name)  # fmt: skip
+            self.clock.post(self._next_mission)
+
+    def _then(self, mission: Mission, index: int) -> None:
+        if index >= len(mission.steps):
+            self.log.event("mission_end", mission=mission.name, result="done")
+            self.clock.post(self._next_mission)
+        else:
+            self.clock.post(lambda: self._step(mission, index, 1))
+
+    def _log_result(self, mission: Mission, index: int, attempt: int, result: StepResult) -> None:
+        step = mission.steps[index]
+        self.log.event(
+            "step_end",
+            level="info" if result.success else "warning",
+            mission=mission.name,
+            step=step.name,
+            skill=step.skill,
+            attempt=attempt,
+            verdict=result.verdict,
+            exit_code=result.code,
+            seconds=round(result.seconds, 3),
+            recording=str(result.recording) if result.recording else None,
+            error=result.error,
+            output=result.output[-6:],
+        )
