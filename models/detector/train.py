@@ -47,6 +47,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
+from onboard.base.digest import file_sha256  # noqa: E402
 from onboard.perception.detector import (  # noqa: E402
     Detection,
     Detector,
@@ -344,15 +345,30 @@ def train(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(args.seed)
     conditions = dataset.TRAIN if args.conditions == "train" else dataset.BASE
     data = dataset.load(args.size, cache=not args.no_cache, scale=args.data, conditions=conditions)
-    classes = list(dataset.CLASSES)
     print(
         f"data: rendered in {data.seconds:.0f} s (0: cached);"
         f" {len(data.train.images)} train, {len(data.val.images)} val,"
-        f" {len(data.test_images)} test images; {len(classes)} classes"
+        f" {len(data.test_images)} test images under {args.conditions.upper()}"
     )
+    if args.mix_base:
+        base = dataset.load(
+            args.size,
+            cache=not args.no_cache,
+            scale=args.data * args.mix_base,
+            conditions=dataset.BASE,
+        )
+        data.train, data.val = concat(data.train, base.train), concat(data.val, base.val)
+        print(
+            f"  and BASE: rendered in {base.seconds:.0f} s; {len(base.train.images)} train and"
+            f" {len(base.val.images)} val images mixed in"
+        )
+    classes = list(dataset.CLASSES)
     model = TinyDet(len(classes), (args.size, args.size))
     params = sum(p.numel() for p in model.parameters())
-    print(f"model: {params:,} parameters")
+    print(f"model: {params:,} parameters; {len(classes)} classes")
+    if args.init:
+        load_exported(model, args.init, args.size)
+        print(f"init: {args.init} (sha256 {file_sha256(args.init)[:12]}), batch norms frozen")
     steps_per_epoch = math.ceil(len(data.train.images) / args.batch)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(
@@ -362,6 +378,10 @@ def train(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     for epoch in range(args.epochs):
         model.train()
+        if args.init:  # the exported graph folded them into the convs: they stay identities
+            for m in model.modules():
+                if isinstance(m, nn.BatchNorm2d):
+                    m.eval()
         sums = np.zeros(2)
         compute = 0.0
         for x, gt, cls, valid in batches(data.train, args.batch, rng, augment=True):
@@ -389,6 +409,64 @@ def train(args: argparse.Namespace) -> None:
     print(f"training: {time.perf_counter() - started:.0f} s; best val mAP@0.5 {best_map:.3f}")
     export(model, classes, args.size, args.out)
     report(args.out, classes, data)
+
+
+def concat(a: dataset.Split, b: dataset.Split) -> dataset.Split:
+    return dataset.Split(
+        np.concatenate([a.images, b.images]), a.boxes + b.boxes, a.labels + b.labels
+    )
+
+
+def load_exported(model: TinyDet, path: Path, size: int) -> None:
+    """Start from a model this script exported: the export folded each batch norm into its
+    conv, so a conv takes the folded weights and its norm becomes an identity (mean 0,
+    variance 1 - eps, scale 1, the folded bias as shift) that training keeps frozen. Checked:
+    the torch model must then give the exported file's output."""
+    import onnx
+    import onnxruntime
+    from onnx import numpy_helper
+
+    proto = onnx.load(str(path))
+    weights = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    nodes = [n for n in proto.graph.node if n.op_type == "Conv"]
+    order: list[nn.Conv2d] = []  # the convs as the forward pass runs them: the graph's order
+    hooks = [
+        m.register_forward_hook(lambda m, *_: order.append(m))
+        for m in model.modules()
+        if isinstance(m, nn.Conv2d)
+    ]
+    model.eval()
+    with torch.no_grad():
+        model(torch.zeros(1, 3, size, size))
+    for hook in hooks:
+        hook.remove()
+    norms = {id(m[0]): m[1] for m in model.modules() if isinstance(m, Conv)}
+    if len(order) != len(nodes):
+        raise SystemExit(f"train.py: error: --init {path}: {len(nodes)} convs, not {len(order)}")
+    with torch.no_grad():
+        for conv, node in zip(order, nodes, strict=True):
+            w = torch.from_numpy(weights[node.input[1]].copy())
+            b = torch.from_numpy(weights[node.input[2]].copy())
+            if w.shape != conv.weight.shape:
+                raise SystemExit(f"train.py: error: --init {path}: not this network ({node.name})")
+            conv.weight.copy_(w)
+            if conv.bias is not None:
+                conv.bias.copy_(b)
+                continue
+            norm = norms[id(conv)]
+            assert isinstance(norm, nn.BatchNorm2d)
+            norm.weight.fill_(1.0)
+            norm.bias.copy_(b)
+            norm.running_mean.zero_()
+            norm.running_var.fill_(1.0 - norm.eps)
+        x = torch.rand(1, 3, size, size, generator=torch.Generator().manual_seed(0))
+        model.export = True
+        mine = model(x).numpy()
+        model.export = False
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    theirs = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+    if not np.allclose(mine, theirs, atol=1e-3, rtol=1e-3):
+        raise SystemExit(f"train.py: error: --init {path}: its weights do not reproduce it")
 
 
 def export(model: TinyDet, classes: list[str], size: int, path: Path) -> None:
@@ -450,6 +528,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", type=float, default=1.0, help="scale the data set sizes")
     parser.add_argument("--no-cache", action="store_true", help="render the data set again")
+    parser.add_argument(
+        "--mix-base",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="mix BASE renders into the train and val splits, SHARE times as many as --data's"
+        " (the first of the shipped model's own renders), so the base look is not forgotten",
+    )
+    parser.add_argument(
+        "--init",
+        type=Path,
+        help="start from this ONNX model exported by train.py (fine-tuning; batch norms frozen)",
+    )
     parser.add_argument(
         "--conditions",
         choices=("train", "base"),
