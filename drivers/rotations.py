@@ -25,12 +25,26 @@ __all__ = [
     "quat_mul",
     "quat_to_euler",
     "quat_to_matrix",
+    "rot_y",
+    "rot_z",
     "rpy_to_matrix",
     "slerp",
 ]
 
 Vec3 = tuple[float, float, float]
 Quat = tuple[float, float, float, float]
+
+
+def rot_y(a: float) -> npt.NDArray[np.float64]:
+    """The rotation by ``a`` radians about y."""
+    c, s = math.cos(a), math.sin(a)
+    return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
+
+
+def rot_z(a: float) -> npt.NDArray[np.float64]:
+    """The rotation by ``a`` radians about z."""
+    c, s = math.cos(a), math.sin(a)
+    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
 
 
 def quat_from_euler(rx: float, ry: float, rz: float) -> Quat:

@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from onboard.base.errors import ArmError, ConfigError, Problem
 from onboard.drivers.arm.base import Pose
-from onboard.drivers.rotations import matrix_to_rpy, rpy_to_matrix
+from onboard.drivers.rotations import matrix_to_rpy, rot_y, rot_z, rpy_to_matrix
 
 __all__ = [
     "JOINTS",
@@ -66,16 +66,6 @@ class Links:
 LINKS = Links()
 
 
-def _rz(a: float) -> npt.NDArray[np.float64]:
-    c, s = math.cos(a), math.sin(a)
-    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
-
-
-def _ry(a: float) -> npt.NDArray[np.float64]:
-    c, s = math.cos(a), math.sin(a)
-    return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
-
-
 def forward(joints: Sequence[float], links: Links = LINKS) -> Pose:
     """The tool's pose for five joint angles."""
     pan, lift, elbow, flex, roll = (float(q) for q in joints[:5])
@@ -84,7 +74,7 @@ def forward(joints: Sequence[float], links: Links = LINKS) -> Pose:
     r = links.upper * math.sin(a1) + links.fore * math.sin(a2) + links.tool * math.sin(a3)
     z = links.base + links.upper * math.cos(a1) + links.fore * math.cos(a2)
     z += links.tool * math.cos(a3)
-    rotation = _rz(pan) @ _ry(a3) @ _rz(roll + math.pi)  # roll 0, pointing down: rx = pi
+    rotation = rot_z(pan) @ rot_y(a3) @ rot_z(roll + math.pi)  # roll 0, pointing down: rx = pi
     rx, ry, rz = matrix_to_rpy(rotation)
     return Pose(r * math.cos(pan), r * math.sin(pan), z, rx, ry, rz)
 
@@ -114,7 +104,7 @@ def solve(
         axis = target[:, 2]
         along = axis[0] * math.cos(pan) + axis[1] * math.sin(pan)
         pitch = math.atan2(along, axis[2])  # the tool's direction from straight up
-        local = _ry(-pitch) @ _rz(-pan) @ target
+        local = rot_y(-pitch) @ rot_z(-pan) @ target
         roll = math.atan2(local[1, 0], local[0, 0]) - math.pi
         wr = r - links.tool * math.sin(pitch)
         wz = z - links.base - links.tool * math.cos(pitch)

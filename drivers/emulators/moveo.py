@@ -28,13 +28,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from onboard.base.errors import ArmError
 from onboard.drivers.arm.base import ArmState, Pose
 from onboard.drivers.arm.config import DhJoint, GcodeArmConfig
 from onboard.drivers.emulators.marlin_pty import MarlinEmulator
-from onboard.drivers.rotations import matrix_to_rpy
+from onboard.drivers.rotations import matrix_to_rpy, rot_y, rot_z
 
 __all__ = [
     "MOVEO_DH",
@@ -85,25 +84,15 @@ def serve_moveo(**settings: object) -> tuple[JointModelArm, MarlinEmulator]:
     return model, MarlinEmulator(model, rotary_axes="AB", joint_space=True, **options)
 
 
-def _rz(a: float) -> npt.NDArray[np.float64]:
-    c, s = math.cos(a), math.sin(a)
-    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
-
-
-def _ry(a: float) -> npt.NDArray[np.float64]:
-    c, s = math.cos(a), math.sin(a)
-    return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
-
-
 def moveo_pose(joints: Sequence[float]) -> Pose:
     """The Moveo's tool pose for its five joint angles (radians), link by link."""
     yaw, shoulder, elbow, roll, pitch = (float(q) for q in joints[:5])
     up = np.array([0.0, 0.0, 1.0])
-    rotation = _rz(yaw) @ _ry(shoulder)
+    rotation = rot_z(yaw) @ rot_y(shoulder)
     point = np.array([0.0, 0.0, BASE]) + rotation @ (UPPER * up)
-    rotation = rotation @ _ry(elbow) @ _rz(roll)
+    rotation = rotation @ rot_y(elbow) @ rot_z(roll)
     point = point + rotation @ (FORE * up)
-    rotation = rotation @ _ry(pitch)
+    rotation = rotation @ rot_y(pitch)
     point = point + rotation @ (TOOL * up)
     x, y, z = (float(v) for v in point)
     return Pose(x, y, z, *matrix_to_rpy(rotation))

@@ -59,6 +59,7 @@ __all__ = [
     "SceneGoal",
     "cued",
     "mention_phrase",
+    "relations_schema",
     "request_words",
 ]
 
@@ -80,6 +81,41 @@ _CUES = {
 }
 _WORDS = re.compile(r"[a-z0-9]+")
 _ARTICLE = re.compile(r"^(?:the|a|an|that|this|my|your|some)\s+")
+
+
+def relations_schema(
+    kinds: Sequence[str],
+    objects: Sequence[str],
+    targets: Sequence[str],
+    mentions: int,
+    relations: int,
+    mention_length: int = 24,
+) -> dict[str, Any]:
+    """The JSON schema of a goal reply: ``mentions`` (words of the request) and ``relations``
+    (``{"relation": one of kinds, "object": one of objects, "target": one of targets}``)."""
+    relation = {
+        "type": "object",
+        "properties": {
+            "relation": {"type": "string", "enum": list(kinds)},
+            "object": {"type": "string", "enum": list(objects)},
+            "target": {"type": "string", "enum": list(targets)},
+        },
+        "required": ["relation", "object", "target"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "mentions": {
+                "type": "array",
+                "items": {"type": "string", "maxLength": mention_length},
+                "maxItems": mentions,
+            },
+            "relations": {"type": "array", "items": relation, "maxItems": relations},
+        },
+        "required": ["mentions", "relations"],
+        "additionalProperties": False,
+    }
 
 
 def request_words(request: str) -> str:
@@ -175,29 +211,7 @@ class SceneGoal:
     def schema(self, skill: Skill, observation: Observation) -> dict[str, Any]:
         names = _names(observation) + self._hideable(observation)
         targets = [*names, *self.geometry.scene.regions, "none"]
-        relation = {
-            "type": "object",
-            "properties": {
-                "relation": {"type": "string", "enum": list(RELATIONS)},
-                "object": {"type": "string", "enum": names or ["none"]},
-                "target": {"type": "string", "enum": targets},
-            },
-            "required": ["relation", "object", "target"],
-            "additionalProperties": False,
-        }
-        return {
-            "type": "object",
-            "properties": {
-                "mentions": {
-                    "type": "array",
-                    "items": {"type": "string", "maxLength": 24},
-                    "maxItems": 4,
-                },
-                "relations": {"type": "array", "items": relation, "maxItems": 3},
-            },
-            "required": ["mentions", "relations"],
-            "additionalProperties": False,
-        }
+        return relations_schema(RELATIONS, names or ["none"], targets, mentions=4, relations=3)
 
     # -- the answer ------------------------------------------------------------------------
 

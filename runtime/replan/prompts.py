@@ -36,6 +36,7 @@ from typing import Any
 from onboard.llm.content import user_message
 from onboard.llm.judge import judge_messages, judge_schema, read_judgement, verdict_schema
 from onboard.llm.types import Message
+from onboard.manip.goal import relations_schema
 from onboard.replan.api import api_doc
 
 __all__ = [
@@ -329,26 +330,5 @@ def goal_messages(instruction: str, scene_text: str) -> list[Message]:
 def goal_schema(names: Sequence[str]) -> dict[str, Any]:
     """The goal reader's reply: relations over ``names`` (the objects seen)."""
     enum = list(names) or ["none"]
-    relation = {
-        "type": "object",
-        "properties": {
-            "relation": {"type": "string", "enum": list(GOAL_RELATIONS)},
-            "object": {"type": "string", "enum": enum},
-            "target": {"type": "string", "enum": [*enum, "none"]},
-        },
-        "required": ["relation", "object", "target"],
-        "additionalProperties": False,
-    }
-    return {
-        "type": "object",
-        "properties": {
-            "mentions": {
-                "type": "array",
-                "items": {"type": "string", "maxLength": 40},
-                "maxItems": 6,
-            },
-            "relations": {"type": "array", "items": relation, "maxItems": 4},
-        },
-        "required": ["mentions", "relations"],
-        "additionalProperties": False,
-    }
+    return relations_schema(GOAL_RELATIONS, enum, [*enum, "none"], mentions=6, relations=4,
+                            mention_length=40)  # fmt: skip
