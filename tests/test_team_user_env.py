@@ -136,6 +136,7 @@ def test_the_team_stand_in_refuses_it_in_one_line(folder: Path, task_file: Path)
     (line,) = result.err.strip().splitlines()
     assert line.startswith("onboard: error: LLM at http://127.0.0.1:") and "HTTP 400" in line
     assert "team stand-in: the '## Task' is none of its tasks (sweep, sandwich, sort," in line
+    assert '{"' not in line and line.endswith(")")  # the error's message, not its raw JSON
     (recording,) = (folder / "recordings").glob("team-stack_blocks-tower2-*.jsonl")
     records = [json.loads(x) for x in recording.read_text(encoding="utf-8").splitlines()]
     kinds = [r["kind"] for r in records]

@@ -510,5 +510,18 @@ def _status_message(
         )
     elif code == 404:
         hint = "; base_url must end in /v1 and the model must exist"
-    detail = response.text[:120].replace("\n", " ")
-    return f"LLM at {url}: HTTP {code}{hint} ({detail})"
+    return f"LLM at {url}: HTTP {code}{hint} ({_error_detail(response.text)})"
+
+
+def _error_detail(body: str) -> str:
+    """What an error body says, on one line: an OpenAI-style ``{"error": {"message": ...}}``
+    gives its message (up to 300 characters), any other body its first 120."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error
+    if isinstance(message, str) and message.strip():
+        return " ".join(message.split())[:300]
+    return body[:120].replace("\n", " ")
