@@ -1,4 +1,4 @@
-"""Recording format 3 (runtime/loop/recording.py): the header carries the skill's text, the
+"""Recording format 4 (runtime/loop/recording.py): the header carries the skill's text, the
 robot, the scenario and the sha256 of the models, so a recording replays with nothing but
 itself: after its skill file changed or went, and from another folder. A format 1 recording
 and a different embedder are each one error line."""
@@ -114,7 +114,7 @@ def test_the_header_carries_the_skill_text_robot_scenario_and_model_hashes(
 ) -> None:
     path, folder = made
     header = records_of(path)[0]
-    assert header["kind"] == "header" and header["format"] == FORMAT == 3
+    assert header["kind"] == "header" and header["format"] == FORMAT == 4
     assert header["skill_kind"] == "person"
     assert header["skill"]["name"] == "engage"
     assert header["skill"]["toml"] == engage_without_critic()
@@ -258,10 +258,10 @@ def test_a_format_1_recording_is_one_line(episode: tuple[Path, Path], tmp_path: 
 def test_a_newer_format_is_one_line(episode: tuple[Path, Path], tmp_path: Path) -> None:
     path, _ = episode
     records = records_of(path)
-    records[0]["format"] = 4
-    newer = write_records(tmp_path / "format3.jsonl", records)
+    records[0]["format"] = 5
+    newer = write_records(tmp_path / "format5.jsonl", records)
     line = one_line_error(onboard("replay", newer, cwd=tmp_path))
-    assert f"{newer}: a format 4 recording; this onboard (0.1.0) replays formats 2 and 3" in line
+    assert f"{newer}: a format 5 recording; this onboard (0.1.0) replays formats 2, 3 and 4" in line
 
 
 # -- model hashes ------------------------------------------------------------------------------

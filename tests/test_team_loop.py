@@ -514,6 +514,49 @@ def test_replay_reproduces_the_joint_actions_and_catches_a_divergence(
         replay_team_episode(tampered, CubeRelay(), HandCritic(), Task())
 
 
+def test_a_replay_answers_the_loop_from_the_recorded_environment(
+    tmp_path: Path, robot: RobotConfig
+) -> None:
+    """Format 4: no environment is given to the replay (none is simulated); every question
+    the loop asks of it is answered from the recording's ``env`` records, so an answer
+    changed in the recording changes the replay, and a question asked differently is named
+    with the record, the field and both values."""
+    task_file = tmp_path / "cube_relay.toml"
+    task_file.write_text('[task]\nname = "cube_relay"\n', encoding="utf-8")
+    settings = TeamSettings(Task(), "only")
+    header = team_header(robot, task_file, "read_s", settings, 3, env="cube_relay",
+                         critic_file=None)  # fmt: skip
+    path = tmp_path / "episode.jsonl"
+    with ScriptedTeam(**READ_S_SCRIPT) as server, Recorder(path) as recorder:
+        outcome, _, _ = episode(server, "read_s", HandCritic(), recorder, header=header)
+    replay = replay_team_episode(path, None, HandCritic(), Task())
+    assert replay.outcome.joint_actions == outcome.joint_actions
+    assert replay.outcome.to_json() == outcome.to_json()
+    calls = [r["call"] for r in read_recording(path) if r["kind"] == "env"]
+    assert calls[0] == "reset" and {"describe", "features", "legal", "step"} <= set(calls)
+
+    def tampered(change: str, field: str, value: Any) -> Path:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        index = next(i for i, line in enumerate(lines)
+                     if json.loads(line).get("call") == change)  # fmt: skip
+        record = json.loads(lines[index])
+        record[field] = value(record[field])
+        lines[index] = json.dumps(record)
+        out = tmp_path / f"tampered-{change}.jsonl"
+        out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return out
+
+    # the state as the recording tells it reaches the prompt: the first request differs
+    told = tampered("describe", "answer", lambda text: text + "\nA cat sleeps on the table.")
+    with pytest.raises(ReplayDivergence, match=r"request 1 \(\w+\) differs.*A cat sleeps"):
+        replay_team_episode(told, None, HandCritic(), Task())
+    # a legality question about another action than the recorded one
+    asked = tampered("legal", "action", lambda action: action + " SOMEWHERE")
+    with pytest.raises(ReplayDivergence, match=r"record \d+ \(env legal\): action: recorded "
+                                               r"'.+ SOMEWHERE', replayed '.+'"):  # fmt: skip
+        replay_team_episode(asked, None, HandCritic(), Task())
+
+
 def test_same_seed_same_outcome() -> None:
     outcomes = []
     for _ in range(2):

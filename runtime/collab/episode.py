@@ -17,8 +17,9 @@ request is the kind's plan prompt and its ``Ask`` (runtime/collab/kind.py), the 
 (runtime/collab/driver.py), refinements are rounds. This module sets it up on a virtual clock
 and reads the episode back as a :class:`TeamOutcome` (the tables' terms).
 
-Records (recording format 3, ``skill_kind = "team"``): ``header`` (when given:
+Records (recording format 4, ``skill_kind = "team"``): ``header`` (when given:
 :func:`team_header`), ``setup`` (the method, seed, agents, vocabulary), ``state`` at each step,
+each ``env`` record of what the loop read of the environment (runtime/collab/playback.py),
 each ``request`` / ``reply`` (or ``error``; NQ is the number of request records: every dialogue
 message and reflection is one), the loop's ``mapping``, ``check``, ``reask``, ``fallback``,
 ``fallback_choice`` and ``transition`` records, each ``env_step`` (the joint action, reward,
@@ -44,6 +45,7 @@ from onboard.collab.driver import TeamDriver
 from onboard.collab.kind import PlanAsk, RecordedAsk, TeamFigures, TeamKind, TeamLedger, team_checks
 from onboard.collab.methods import EnvView, Method, TeamSettings, TrialMemory, Turn
 from onboard.collab.names import TEAM_COMMANDS
+from onboard.collab.playback import RecordedEnv
 from onboard.collab.refine import CriticView
 from onboard.config import RobotConfig
 from onboard.llm.types import Completes
@@ -139,6 +141,7 @@ def run_team_episode(
         if not callable(getattr(env, "reset_to", None)):
             raise UsageError(f"{type(env).__name__} cannot be re-initialised mid-episode "
                              "(no reset_to): no disturbance test on it")  # fmt: skip
+    env = RecordedEnv(env, recorder)
     skill = skill or team_skill()
     limit = settings.limit if method.refined else 0
     skill = _for_task(skill, settings, limit)

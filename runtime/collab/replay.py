@@ -1,5 +1,7 @@
-"""Replay of a team episode: the same method run again on the same environment seed and the
-same critic, the LLM's replies read from the recording instead of asked for.
+"""Replay of a team episode: the same method run again with the same critic, the LLM's
+replies and the environment's answers read from the recording (format 4: ``env`` records,
+runtime/collab/playback.py) instead of asked for; a format 3 recording re-simulates its
+environment from the recorded seed instead.
 
 Each request the replayed loop makes must equal the recorded one (the prompts carry the state,
 the history, the refused proposals with their scores: a change in any shows here first); the
@@ -17,6 +19,7 @@ from pathlib import Path
 from onboard.base.errors import RecordingError, ReplayDivergence
 from onboard.collab.episode import TeamOutcome, run_team_episode
 from onboard.collab.methods import EnvView, TaskView, TeamSettings, TrialMemory, method
+from onboard.collab.playback import PlaybackEnv
 from onboard.collab.refine import CriticView
 from onboard.loop.recorder import MemoryRecorder, read_recording
 from onboard.loop.recording import Header, check_models, read_header
@@ -38,18 +41,24 @@ class TeamReplay:
 
 def replay_team_episode(
     path: Path,
-    env: EnvView,
+    env: EnvView | None,
     critic: CriticView | None,
     task: TaskView,
     *,
     critic_file: Path | None = None,
 ) -> TeamReplay:
-    """Replay the team recording at ``path`` on ``env`` (made for the recorded task level)
-    with ``critic`` (``critic_file``, when given, must have the recorded sha256)."""
+    """Replay the team recording at ``path`` with ``critic`` (``critic_file``, when given,
+    must have the recorded sha256): on ``env`` (made for the recorded task level), or, when
+    it is None, on the environment's answers the recording holds (format 4)."""
     records = list(read_recording(path))
     header = read_header(records, path)
     if header.skill_kind != "team":
         raise RecordingError(f"{path}: a {header.skill_kind} recording, not a team episode")
+    if env is None:
+        if header.format < 4:
+            raise RecordingError(f"{path}: a format {header.format} team episode keeps no "
+                                 "environment answers: replay it on its environment")  # fmt: skip
+        env = PlaybackEnv(records, path)
     if critic_file is not None:
         check_models(header, {"critic": critic_file}, path)
     options = header.options
@@ -70,13 +79,29 @@ def replay_team_episode(
     memory = None
     if isinstance(kept, Mapping):
         memory = TrialMemory([str(x) for x in kept.get("reflections", [])], int(kept["keep"]))
-    outcome = run_team_episode(
-        env, method(str(options["method"])), llm, critic, settings, MemoryRecorder(),
-        int(options["seed"]), disturb_at=None if disturb_at is None else int(disturb_at),
-        memory=memory,
-    )  # fmt: skip
-    if llm.diverged:  # the loop takes a failed exchange for no reply: the first says what
-        raise ReplayDivergence(llm.diverged[0])
+    playback = env if isinstance(env, PlaybackEnv) else None
+    if playback is not None:
+        playback.requests_diverged = lambda: len(llm.diverged)
+
+    def first_divergence() -> str | None:
+        """A request's or the environment's, whichever came first (the environment's may
+        be raised in a check, which the loop takes for a refusal and goes on)."""
+        if playback is not None and playback.diverged is not None:
+            before, message = playback.diverged
+            return llm.diverged[0] if before else message
+        return llm.diverged[0] if llm.diverged else None
+
+    try:
+        outcome = run_team_episode(
+            env, method(str(options["method"])), llm, critic, settings, MemoryRecorder(),
+            int(options["seed"]), disturb_at=None if disturb_at is None else int(disturb_at),
+            memory=memory,
+        )  # fmt: skip
+    except ReplayDivergence as exc:
+        raise ReplayDivergence(first_divergence() or str(exc)) from exc
+    first = first_divergence()
+    if first is not None:
+        raise ReplayDivergence(first)
     recorded = [dict(r["joint"]) for r in records if r.get("kind") == "env_step"]
     for step, (was, now) in enumerate(zip(recorded, outcome.joint_actions, strict=False)):
         if was != now:
@@ -114,7 +139,8 @@ def replay_team_recording(path: Path) -> tuple[list[str], list[str]]:
     if critic_file is not None:  # a missing or changed critic: one line before any loading
         check_models(header, {"critic": critic_file}, path)
     critic = None if critic_file is None else Critic.load(critic_file)
-    replay = replay_team_episode(path, make_env(task, level), critic, task, critic_file=critic_file)
+    env = None if header.format >= 4 else make_env(task, level)
+    replay = replay_team_episode(path, env, critic, task, critic_file=critic_file)
     return (
         [proposal_text(j) for j in replay.recorded],
         [proposal_text(j) for j in replay.outcome.joint_actions],

@@ -35,6 +35,10 @@ FloatArray = npt.NDArray[np.float32]
 #: at most this many texts are kept per identity (the oldest go first)
 MAX_TEXTS = 50_000
 
+#: the last file read, by (path, modification time, size): a process that builds many
+#: mappers (a replay of an evaluation's recordings, one per episode) reads it once
+_last_read: tuple[tuple[str, int, int], dict[str, FloatArray]] | None = None
+
 
 def cache_dir() -> Path:
     """The folder onboard keeps caches in (see the module's docstring)."""
@@ -86,10 +90,17 @@ class EmbeddingCache:
             self._save()
 
     def _load(self) -> None:
+        global _last_read
         if self._loaded:
             return
         self._loaded = True
-        if not self.path.exists():
+        try:
+            stat = self.path.stat()
+        except OSError:
+            return
+        key = (str(self.path), stat.st_mtime_ns, stat.st_size)
+        if _last_read is not None and _last_read[0] == key:
+            self._vectors.update(_last_read[1])  # vectors are read-only: shared, not copied
             return
         try:
             # np.load leaves its own handle open when the zip is broken: pass ours
@@ -108,6 +119,7 @@ class EmbeddingCache:
         for text, vector in zip(texts.tolist(), vectors, strict=True):
             vector.setflags(write=False)
             self._vectors[text] = vector
+        _last_read = (key, dict(self._vectors))
 
     def _problem(
         self, identity: str, texts: npt.NDArray[np.str_], vectors: FloatArray

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["PersonObservation"]
 
@@ -33,6 +35,18 @@ class PersonObservation:
     def images(self) -> tuple[bytes, ...]:
         """A person is seen as text only."""
         return ()
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> PersonObservation:
+        """The observation an ``observation`` record holds (:meth:`to_record`)."""
+        activity, toward, distance = record["activity"], record["toward"], record["distance"]
+        return cls(
+            t=float(record["t"]),
+            activity=None if activity is None else str(activity),
+            toward=None if toward is None else bool(toward),
+            visible=bool(record["visible"]),
+            distance=None if distance is None else float(distance),
+        )
 
     def to_record(self) -> dict[str, object]:
         return {

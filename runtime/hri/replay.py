@@ -3,7 +3,9 @@
 The recording is all it needs (runtime/loop/recording.py): the skill is loaded from the text
 in its header, the robot and scenario from the header too, and the embedder must be the
 model recorded (by sha256). Images come back from the folder beside the recording.
-The episode is run again with the same skill, scenario and options on the virtual clock;
+The episode is run again with the same skill, scenario and options on the virtual clock,
+its observations and the robot's completions played back from the recording (format 4:
+runtime/hri/playback.py; a format 3 recording re-simulates its scenario instead);
 each LLM request must equal the recorded one and gets the recorded reply (or error) after the
 recorded latency; a request the recording never answered (it was in flight when the episode
 ended) is never answered in the replay either. A stop signal is replayed at the time it was
@@ -23,6 +25,7 @@ from typing import Any, TypeVar
 from onboard.base.errors import IncompleteRecording, RecordingError, ReplayDivergence
 from onboard.grounding.embedder import MODEL_FILE
 from onboard.hri.critic import critic_model_path
+from onboard.hri.playback import PersonPlayback
 from onboard.hri.scenario import Scenario
 from onboard.hri.session import EpisodeOptions, make_mapper, run_episode
 from onboard.hri.world import SimRobot
@@ -245,8 +248,10 @@ def _replay(path: Path) -> tuple[list[str], list[str]]:
         if stop is not None:
             stop(runner)
 
+    playback = PersonPlayback(records, path) if header.format >= 4 else None
     outcome = run_episode(robot, skill, scenario, ask, make_mapper(robot, skill),
-                          MemoryRecorder(), options, on_runner=on_runner)  # fmt: skip
+                          MemoryRecorder(), options, on_runner=on_runner,
+                          playback=playback)  # fmt: skip
     if ask.divergence:
         raise ReplayDivergence(ask.divergence)
     return [a for _, a in end["actions"]], [a for _, a in outcome.actions]

@@ -25,6 +25,7 @@ from onboard.grounding.mapping import ActionMapper
 from onboard.hri.checks import PersonVisible
 from onboard.hri.critic import critic_model_path, open_skill_critic
 from onboard.hri.kind import PersonKind
+from onboard.hri.playback import PersonPlayback, PlaybackWorld
 from onboard.hri.scenario import Scenario
 from onboard.hri.world import SimRobot, SimWorld
 from onboard.llm.client import ChatClient, ChatResult, Message
@@ -32,6 +33,7 @@ from onboard.loop.clock import Clock, VirtualClock, WallClock
 from onboard.loop.engine import Ask, Check, Outcome, SkillRunner, Verify
 from onboard.loop.episode import begin_recording, cancel, stop_hooks
 from onboard.loop.exitcodes import ExitCode, for_signal
+from onboard.loop.playback import PlaybackDriver
 from onboard.loop.recorder import Recorder
 from onboard.loop.recording import build_header
 from onboard.loop.skill import Skill
@@ -114,10 +116,13 @@ def run_episode(
     checks: Sequence[Check] | None = None,
     on_runner: Callable[[SkillRunner], None] | None = None,
     verifiers: Sequence[Verify] = (),
+    playback: PersonPlayback | None = None,
 ) -> Outcome:
     """Run one episode until the skill ends or the scenario's end time passes.
 
     ``on_runner`` sees the runner before it starts (benchmarks read its timings).
+    ``playback``: the looks and the robot's completions of a recording instead of the
+    simulated person and robot (a replay: runtime/hri/playback.py).
     """
     clock = make_clock(options.clock, options.start)
     header = build_header(
@@ -143,7 +148,13 @@ def run_episode(
     def running() -> tuple[str, float]:
         return runner.running() if runner is not None else ("idle", 0.0)
 
-    world = SimWorld(scenario, robot.drivers.robot, clock, publish)
+    world: SimWorld | PlaybackWorld
+    driver: SimRobot | PlaybackDriver
+    if playback is None:
+        world = SimWorld(scenario, robot.drivers.robot, clock, publish)
+        driver = SimRobot(world, make_speech(robot))
+    else:
+        world, driver = playback.world(clock, publish), playback.driver(clock)
     keep = (
         partial(_keep_candidate, store, skill.name, robot.llm.api_key())
         if options.keep_candidates
@@ -152,7 +163,7 @@ def run_episode(
     runner = SkillRunner(
         skill,
         clock,
-        SimRobot(world, make_speech(robot)),
+        driver,
         ask,
         PersonKind(mapper),
         recorder.write,

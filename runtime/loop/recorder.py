@@ -135,8 +135,9 @@ class Recorder:
         self._now = now
 
     def _t(self) -> float | None:
-        # to the nanosecond: a replay delivers each recorded input at its time, in order
-        return None if self._now is None else round(float(self._now()), 9)
+        # exactly (format 4): a replay delivers each recorded input at its time, and a tick's
+        # 4.999999999999998 rounded to 5.0 would fall after a timer due at 5.0
+        return None if self._now is None else float(self._now())
 
     def sync(self) -> None:
         if self._file is not None:

@@ -1,9 +1,9 @@
-"""Recording format 3: a header that makes a recording replayable on its own, and images
+"""Recording format 4: a header that makes a recording replayable on its own, and images
 kept once by hash beside it.
 
 The first record of a recording is its header (docs/recordings.md)::
 
-    {"kind": "header", "format": 3, "skill_kind": "person", "onboard": "0.1.0",
+    {"kind": "header", "format": 4, "skill_kind": "person", "onboard": "0.1.0",
      "robot": {...robot.toml, validated...}, "robot_root": "/home/robot",
      "skill": {"name": "engage", "toml": "<the skill file's text>", "file": ".../engage.toml"},
      "scenario": {...},                  # person skills; scene skills carry "task": {...}
@@ -17,7 +17,10 @@ A header without ``format`` is format 1 (every recording made before this module
 (issue 28) records times to the nanosecond, and a wall-clock run's as the loop's (each
 callback at the time it fell due), and runs code episodes as the code skill; format 2
 recordings replay, except code episodes, which ran on ReplanVLM's own loop and are refused
-(:data:`REPLAYS`).
+(:data:`REPLAYS`). Format 4 records times exactly (a person episode's replay plays its
+observations back at them) and a team episode's ``env`` records (its replay plays the
+environment's answers back: runtime/collab/playback.py); a format 3 person or team episode
+replays by re-simulating its world, as it did.
 
 An image in a chat message (an OpenAI content part whose ``image_url`` is a base64 data URL)
 is recorded as a reference, its bytes kept in ``<recording stem>.images/<sha256>.<ext>``::
@@ -65,9 +68,9 @@ __all__ = [
 ]
 
 #: the format this onboard writes
-FORMAT = 3
+FORMAT = 4
 #: the formats this onboard replays (a format 2 code episode is refused: replan/replay.py)
-REPLAYS = (2, 3)
+REPLAYS = (2, 3, 4)
 #: what kind of skill an episode ran: "person" (HRI: a scenario), "scene" (manipulation: a
 #: task), "code" (generated code, ReplanVLM: an instruction; its "skill" is the tasks file),
 #: "team" (several agents, ReAd: a task level; its "skill" is the team task file)
@@ -193,7 +196,7 @@ def read_header(records: Sequence[Mapping[str, Any]], path: Path) -> Header:
         )
     if version not in REPLAYS:
         made_by = raw.get("onboard") or "another version"
-        replays = " and ".join(str(v) for v in REPLAYS)
+        replays = ", ".join(str(v) for v in REPLAYS[:-1]) + f" and {REPLAYS[-1]}"
         raise RecordingFormatError(
             f"{path}: a format {version!r} recording; this onboard ({_version()}) replays "
             f"formats {replays}: replay it with the onboard that made it ({made_by!s:.40})"

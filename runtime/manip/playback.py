@@ -1,5 +1,5 @@
-"""A scene episode's inputs played back from its recording (format 3): every look and every
-completion of an arm command, at the time the episode got it.
+"""A scene episode's inputs played back from its recording (format 3): every look, and
+every completion of an arm command (runtime/loop/playback.py), at the time the episode got it.
 
 The loop runs again with nothing behind it: no camera, detector, arm or twin. Each look the
 replay takes is the next look the episode recorded (its objects, relations and what the
@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from onboard.base.errors import ReplayDivergence
-from onboard.drivers.base import Args, Done, Running
-from onboard.loop.clock import Clock, Timer
+from onboard.loop.clock import Clock
+from onboard.loop.playback import PlaybackDriver
 from onboard.loop.recording import images_dir
 from onboard.manip.commands import ARM_COMMANDS
 from onboard.manip.observation import SceneObservation
 
-__all__ = ["PlaybackArm", "RecordedLooks", "ScenePlayback", "completions"]
+__all__ = ["RecordedLooks", "ScenePlayback"]
 
 
 class RecordedLooks:
@@ -58,56 +58,6 @@ class RecordedLooks:
         return found.read_bytes() if found.is_file() else None
 
 
-def completions(records: Sequence[dict[str, Any]]) -> list[float | None]:
-    """For each command the episode started (one per ``transition``), when it completed
-    (its ``done`` record's time), or None: cut short by the next transition or the end."""
-    done_at: list[float | None] = []
-    for record in records:
-        if record["kind"] == "transition":
-            done_at.append(None)
-        elif record["kind"] == "done" and done_at and done_at[-1] is None:
-            done_at[-1] = float(record["t"])
-    return done_at
-
-
-class _Pending:
-    def __init__(self, timer: Timer | None) -> None:
-        self.timer = timer
-
-    def cancel(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-
-
-class PlaybackArm:
-    """Implements :class:`~onboard.drivers.base.RobotDriver`: the k-th command started
-    completes at the time the episode's k-th did."""
-
-    def __init__(self, records: Sequence[dict[str, Any]], clock: Clock) -> None:
-        self.clock = clock
-        self._done_at = completions(records)
-        self._started = 0
-
-    @property
-    def commands(self) -> frozenset[str]:
-        return ARM_COMMANDS
-
-    @property
-    def holding(self) -> str | None:
-        return None  # the recorded looks say what the gripper held
-
-    def start(self, command: str, args: Args, done: Done) -> Running:
-        k, self._started = self._started, self._started + 1
-        at = self._done_at[k] if k < len(self._done_at) else None
-        return _Pending(None if at is None else self.clock.call_at(at, done))
-
-    def stop(self) -> None:
-        """Nothing moves in a replay."""
-
-    def resume(self) -> None:
-        """Nothing moves in a replay."""
-
-
 class ScenePlayback:
     """A recording's looks and arm, as a scene episode plays them back on its clock."""
 
@@ -115,5 +65,5 @@ class ScenePlayback:
         self.records = records
         self.looks = RecordedLooks(records, path)
 
-    def arm(self, clock: Clock) -> PlaybackArm:
-        return PlaybackArm(self.records, clock)
+    def arm(self, clock: Clock) -> PlaybackDriver:
+        return PlaybackDriver(self.records, clock, ARM_COMMANDS)

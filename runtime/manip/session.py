@@ -26,6 +26,7 @@ from onboard.hri.session import make_clock
 from onboard.loop.clock import Clock, VirtualClock, WallClock
 from onboard.loop.engine import Ask, Outcome, SkillRunner
 from onboard.loop.episode import begin_recording, stop_hooks
+from onboard.loop.playback import PlaybackDriver
 from onboard.loop.recorder import Recorder
 from onboard.loop.recording import build_header
 from onboard.loop.skill import Skill
@@ -34,7 +35,7 @@ from onboard.manip.goal import GoalCheck, SceneGoal
 from onboard.manip.kind import SceneKind
 from onboard.manip.observation import SceneObservation
 from onboard.manip.perception import ScenePerception
-from onboard.manip.playback import PlaybackArm, ScenePlayback
+from onboard.manip.playback import ScenePlayback
 from onboard.manip.resolve import ObjectResolver
 from onboard.manip.verify import Effects, EffectVerify, SceneCheck
 from onboard.perception.detector import Detector
@@ -135,7 +136,7 @@ def run_scene_episode(
         models={"embedder": robot.embedder_dir / MODEL_FILE, "detector": detector.path},
     )
     begin_recording(recorder, clock, robot.llm.api_key(), header)
-    driver: ArmDriver | PlaybackArm
+    driver: ArmDriver | PlaybackDriver
     if playback is not None:
         driver = playback.arm(clock)
         look, look_latency = playback.looks.look, playback.looks.latency(clock.now)
