@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -214,6 +215,21 @@ def test_wall_post_from_another_thread_wakes_run(wall: WallClock) -> None:
     [(ident, at)] = seen
     assert ident == loop_thread
     assert 0.1 <= at < 20.0
+
+
+def test_wall_run_with_no_end_and_nothing_due_waits_for_a_post(wall: WallClock) -> None:
+    """``onboard up`` runs its loop until a stop signal; with its queue empty nothing is due
+    (a wait of inf seconds overflowed: the service exited 70 once idle)."""
+    seen: list[str] = []
+
+    def on_loop() -> None:
+        seen.append("posted")
+        wall.stop()
+
+    poster = _later(0.1, lambda: wall.post(on_loop))
+    wall.run(until=math.inf)
+    poster.join()
+    assert seen == ["posted"]
 
 
 def test_wall_stop_from_another_thread_ends_run_promptly(wall: WallClock) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -238,7 +239,8 @@ class WallClock(_Loop):
                         return
                     when = self._next_when()
                     wait = until - now if when is None else min(when, until) - now
-                    self._wake.wait(timeout=max(0.0, wait))
+                    # no end and nothing due: wait for a post (a timeout of inf overflows)
+                    self._wake.wait(timeout=None if math.isinf(wait) else max(0.0, wait))
                     continue
             self._running.at = timer.when
             try:
