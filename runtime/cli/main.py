@@ -42,7 +42,13 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
             ("actions", "the bottom-up action set: list candidates, add one as an action"),
         ],
     ),
-    ("any recording", [("replay", "re-run a recorded episode offline and compare")]),
+    (
+        "any recording",
+        [
+            ("replay", "re-run a recorded episode offline and compare"),
+            ("export", "convert a recording: JSON lines to MCAP (Foxglove) and back"),
+        ],
+    ),
     (
         "generated code (ReplanVLM)",
         [("code", "check, run (on the twin) or document the robot API of generated programs")],
@@ -211,6 +217,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scene", help="scene recordings: the twin scene that stands in for the "
                    "hardware it was recorded on (default: the scene its task names)")  # fmt: skip
     p.set_defaults(func=_replay)
+
+    p = add("export")
+    p.add_argument("recording", type=Path)
+    form = p.add_mutually_exclusive_group(required=True)
+    form.add_argument("--mcap", action="store_true", help="JSON lines (and images) to MCAP")
+    form.add_argument("--jsonl", action="store_true", help="MCAP to JSON lines and images")
+    p.add_argument("--output", "-o", type=Path, help="where to write (default: the recording's "
+                   "name with .mcap or .jsonl)")  # fmt: skip
+    p.set_defaults(func=_export)
 
     p = add("sim")
     sim = p.add_subparsers(required=True, metavar="ACTION")
@@ -419,6 +434,12 @@ def _replay(args: argparse.Namespace) -> int:
     from onboard.cli.replay import replay_command
 
     return replay_command(args.recording, args.scene)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from onboard.cli.export import export_command
+
+    return export_command(args.recording, "mcap" if args.mcap else "jsonl", args.output)
 
 
 def _code_check(args: argparse.Namespace) -> int:
