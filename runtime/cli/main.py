@@ -350,6 +350,8 @@ def _parser() -> argparse.ArgumentParser:
                    "(default: robot.toml)")  # fmt: skip
     p.add_argument("--once", action="store_true", help="exit when the missions are done "
                    "(0: every step succeeded, 1: one failed), not when stopped")  # fmt: skip
+    p.add_argument("--metrics", type=int, metavar="PORT", help="serve Prometheus metrics of "
+                   "each episode at http://127.0.0.1:PORT/metrics (the metrics extra)")  # fmt: skip
     p.set_defaults(func=_up)
 
     p = add("init")
@@ -556,7 +558,20 @@ def _standin(args: argparse.Namespace) -> int:
 def _up(args: argparse.Namespace) -> int:
     from onboard.service.up import up_command
 
-    return up_command(_robot(args), _robot_path(args), args)
+    if args.metrics is None:
+        return up_command(_robot(args), _robot_path(args), args)
+    from onboard.loop.metrics import RecordMetrics, serve
+    from onboard.loop.recorder import subscribe_every
+
+    metrics = RecordMetrics()
+    server = serve(metrics.registry, args.metrics)
+    print(f"onboard: metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
+    try:
+        with subscribe_every(metrics):
+            return up_command(_robot(args), _robot_path(args), args)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def _init(args: argparse.Namespace) -> int:

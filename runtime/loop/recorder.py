@@ -41,6 +41,7 @@ __all__ = [
     "is_mcap",
     "load_image",
     "read_recording",
+    "subscribe_every",
     "with_images",
 ]
 
@@ -61,6 +62,20 @@ class Published:
 
 #: a recorder's subscriber: called with each record, in order, on the writer's thread
 Subscriber = Callable[[Published], None]
+
+#: subscribers every recording (a Recorder with a path) made from now on in this process
+#: starts with: ``onboard up --metrics`` counts every mission step's episode
+_EVERY: list[Subscriber] = []
+
+
+@contextlib.contextmanager
+def subscribe_every(subscriber: Subscriber) -> Iterator[None]:
+    """Subscribe ``subscriber`` to every recording made in this process while inside."""
+    _EVERY.append(subscriber)
+    try:
+        yield
+    finally:
+        _EVERY.remove(subscriber)
 
 
 class Recorder:
@@ -103,6 +118,7 @@ class Recorder:
         self._mcap: Any = None
         if path is None:
             return
+        self._subscribers += [(subscriber, False) for subscriber in _EVERY]
         if not path.parent.parent.is_dir():  # a typo must not build a tree from the root
             raise RecordingError(
                 f"{path}: cannot record: folder {path.parent.parent} does not exist (onboard "
