@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import resource
 import shutil
 from collections import Counter
@@ -26,7 +27,7 @@ from onboard.base.errors import RecordingError, RecordingWriteError
 from onboard.cli.main import main
 from onboard.cli.replay import replay_recording
 from onboard.loop.foxglove import SCHEMAS
-from onboard.loop.recorder import Recorder, read_recording
+from onboard.loop.recorder import Recorder, enforce_quota, read_recording
 from onboard.loop.recording import images_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,6 +165,9 @@ def test_a_recording_made_as_mcap_replays_and_converts(
     back = tmp_path / "code.jsonl"
     assert onboard("export", direct, "--jsonl", "--output", back) == 0
     assert images(back), "the frames sent to the bots travel inside the MCAP file"
+    restored = list(read_recording(direct, images=True))  # the data URLs, from attachments
+    assert restored == list(read_recording(back, images=True))
+    assert any("data:image/png;base64," in json.dumps(r) for r in restored)
     assert [r["kind"] for r in read_recording(back)] == [r["kind"] for r in
                                                           read_recording(made["code"])]  # fmt: skip
     # an existing MCAP file is never appended to: one line, exit 2, nothing run
@@ -187,6 +191,17 @@ def test_an_mcap_recording_cut_short_reads_up_to_its_last_whole_record(tmp_path:
     assert [r["index"] for r in read_recording(cut)] == [0, 1, 2, 3]
     recorder.close()
     assert [r["index"] for r in read_recording(path)] == [0, 1, 2, 3, 4]
+
+
+def test_the_recordings_quota_counts_mcap_recordings(tmp_path: Path) -> None:
+    old, new = tmp_path / "old.mcap", tmp_path / "new.mcap"
+    for i, path in enumerate((old, new)):
+        with Recorder(path) as recorder:
+            recorder.write("step", text="z" * 2000)
+        os.utime(path, (1_000_000 + i, 1_000_000 + i))
+    keep = tmp_path / "keep.jsonl"
+    assert enforce_quota(tmp_path, new.stat().st_size, keep=keep) == [old]
+    assert new.exists() and not old.exists()
 
 
 def test_a_failed_mcap_write_is_a_recording_fault(tmp_path: Path) -> None:

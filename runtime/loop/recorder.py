@@ -351,6 +351,7 @@ def with_images(records: Iterable[dict[str, Any]], path: Path) -> Iterator[dict[
     missing or corrupt image is a RecordingError."""
     folder = images_dir(path)
     loaded: dict[str, bytes] = {}
+    attached: dict[str, bytes] | None = None
     if is_mcap(path):
         from onboard.loop.mcapfile import read_mcap
 
@@ -358,10 +359,11 @@ def with_images(records: Iterable[dict[str, Any]], path: Path) -> Iterator[dict[
 
     def load(sha256: str, media_type: str) -> bytes:
         if sha256 not in loaded:
-            if is_mcap(path):
-                loaded[sha256] = _attached(attached, sha256, media_type, path)
-            else:
-                loaded[sha256] = _load_image(folder, sha256, media_type, path)
+            loaded[sha256] = (
+                _load_image(folder, sha256, media_type, path)
+                if attached is None
+                else _attached(attached, sha256, media_type, path)
+            )
         return loaded[sha256]
 
     for record in records:
