@@ -24,7 +24,7 @@ from test_cli import robot_copy
 from onboard.base.errors import UsageError
 from onboard.cli.main import main
 from onboard.loop.metrics import RecordMetrics, serve
-from onboard.loop.recorder import read_recording, subscribe_every
+from onboard.loop.recorder import Recorder, read_recording, subscribe_every
 from onboard.testing.fault_server import FaultServer
 
 MISSION = """\
@@ -109,7 +109,7 @@ def test_onboard_up_s_episodes_give_metrics_that_match_their_recordings(tmp_path
     metrics = RecordMetrics()
     server = serve(metrics.registry, 0)
     try:
-        with subscribe_every(metrics):
+        with subscribe_every(metrics.episode):
             code = main(["--robot", str(robot), "up", "--once", "--mission", str(mission),
                          "--llm", "standin", "--clock", "virtual"])  # fmt: skip
         scraped = scrape(f"http://127.0.0.1:{server.server_port}/metrics")
@@ -164,7 +164,7 @@ def test_llm_failures_are_counted_by_kind(tmp_path: Path) -> None:
         with (
             FaultServer(["malformed", "echo_key_401", "huge"],
                         content='{"action": "Juggle three flaming torches."}') as fault,
-            subscribe_every(metrics),
+            subscribe_every(metrics.episode),
         ):  # fmt: skip
             main(["--robot", str(robot), "run", "engage", "--llm", fault.base_url, "--clock",
                   "virtual", "--record", str(path)])  # fmt: skip
@@ -180,6 +180,32 @@ def test_llm_failures_are_counted_by_kind(tmp_path: Path) -> None:
     assert want["refusals"], "the mapping refused the out-of-set replies"
     assert samples(scraped, "onboard_mapping_refusals_total", "reason") == dict(want["refusals"])
     assert sum(samples(scraped, "onboard_reasks_total", "check").values()) == want["reasks"]
+
+
+def test_recordings_written_at_once_are_each_counted_as_their_own(tmp_path: Path) -> None:
+    """A decision's overhead pairs a reply with its own episode's transition, whatever the
+    other recordings of the process wrote between."""
+    metrics = RecordMetrics()
+    with subscribe_every(metrics.episode):
+        first, second = Recorder(tmp_path / "a.jsonl"), Recorder(tmp_path / "b.jsonl")
+    first.write("reply", purpose="plan", latency=0.5)
+    second.write("reply", purpose="plan", latency=0.25)
+    second.write("request", purpose="plan")  # the second episode asks again: no decision
+    first.write("transition", source="idle", dest="pick", reason="plan")
+    second.write("transition", source="idle", dest="pick", reason="plan")
+    for recorder in (first, second):
+        recorder.close()
+    overhead = {s.name: s.value for s in metrics.overhead.collect()[0].samples}
+    assert overhead["onboard_decision_overhead_seconds_count"] == 1
+    records = list(read_recording(tmp_path / "a.jsonl"))
+    expected_sum = records[1]["wall"] - records[0]["wall"]
+    assert math.isclose(overhead["onboard_decision_overhead_seconds_sum"], expected_sum,
+                        abs_tol=1e-9)  # fmt: skip
+    unsubscribed = Recorder(tmp_path / "c.jsonl")  # made after the block: not counted
+    unsubscribed.write("reply", purpose="plan", latency=1.0)
+    unsubscribed.close()
+    latency = {s.name: s.value for s in metrics.llm_latency.collect()[0].samples}
+    assert latency["onboard_llm_latency_seconds_count"] == 2
 
 
 def test_a_metrics_port_in_use_is_one_line() -> None:

@@ -567,7 +567,7 @@ def _up(args: argparse.Namespace) -> int:
     server = serve(metrics.registry, args.metrics)
     print(f"onboard: metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
     try:
-        with subscribe_every(metrics):
+        with subscribe_every(metrics.episode):
             return up_command(_robot(args), _robot_path(args), args)
     finally:
         server.shutdown()

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from onboard.base.errors import MissingExtraError
-from onboard.loop.recorder import Published
+from onboard.loop.recorder import Published, Subscriber
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -66,8 +66,8 @@ def llm_error_kind(message: str) -> str:
 
 
 class RecordMetrics:
-    """Prometheus metrics from records: subscribe it to a recorder (``recorder.subscribe``),
-    or to every recording of the process (``subscribe_every``)."""
+    """Prometheus metrics from records: subscribe it to one recorder (``recorder.subscribe``),
+    or its :meth:`episode` to every recording of the process (``subscribe_every``)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         try:
@@ -100,6 +100,27 @@ class RecordMetrics:
                                 ["skill", "finished"], registry=r)  # fmt: skip
         self.stops = Counter("onboard_stops", "episodes a stop signal ended", ["signal"],
                              registry=r)  # fmt: skip
+        self._own = _Episode(self)
+
+    def __call__(self, published: Published) -> None:
+        self._own(published)
+
+    def count(self, record: Mapping[str, Any]) -> None:
+        """Count one record of the one recording this counts (in its order)."""
+        self._own.count(record)
+
+    def episode(self) -> Subscriber:
+        """A subscriber for one more recording, into these metrics: recordings written at
+        once (an evaluation's threads) each need their own (``subscribe_every(m.episode)``),
+        as a decision's overhead pairs a reply with the transition of the same episode."""
+        return _Episode(self)
+
+
+class _Episode:
+    """What counting a recording remembers between its records."""
+
+    def __init__(self, metrics: RecordMetrics) -> None:
+        self.m = metrics
         self._skill = ""
         self._replied: float | None = None
         self._refused_by = "none"
@@ -108,9 +129,9 @@ class RecordMetrics:
         self.count(published.record)
 
     def count(self, record: Mapping[str, Any]) -> None:
-        """Count one record (in a recording's order)."""
+        m = self.m
         kind = str(record.get("kind"))
-        self.records.labels(kind).inc()
+        m.records.labels(kind).inc()
         wall = _seconds(record.get("wall"))
         if kind == "header":
             skill = record.get("skill")
@@ -120,34 +141,34 @@ class RecordMetrics:
         elif kind == "reply":
             latency = _seconds(record.get("latency"))
             if latency is not None:
-                self.llm_latency.labels(str(record.get("purpose", ""))).observe(latency)
+                m.llm_latency.labels(str(record.get("purpose", ""))).observe(latency)
             self._replied = wall
         elif kind == "transition" and record.get("reason") == "plan":
             if self._replied is not None and wall is not None:
-                self.overhead.observe(max(0.0, wall - self._replied))
+                m.overhead.observe(max(0.0, wall - self._replied))
             self._replied = None
         elif kind == "error" and record.get("source") == "llm":
-            self.llm_errors.labels(llm_error_kind(str(record.get("message", "")))).inc()
+            m.llm_errors.labels(llm_error_kind(str(record.get("message", "")))).inc()
         elif kind == "llm_skipped":
-            self.llm_skipped.labels(str(record.get("purpose", ""))).inc()
+            m.llm_skipped.labels(str(record.get("purpose", ""))).inc()
         elif kind == "check" and record.get("ok") is False:
             check = str(record.get("check", ""))
-            self.check_refusals.labels(check).inc()
+            m.check_refusals.labels(check).inc()
             self._refused_by = check
             if check == "critic":
-                self.critic_vetoes.inc()
+                m.critic_vetoes.inc()
         elif kind == "reask":
-            self.reasks.labels(self._refused_by).inc()
+            m.reasks.labels(self._refused_by).inc()
             if self._refused_by == "critic":
-                self.refinements.inc()
+                m.refinements.inc()
             self._refused_by = "none"
         elif kind == "mapping":
             for reason in _refusals(record):
-                self.mapping_refusals.labels(reason).inc()
+                m.mapping_refusals.labels(reason).inc()
         elif kind == "end":
-            self.episodes.labels(self._skill, str(bool(record.get("finished"))).lower()).inc()
+            m.episodes.labels(self._skill, str(bool(record.get("finished"))).lower()).inc()
             if record.get("signal") is not None:
-                self.stops.labels(str(record["signal"])).inc()
+                m.stops.labels(str(record["signal"])).inc()
 
 
 def _seconds(value: Any) -> float | None:

@@ -63,19 +63,20 @@ class Published:
 #: a recorder's subscriber: called with each record, in order, on the writer's thread
 Subscriber = Callable[[Published], None]
 
-#: subscribers every recording (a Recorder with a path) made from now on in this process
-#: starts with: ``onboard up --metrics`` counts every mission step's episode
-_EVERY: list[Subscriber] = []
+#: what each recording (a Recorder with a path) made from now on in this process is
+#: subscribed to: ``onboard up --metrics`` counts every mission step's episode
+_EVERY: list[Callable[[], Subscriber]] = []
 
 
 @contextlib.contextmanager
-def subscribe_every(subscriber: Subscriber) -> Iterator[None]:
-    """Subscribe ``subscriber`` to every recording made in this process while inside."""
-    _EVERY.append(subscriber)
+def subscribe_every(make: Callable[[], Subscriber]) -> Iterator[None]:
+    """While inside, each recording made in this process is subscribed to a new ``make()``
+    (its own subscriber: recordings may be written at once, on several threads)."""
+    _EVERY.append(make)
     try:
         yield
     finally:
-        _EVERY.remove(subscriber)
+        _EVERY.remove(make)
 
 
 class Recorder:
@@ -118,7 +119,7 @@ class Recorder:
         self._mcap: Any = None
         if path is None:
             return
-        self._subscribers += [(subscriber, False) for subscriber in _EVERY]
+        self._subscribers += [(make(), False) for make in _EVERY]
         if not path.parent.parent.is_dir():  # a typo must not build a tree from the root
             raise RecordingError(
                 f"{path}: cannot record: folder {path.parent.parent} does not exist (onboard "
