@@ -42,7 +42,13 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
             ("actions", "the bottom-up action set: list candidates, add one as an action"),
         ],
     ),
-    ("any recording", [("replay", "re-run a recorded episode offline and compare")]),
+    (
+        "any recording",
+        [
+            ("replay", "re-run a recorded episode offline and compare"),
+            ("export", "convert a recording: JSON lines to MCAP (Foxglove) and back"),
+        ],
+    ),
     (
         "generated code (ReplanVLM)",
         [("code", "check, run (on the twin) or document the robot API of generated programs")],
@@ -212,6 +218,15 @@ def _parser() -> argparse.ArgumentParser:
                    "hardware it was recorded on (default: the scene its task names)")  # fmt: skip
     p.set_defaults(func=_replay)
 
+    p = add("export")
+    p.add_argument("recording", type=Path)
+    form = p.add_mutually_exclusive_group(required=True)
+    form.add_argument("--mcap", action="store_true", help="JSON lines (and images) to MCAP")
+    form.add_argument("--jsonl", action="store_true", help="MCAP to JSON lines and images")
+    p.add_argument("--output", "-o", type=Path, help="where to write (default: the recording's "
+                   "name with .mcap or .jsonl)")  # fmt: skip
+    p.set_defaults(func=_export)
+
     p = add("sim")
     sim = p.add_subparsers(required=True, metavar="ACTION")
     q = sim.add_parser(
@@ -335,6 +350,8 @@ def _parser() -> argparse.ArgumentParser:
                    "(default: robot.toml)")  # fmt: skip
     p.add_argument("--once", action="store_true", help="exit when the missions are done "
                    "(0: every step succeeded, 1: one failed), not when stopped")  # fmt: skip
+    p.add_argument("--metrics", type=int, metavar="PORT", help="serve Prometheus metrics of "
+                   "each episode at http://127.0.0.1:PORT/metrics (the metrics extra)")  # fmt: skip
     p.set_defaults(func=_up)
 
     p = add("init")
@@ -419,6 +436,12 @@ def _replay(args: argparse.Namespace) -> int:
     from onboard.cli.replay import replay_command
 
     return replay_command(args.recording, args.scene)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from onboard.cli.export import export_command
+
+    return export_command(args.recording, "mcap" if args.mcap else "jsonl", args.output)
 
 
 def _code_check(args: argparse.Namespace) -> int:
@@ -535,7 +558,20 @@ def _standin(args: argparse.Namespace) -> int:
 def _up(args: argparse.Namespace) -> int:
     from onboard.service.up import up_command
 
-    return up_command(_robot(args), _robot_path(args), args)
+    if args.metrics is None:
+        return up_command(_robot(args), _robot_path(args), args)
+    from onboard.loop.metrics import RecordMetrics, serve
+    from onboard.loop.recorder import subscribe_every
+
+    metrics = RecordMetrics()
+    server = serve(metrics.registry, args.metrics)
+    print(f"onboard: metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
+    try:
+        with subscribe_every(metrics.episode):
+            return up_command(_robot(args), _robot_path(args), args)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def _init(args: argparse.Namespace) -> int:

@@ -3,6 +3,12 @@
 Images in a record's ``messages`` are written once each, by hash, into the folder beside the
 recording (``<stem>.images/``, runtime/loop/recording.py) before the record that references
 them; :func:`read_recording` with ``images=True`` puts them back.
+
+The recorder is the one source of truth for everything that watches an episode: each record,
+as written (secrets scrubbed, images as references), is published to its subscribers
+(:meth:`Recorder.subscribe`): the MCAP writer (runtime/loop/mcapfile.py), the metrics
+(runtime/loop/metrics.py). A recording path ending in ``.mcap`` is written as MCAP instead of
+JSON lines, by the same writer, subscribed as the recording itself.
 """
 
 from __future__ import annotations
@@ -10,11 +16,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,7 +31,52 @@ from onboard.base.nesting import MAX_NESTING, TOO_DEEP, nesting
 from onboard.base.secrets import scrub
 from onboard.loop.recording import Image, image_file, images_dir, restore_images, split_images
 
-__all__ = ["MemoryRecorder", "Recorder", "enforce_quota", "read_recording", "with_images"]
+__all__ = [
+    "MCAP_MAGIC",
+    "MemoryRecorder",
+    "Published",
+    "Recorder",
+    "Subscriber",
+    "enforce_quota",
+    "is_mcap",
+    "load_image",
+    "read_recording",
+    "subscribe_every",
+    "with_images",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Published:
+    """One record as the recorder wrote it, handed to each subscriber."""
+
+    #: the record (secrets scrubbed, each image in ``messages`` a reference)
+    record: dict[str, Any]
+    #: its JSON line, without the newline: the bytes the JSON-lines file holds
+    line: str
+    #: the images its ``messages`` reference, with their bytes
+    images: tuple[Image, ...]
+
+
+#: a recorder's subscriber: called with each record, in order, on the writer's thread
+Subscriber = Callable[[Published], None]
+
+#: what each recording (a Recorder with a path) made from now on in this process is
+#: subscribed to: ``onboard up --metrics`` counts every mission step's episode
+_EVERY: list[Callable[[], Subscriber]] = []
+
+
+@contextlib.contextmanager
+def subscribe_every(make: Callable[[], Subscriber]) -> Iterator[None]:
+    """While inside, each recording made in this process is subscribed to a new ``make()``
+    (its own subscriber: recordings may be written at once, on several threads)."""
+    _EVERY.append(make)
+    try:
+        yield
+    finally:
+        _EVERY.remove(make)
 
 
 class Recorder:
@@ -38,6 +91,11 @@ class Recorder:
     (a temporary file renamed into place) before the record that references it; an image
     that cannot be written is a failed write like any other, and its record is not written.
     Records kept in memory only keep their images in memory (``images``).
+
+    Each record is then published to the subscribers (:meth:`subscribe`). A subscriber that
+    raises is detached and logged once (a warning naming it and the error); the episode
+    and the recording go on without it. An *essential* subscriber is the recording itself
+    (the MCAP writer of a ``.mcap`` path): its failure is a failed write, as above.
     """
 
     #: called once with the error when a write first fails
@@ -55,18 +113,55 @@ class Recorder:
         #: images of the records kept in memory only, by sha256
         self.images: dict[str, bytes] = {}
         self._stored: set[Path] = set()
+        self._subscribers: list[tuple[Subscriber, bool]] = []
+        #: subscribers detached after they raised, each with its error in one line
+        self.detached: list[tuple[Subscriber, str]] = []
+        self._mcap: Any = None
         if path is None:
             return
+        self._subscribers += [(make(), False) for make in _EVERY]
         if not path.parent.parent.is_dir():  # a typo must not build a tree from the root
             raise RecordingError(
                 f"{path}: cannot record: folder {path.parent.parent} does not exist (onboard "
                 f"creates the recording's folder, never its parents)"
             )
+        if path.suffix == ".mcap":  # the images go into the file: kept in memory until then
+            from onboard.loop.mcapfile import McapWriter
+
+            self._mcap = McapWriter.create(path)
+            self.subscribe(self._mcap, essential=True)
+            return
         try:
             path.parent.mkdir(exist_ok=True)
             self._file = path.open("a", encoding="utf-8")
         except OSError as exc:
             raise RecordingError(f"{path}: cannot open for recording: {exc.strerror}") from exc
+
+    def subscribe(self, subscriber: Subscriber, *, essential: bool = False) -> None:
+        """Call ``subscriber`` with each record written from here on (:class:`Published`)."""
+        self._subscribers.append((subscriber, essential))
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        self._subscribers = [(s, e) for s, e in self._subscribers if s != subscriber]
+
+    def _publish(self, published: Published) -> None:
+        for subscriber, essential in list(self._subscribers):
+            try:
+                subscriber(published)
+            except Exception as exc:
+                self.unsubscribe(subscriber)
+                if essential:
+                    if subscriber is self._mcap:  # keep what it wrote, as a torn JSON line
+                        self._mcap = None
+                        with contextlib.suppress(Exception):
+                            subscriber.abandon()
+                    self.images.update((i.sha256, i.data) for i in published.images)
+                    self._failed(exc if isinstance(exc, OSError) else OSError(str(exc)))
+                    continue
+                why = f"{type(exc).__name__}: {exc}"
+                self.detached.append((subscriber, why))
+                log.warning("%s: a recording subscriber (%r) failed and was detached, the "
+                            "recording goes on: %s", self.path, subscriber, why)  # fmt: skip
 
     def write(self, kind: str, **fields: Any) -> None:
         record = {"seq": self._seq, "t": self._t(), "wall": round(time.time(), 3), "kind": kind}
@@ -80,15 +175,20 @@ class Recorder:
         self.records.append(record)
         if self._file is None:
             self.images.update((image.sha256, image.data) for image in images)
+            if self._subscribers:
+                self._publish(Published(record, _line(record), tuple(images)))
             return
+        line = _line(record)
         try:
             for image in images:
                 self._store(image)
-            self._file.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
+            self._file.write(line + "\n")
             self._file.flush()
         except OSError as exc:
             self.images.update((image.sha256, image.data) for image in images)
             self._failed(exc)
+        if self._subscribers:
+            self._publish(Published(record, line, tuple(images)))
 
     def _store(self, image: Image) -> None:
         """Write an image once, atomically: it is complete on disk or not there at all."""
@@ -140,6 +240,11 @@ class Recorder:
         return None if self._now is None else float(self._now())
 
     def sync(self) -> None:
+        if self._mcap is not None:
+            try:
+                self._mcap.sync()
+            except OSError as exc:
+                self._failed(exc)
         if self._file is not None:
             try:
                 os.fsync(self._file.fileno())
@@ -147,6 +252,12 @@ class Recorder:
                 self._failed(exc)
 
     def close(self) -> None:
+        if self._mcap is not None:
+            mcap, self._mcap = self._mcap, None
+            try:
+                mcap.close()
+            except OSError as exc:
+                self._failed(exc)
         if self._file is not None:
             try:
                 self._file.flush()
@@ -160,6 +271,10 @@ class Recorder:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _line(record: dict[str, Any]) -> str:
+    return json.dumps(record, default=str, ensure_ascii=False)
 
 
 def _write_atomically(target: Path, data: bytes) -> None:
@@ -186,15 +301,15 @@ class MemoryRecorder(Recorder):
 
 
 def enforce_quota(folder: Path, max_bytes: int, keep: Path) -> list[Path]:
-    """Delete the oldest episodes (``*.jsonl`` in ``folder``, each with its images folder)
-    until the rest fit ``max_bytes``.
+    """Delete the oldest episodes (``*.jsonl`` in ``folder``, each with its images folder,
+    and ``*.mcap``) until the rest fit ``max_bytes``.
 
     ``keep`` (the recording about to be written) and ``candidates.jsonl`` (the bottom-up
     candidates, not an episode) are never deleted. Returns what was deleted, oldest first.
     """
     episodes = []
     with contextlib.suppress(OSError):
-        for path in folder.glob("*.jsonl"):
+        for path in [*folder.glob("*.jsonl"), *folder.glob("*.mcap")]:
             if path.name == "candidates.jsonl" or path.resolve() == keep.resolve():
                 continue
             with contextlib.suppress(OSError):
@@ -234,19 +349,35 @@ def read_recording(path: Path, *, images: bool = False) -> Iterator[dict[str, An
 
 def with_images(records: Iterable[dict[str, Any]], path: Path) -> Iterator[dict[str, Any]]:
     """``records`` of the recording at ``path`` with their images read back from its images
-    folder, each checked against its hash: a missing or corrupt image is a RecordingError."""
+    folder (an MCAP recording: from its attachments), each checked against its hash: a
+    missing or corrupt image is a RecordingError."""
     folder = images_dir(path)
     loaded: dict[str, bytes] = {}
+    attached: dict[str, bytes] | None = None
+    if is_mcap(path):
+        from onboard.loop.mcapfile import read_mcap
+
+        attached = read_mcap(path).images
 
     def load(sha256: str, media_type: str) -> bytes:
         if sha256 not in loaded:
-            loaded[sha256] = _load_image(folder, sha256, media_type, path)
+            loaded[sha256] = (
+                _load_image(folder, sha256, media_type, path)
+                if attached is None
+                else _attached(attached, sha256, media_type, path)
+            )
         return loaded[sha256]
 
     for record in records:
         if "messages" in record:
             record = {**record, "messages": restore_images(record["messages"], load)}
         yield record
+
+
+def load_image(recording: Path, sha256: str, media_type: str) -> bytes:
+    """An image a JSON-lines recording references, from its images folder, checked against
+    its hash (a RecordingError if missing or corrupt)."""
+    return _load_image(images_dir(recording), sha256, media_type, recording)
 
 
 def _load_image(folder: Path, sha256: str, media_type: str, recording: Path) -> bytes:
@@ -269,9 +400,37 @@ def _load_image(folder: Path, sha256: str, media_type: str, recording: Path) -> 
     return data
 
 
+#: the first bytes of every MCAP file
+MCAP_MAGIC = b"\x89MCAP0\r\n"
+
+
+def is_mcap(path: Path) -> bool:
+    """Whether the file at ``path`` is MCAP (by its first bytes, whatever its name)."""
+    try:
+        with path.open("rb") as file:
+            return file.read(len(MCAP_MAGIC)) == MCAP_MAGIC
+    except OSError:
+        return False
+
+
+def _attached(images: dict[str, bytes], sha256: str, media_type: str, path: Path) -> bytes:
+    name = image_file(Path(), sha256, media_type).name
+    data = images.get(name)
+    if data is None:
+        raise RecordingError(f"{path}: image {name} missing (a record references it)")
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise RecordingError(f"{path}: image {name} corrupt: its bytes have another sha256")
+    return data
+
+
 def _records(path: Path) -> Iterator[dict[str, Any]]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        if is_mcap(path):
+            from onboard.loop.mcapfile import read_mcap
+
+            lines = read_mcap(path).lines
+        else:
+            lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise RecordingError(f"{path}: cannot read recording: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
