@@ -39,7 +39,7 @@ def arrays(data: Dataset) -> list[np.ndarray]:
 def replay_matches(task: TeamTask, level: str, data: Dataset) -> None:
     """Every row is the step its episode took: replaying the joint actions from the
     episode's seed gives the same features and rewards, and the episode ends with its rows."""
-    env = make_env(task, level)
+    env = make_env(task, level, starts="training")  # collection draws training starts only
     for number, seed in enumerate(data.meta.seeds):
         rows = np.flatnonzero(data.episode == number)
         assert list(data.t[rows]) == list(range(len(rows)))
@@ -87,7 +87,7 @@ def test_behaviour_rows_are_the_recorded_env_steps(sweep: TeamTask) -> None:
     recorder = Recorder(None)
     try:
         with ChatClient(robot.llm, base_url=url) as client:
-            env = make_env(sweep, "Y1_G1")
+            env = make_env(sweep, "Y1_G1", starts="training")  # as collection draws them
             for seed in data.meta.seeds:
                 run_team_episode(env, method("central_plan"), client, None,
                                  TeamSettings(sweep, "Y1_G1"), recorder, seed)  # fmt: skip

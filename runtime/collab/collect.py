@@ -146,7 +146,7 @@ def collect(
     the behaviour episodes (a ChatClient); None makes every episode augmented. With
     ``probes``, Monte Carlo values at ``probes.states`` held-out states (seeds apart from the
     episodes'), the rollouts under the LLM's policy (without an LLM: the augmented one's)."""
-    env = make_env(task, level)
+    env = make_env(task, level, starts="training")  # never a start state evaluation uses
     rng = random.Random(f"collect/{task.name}/{level}/{settings.seed}")
     seeds = rng.sample(range(1_000_000), settings.episodes)
     kinds = [llm is None or rng.random() < settings.augment for _ in seeds]
@@ -174,6 +174,7 @@ def collect(
         else:
             policy = LLMPolicy(task, llm, settings.constrained)
             probe_policy = behaviour or "central_plan by the LLM"
+        env.starts = "held_out"  # the card's figures come from states never trained on
         found = probe(task, env, policy, probe_seeds, probes, probe_progress)
     meta = DatasetMeta(
         task=task.name,

@@ -154,9 +154,9 @@ def run_team_episode(
     if memory is not None:
         extra["trial_memory"] = {"reflections": list(memory.reflections), "keep": memory.keep}
     recorder.write("setup", method=method.name, task=settings.task.name, seed=seed,
-                   agents=list(env.agents), vocabulary=list(env.vocabulary),
-                   feature_names=list(env.feature_names), **settings.options(),
-                   **extra)  # fmt: skip
+                   starts=getattr(env, "starts", "all"), agents=list(env.agents),
+                   vocabulary=list(env.vocabulary), feature_names=list(env.feature_names),
+                   **settings.options(), **extra)  # fmt: skip
     recorded = RecordedAsk(llm, recorder)
     turn = Turn(env, settings, recorded, critic, recorder.write)
     turn.log.trials = memory

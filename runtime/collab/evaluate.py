@@ -302,7 +302,7 @@ def run_one(
     robot in it) or in memory; its NQ checked against the recording's request records.
     ``memory``: what the method carries across the trials of its cell (Reflexion's)."""
     chosen = method(method_name)
-    env = env or make_env(task, level)
+    env = env or make_env(task, level, starts="held_out")
     settings = TeamSettings(task, level, constrained=constrained)
     header = None
     if record is not None:
@@ -404,7 +404,7 @@ def run_cells(
             critic = (
                 critics.get(task, cell.level, cell.critic) if method(cell.method).critic else None
             )
-            env = make_env(task, cell.level)
+            env = make_env(task, cell.level, starts="held_out")
             memory = TrialMemory()  # one per cell: its trials run in order
             with llms.open(cell, task.name) as (llm, label, constrained):
                 first = settings.first_trial

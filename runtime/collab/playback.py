@@ -54,6 +54,11 @@ class RecordedEnv:
         self.env, self.recorder = env, recorder
 
     @property
+    def starts(self) -> str:
+        """The start states the environment draws from (recorded in ``setup``)."""
+        return str(getattr(self.env, "starts", "all"))
+
+    @property
     def agents(self) -> tuple[str, ...]:
         return self.env.agents
 
@@ -139,6 +144,7 @@ class PlaybackEnv:
         self._agents = tuple(str(a) for a in setup["agents"])
         self._vocabulary = tuple(str(a) for a in setup["vocabulary"])
         self._feature_names = tuple(str(a) for a in setup["feature_names"])
+        self.starts = str(setup.get("starts", "all"))
         self._calls = [r for r in records if r["kind"] == "env"]
         self._next = 0
         #: the first question asked differently, and how many requests had differed before

@@ -61,6 +61,9 @@ def replay_team_episode(
         env = PlaybackEnv(records, path)
     if critic_file is not None:
         check_models(header, {"critic": critic_file}, path)
+    setup = next((r for r in records if r.get("kind") == "setup"), {})
+    if not isinstance(env, PlaybackEnv) and hasattr(env, "starts"):
+        env.starts = setup.get("starts", "all")  # re-simulated: from the same start states
     options = header.options
     settings = TeamSettings(
         task=task,

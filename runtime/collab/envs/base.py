@@ -8,15 +8,26 @@ step does, the state's text and features, and the oracle's useful actions.
 Per step, agents act in the task file's order: an action that is infeasible in the state
 (or clashes with an earlier agent's this step) acts as WAIT and its reason is the agent's
 feedback; the feasible ones then apply together.
+
+**Start states apart.** A level whose start states can be listed (:meth:`TeamEnv.start_space`)
+splits them once and for all: one in :data:`HELD_OUT_SHARE` (at least one, by the sha256 of
+the task, level and state) is *held out*, kept for evaluation; the rest are for training.
+``starts`` says which a reset draws from: ``"training"`` (critic collection), ``"held_out"``
+(``onboard task run``/``task eval``, a critic's probe states), or ``"all"`` (the default).
+So no start state a critic is evaluated from was in its training data (tests/
+test_team_starts.py). A level with a single start state (an Overcooked-AI layout) has nothing
+to hold out: every reset is that state.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from functools import cached_property
+from typing import Generic, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -24,10 +35,14 @@ from pydantic import BaseModel
 
 from onboard.collab.taskfile import TeamTask
 
-__all__ = ["ABSENT", "WAIT", "Snapshot", "StepResult", "TeamEnv"]
+__all__ = ["ABSENT", "HELD_OUT_SHARE", "WAIT", "Snapshot", "Starts", "StepResult", "TeamEnv"]
 
 ABSENT = "ABSENT"
 WAIT = "WAIT"
+#: one start state in this many (at least one) is held out for evaluation
+HELD_OUT_SHARE = 5
+#: which start states a reset draws from (see the module docstring)
+Starts = Literal["all", "training", "held_out"]
 
 S = TypeVar("S")
 
@@ -51,6 +66,9 @@ class Snapshot(Generic[S]):
 
 class TeamEnv(ABC, Generic[S]):
     """One level of a team task; :meth:`reset` before the first step."""
+
+    #: the start states :meth:`reset` draws from (see the module docstring)
+    starts: Starts = "all"
 
     def __init__(self, task: TeamTask, level: str) -> None:
         self.task = task
@@ -77,6 +95,32 @@ class TeamEnv(ABC, Generic[S]):
     @abstractmethod
     def _initial(self, rng: random.Random) -> S:
         """A seeded start state."""
+
+    def start_space(self) -> Sequence[S] | None:
+        """Every start state :meth:`_initial` can draw, when they can be listed (None: the
+        level's starts cannot be split, and ``starts`` is ignored)."""
+        return None
+
+    @cached_property
+    def start_split(self) -> tuple[tuple[S, ...], tuple[S, ...]] | None:
+        """(training, held out) start states, each in the space's order; None when the
+        level has fewer than two (or cannot list them)."""
+        space = self.start_space()
+        if space is None or len(set(space)) < 2:
+            return None
+        unique = list(dict.fromkeys(space))
+        key = f"{self.task.name}/{self.level}/"
+        ranked = sorted(unique, key=lambda s: hashlib.sha256(f"{key}{s!r}".encode()).digest())
+        held = set(ranked[: max(1, len(unique) // HELD_OUT_SHARE)])
+        return tuple(s for s in unique if s not in held), tuple(s for s in unique if s in held)
+
+    def _start(self, seed: int) -> S:
+        rng = random.Random(f"{self.task.name}/{self.level}/{seed}")
+        split = self.start_split if self.starts != "all" else None
+        if split is None:
+            return self._initial(rng)
+        training, held_out = split
+        return rng.choice(held_out if self.starts == "held_out" else training)
 
     @abstractmethod
     def _reason(self, state: S, agent: str, action: str, chosen: Mapping[str, str]) -> str | None:
@@ -120,8 +164,8 @@ class TeamEnv(ABC, Generic[S]):
         return self._state
 
     def reset(self, seed: int) -> None:
-        """A new episode: the level's start state varied by ``seed``."""
-        self._state = self._initial(random.Random(f"{self.task.name}/{self.level}/{seed}"))
+        """A new episode: the level's start state varied by ``seed`` (among ``starts``)."""
+        self._state = self._start(seed)
         self.steps = 0
         self.reward_total = 0.0
         self.done = False
@@ -130,7 +174,7 @@ class TeamEnv(ABC, Generic[S]):
     def reset_to(self, seed: int) -> None:
         """A disturbance mid-episode: the state starts again (seeded), the step count and the
         reward so far go on."""
-        self._state = self._initial(random.Random(f"{self.task.name}/{self.level}/{seed}"))
+        self._state = self._start(seed)
         self.success = self._succeeded(self._state)
         self.done = self.success or self.steps >= self.step_limit
 

@@ -20,7 +20,7 @@ import importlib
 import inspect
 from importlib.metadata import entry_points
 
-from onboard.collab.envs.base import TeamEnv
+from onboard.collab.envs.base import Starts, TeamEnv
 from onboard.collab.taskfile import ENV_SPECS, EnvSpec, TeamTask
 
 __all__ = ["ENTRY_POINTS", "SHIPPED", "EnvRefError", "env_class", "env_names", "env_spec",
@@ -105,8 +105,12 @@ def env_spec(ref: str) -> EnvSpec:
     return spec
 
 
-def make_env(task: TeamTask, level: str) -> TeamEnv:  # type: ignore[type-arg]
-    """The simulator of ``task`` at ``level`` (TeamTaskError for a level not in the file);
-    call ``reset(seed)`` before the first step."""
+def make_env(task: TeamTask, level: str, starts: Starts = "all") -> TeamEnv:  # type: ignore[type-arg]
+    """The simulator of ``task`` at ``level`` (TeamTaskError for a level not in the file),
+    drawing its start states from ``starts`` (onboard.collab.envs.base: evaluation draws
+    held-out ones, critic collection training ones); call ``reset(seed)`` before the first
+    step."""
     task.level(level)
-    return env_class(task.env)(task, level)
+    env = env_class(task.env)(task, level)
+    env.starts = starts
+    return env

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import combinations
 
 from onboard.collab.envs.base import WAIT, TeamEnv
 from onboard.collab.taskfile import FOODS, SandwichLevel, TeamTask
@@ -47,6 +48,10 @@ class MakeSandwich(TeamEnv[SandwichState]):
     def _initial(self, rng: random.Random) -> SandwichState:
         left = set(rng.sample(FOODS, len(FOODS) // 2))
         return SandwichState(tuple("left" if f in left else "right" for f in FOODS), ())
+
+    def start_space(self) -> Sequence[SandwichState]:
+        return [SandwichState(tuple("left" if f in left else "right" for f in FOODS), ())
+                for left in combinations(FOODS, len(FOODS) // 2)]  # fmt: skip
 
     def _where(self, state: SandwichState, food: str) -> str:
         return state.where[FOODS.index(food)]

@@ -33,7 +33,7 @@ class SortCubes(TeamEnv[SortState]):
     def __init__(self, task: TeamTask, level: str) -> None:
         settings = task.level(level)
         assert isinstance(settings, SortLevel)
-        self.starts = sort_starts(*settings.distance)
+        self.start_places = sort_starts(*settings.distance)
         super().__init__(task, level)
         self.panels = {a: sorted(PANELS.index(p) for p in self.reach[a]) for a in self.agents}
 
@@ -41,8 +41,11 @@ class SortCubes(TeamEnv[SortState]):
         return [f"PICK {c} PLACE {p}" for c in CUBES for p in PANELS]
 
     def _initial(self, rng: random.Random) -> SortState:
-        start = rng.choice(self.starts)
+        start = rng.choice(self.start_places)
         return SortState(tuple(PANELS.index(start[c]) for c in CUBES))
+
+    def start_space(self) -> Sequence[SortState]:
+        return [SortState(tuple(PANELS.index(s[c]) for c in CUBES)) for s in self.start_places]
 
     def _reason(
         self, state: SortState, agent: str, action: str, chosen: Mapping[str, str]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import permutations
 
 from onboard.collab.envs.base import WAIT, TeamEnv
 from onboard.collab.taskfile import PANELS, SweepLevel, TeamTask
@@ -48,6 +49,11 @@ class SweepFloor(TeamEnv[SweepState]):
     def _initial(self, rng: random.Random) -> SweepState:
         panels = rng.sample(range(len(PANELS)), len(self.cubes))
         return SweepState((TABLE,) * len(self.cubes), tuple(panels), (-1,) * len(self.agents))
+
+    def start_space(self) -> Sequence[SweepState]:
+        table, nobody = (TABLE,) * len(self.cubes), (-1,) * len(self.agents)
+        return [SweepState(table, panels, nobody)
+                for panels in permutations(range(len(PANELS)), len(self.cubes))]  # fmt: skip
 
     def _slot(self, agent: str) -> int:
         return self.agents.index(agent)
