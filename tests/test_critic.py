@@ -402,6 +402,13 @@ def test_the_card_is_checked_against_its_task_file(tmp_path: Path) -> None:
     assert f"vocabulary[2] is {vocabulary[3]!r} in the card, {vocabulary[2]!r} in the task" in line
     line = one_line_error(onboard("critic", "check", critic_for(level="Y9_G9")))
     assert f"level 'Y9_G9' is not a level of {path}" in line
+    # a critic of a task whose agents reach other places (everything else the same)
+    reach = {a: sorted(r) for a, r in env.reach.items()}
+    assert onboard("critic", "check", critic_for(reach=reach)).code == 0
+    first = task.agent_names[0]
+    moved = {**reach, first: reach[first][:-1]}
+    line = one_line_error(onboard("critic", "check", critic_for(reach=moved)))
+    assert f"{first} reaches {moved[first]} in the card, {reach[first]} in the task" in line
 
 
 def test_the_card_round_trips(critic_files: tuple[Path, MlpWeights]) -> None:

@@ -158,7 +158,7 @@ def _team_critics(tasks: list[TeamTask]) -> tuple[list[str], list[Problem]]:
             except ImportError:  # a simulator behind an extra (overcooked): not checked here
                 continue
             found = check_card(card, card.task, card.level, env.vocabulary, env.feature_names,
-                               env.agents)  # fmt: skip
+                               env.agents, env.reach)  # fmt: skip
             if found:
                 why = f"{model}: does not fit level {level}: {found[0]}"
                 problems.append(Problem(task.path, "critic.model", None, why))

@@ -142,8 +142,9 @@ def _check_against_task(path: Path, card: CriticCard, task_file: Path | None) ->
     from onboard.collab.card import check_card
 
     problems = check_card(
-        card, task.name, card.level, env.vocabulary, env.feature_names, agents=task.agent_names
-    )
+        card, task.name, card.level, env.vocabulary, env.feature_names,
+        agents=task.agent_names, reach=env.reach,
+    )  # fmt: skip
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise CriticError(f"{path}: {problems[0]} ({task_file}){more}")

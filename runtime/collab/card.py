@@ -28,7 +28,7 @@ Every error is a :class:`CriticError` of one line naming the card file (and the 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -81,6 +81,9 @@ class Training(_Strict):
     validation_episodes: int = pydantic.Field(0, ge=0)
     best_step: int = pydantic.Field(0, ge=0)  # the gradient step whose weights were kept
     trainer: str = ""  # e.g. "torch 2.13.0"
+    #: the start states the episodes drew from (onboard.collab.envs.base): "training" keeps
+    #: the ones evaluation uses out; "all" (cards before the split) does not
+    starts: str = "all"
 
 
 class Metrics(_Strict):
@@ -115,6 +118,9 @@ class CriticCard(_Strict):
     agents: list[str] = pydantic.Field(min_length=1)
     vocabulary: list[str] = pydantic.Field(min_length=2)
     features: list[str] = pydantic.Field(min_length=1)
+    #: each agent's reach (the places it can act on); None on a card written before it was
+    #: recorded (then a task differing only in reach is not told apart)
+    reach: dict[str, list[str]] | None = None
     gamma: float = pydantic.Field(gt=0.0, le=1.0)
     sha256: str = pydantic.Field(pattern=r"^[0-9a-f]{64}$")
     ood: OodRange
@@ -178,7 +184,7 @@ def write_card(card: CriticCard, path: Path) -> None:
     doc = tomlkit.document()
     doc.add(tomlkit.comment("A critic's card (onboard.collab.card); regenerate with the model."))
     for key, value in data.items():
-        if not isinstance(value, dict):
+        if value is not None and not isinstance(value, dict):
             doc[key] = value
     for key, value in data.items():
         if isinstance(value, dict):
@@ -198,8 +204,10 @@ def check_card(
     vocabulary: Sequence[str],
     feature_names: Sequence[str],
     agents: Sequence[str] | None = None,
+    reach: Mapping[str, Iterable[str]] | None = None,
 ) -> list[str]:
-    """Where ``card`` disagrees with what a task level provides; empty when it fits."""
+    """Where ``card`` disagrees with what a task level provides; empty when it fits (reach
+    is compared when both the card and the caller give it)."""
     problems = []
     if card.task != task:
         problems.append(f"the card is for task {card.task!r}, not {task!r}")
@@ -209,6 +217,12 @@ def check_card(
         problems.append(f"agents {card.agents} in the card, {list(agents)} in the task")
     problems += _list_diff("vocabulary", card.vocabulary, list(vocabulary))
     problems += _list_diff("features", card.features, list(feature_names))
+    if card.reach is not None and reach is not None:
+        for agent in sorted(set(card.reach) | set(reach)):
+            was, now = sorted(card.reach.get(agent, [])), sorted(reach.get(agent, []))
+            if was != now:
+                problems.append(f"{agent} reaches {was} in the card, {now} in the task")
+                break
     return problems
 
 

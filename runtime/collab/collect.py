@@ -176,9 +176,12 @@ def collect(
             probe_policy = behaviour or "central_plan by the LLM"
         env.starts = "held_out"  # the card's figures come from states never trained on
         found = probe(task, env, policy, probe_seeds, probes, probe_progress)
+    reach = getattr(env, "reach", None)
     meta = DatasetMeta(
         task=task.name,
         level=level,
+        reach=None if reach is None else {a: sorted(r) for a, r in reach.items()},
+        starts="training",
         agents=list(env.agents),
         vocabulary=list(env.vocabulary),
         feature_names=list(env.feature_names),

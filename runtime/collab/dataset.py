@@ -59,6 +59,10 @@ class DatasetMeta(pydantic.BaseModel):
     probe_seeds: list[int] = []
     probe_rollouts: int = pydantic.Field(0, ge=0)
     probe_policy: str = ""
+    #: where each agent reaches (a task that differs only there is another task), and the
+    #: start states the episodes drew from (onboard.collab.envs.base); None/"all" before
+    reach: dict[str, list[str]] | None = None
+    starts: str = "all"
 
 
 @dataclass(frozen=True)

@@ -207,7 +207,7 @@ def _check_fit(critic: CriticView | None, env: EnvView) -> None:
     if card is None:
         return
     found = check_card(card, card.task, card.level, env.vocabulary, env.feature_names,
-                       env.agents)  # fmt: skip
+                       env.agents, getattr(env, "reach", None))  # fmt: skip
     if found:
         where = getattr(critic, "path", "the critic")
         raise CriticError(f"{where}: {found[0]}: a critic of another task or level")

@@ -131,6 +131,7 @@ def train_critic(
         agents=meta.agents,
         vocabulary=meta.vocabulary,
         features=meta.feature_names,
+        reach=meta.reach,
         gamma=settings.gamma,
         sha256=file_sha256(out),
         ood=OodRange(
@@ -147,6 +148,7 @@ def train_critic(
             behaviour=meta.behaviour,
             augmentation=meta.augmentation,
             seed=settings.seed,
+            starts=meta.starts,
             hidden=list(settings.hidden),
             steps=fitted.ran,
             batch=settings.batch,
