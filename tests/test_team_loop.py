@@ -486,9 +486,8 @@ def test_a_refused_score_is_shown_under_its_threshold(
 # -- recording and replay -------------------------------------------------------------------
 
 
-def test_replay_reproduces_the_joint_actions_and_catches_a_divergence(
-    tmp_path: Path, robot: RobotConfig
-) -> None:
+def recorded_episode(tmp_path: Path, robot: RobotConfig) -> tuple[Path, TeamOutcome]:
+    """ReAd-S on the cube relay, recorded with its header at ``tmp_path/episode.jsonl``."""
     task_file = tmp_path / "cube_relay.toml"
     task_file.write_text('[task]\nname = "cube_relay"\n', encoding="utf-8")
     settings = TeamSettings(Task(), "only")
@@ -497,6 +496,13 @@ def test_replay_reproduces_the_joint_actions_and_catches_a_divergence(
     path = tmp_path / "episode.jsonl"
     with ScriptedTeam(**READ_S_SCRIPT) as server, Recorder(path) as recorder:
         outcome, _, _ = episode(server, "read_s", HandCritic(), recorder, header=header)
+    return path, outcome
+
+
+def test_replay_reproduces_the_joint_actions_and_catches_a_divergence(
+    tmp_path: Path, robot: RobotConfig
+) -> None:
+    path, outcome = recorded_episode(tmp_path, robot)
     replay = replay_team_episode(path, CubeRelay(), HandCritic(), Task())
     assert replay.recorded == replay.outcome.joint_actions == outcome.joint_actions
     assert replay.outcome.to_json() == outcome.to_json()
@@ -521,14 +527,7 @@ def test_a_replay_answers_the_loop_from_the_recorded_environment(
     the loop asks of it is answered from the recording's ``env`` records, so an answer
     changed in the recording changes the replay, and a question asked differently is named
     with the record, the field and both values."""
-    task_file = tmp_path / "cube_relay.toml"
-    task_file.write_text('[task]\nname = "cube_relay"\n', encoding="utf-8")
-    settings = TeamSettings(Task(), "only")
-    header = team_header(robot, task_file, "read_s", settings, 3, env="cube_relay",
-                         critic_file=None)  # fmt: skip
-    path = tmp_path / "episode.jsonl"
-    with ScriptedTeam(**READ_S_SCRIPT) as server, Recorder(path) as recorder:
-        outcome, _, _ = episode(server, "read_s", HandCritic(), recorder, header=header)
+    path, outcome = recorded_episode(tmp_path, robot)
     replay = replay_team_episode(path, None, HandCritic(), Task())
     assert replay.outcome.joint_actions == outcome.joint_actions
     assert replay.outcome.to_json() == outcome.to_json()
