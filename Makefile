@@ -6,7 +6,7 @@ VENV        ?= .venv
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
-EXTRAS      := dev,local-llm,sim,realsense,overcooked
+EXTRAS      := dev,local-llm,sim,realsense,overcooked,service
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 

@@ -1,0 +1,57 @@
+"""What ``onboard up`` starts beside the loop, each on threads of its own: the e-stop's
+inputs, the heartbeats, the control API and operator page; all closed when it stops."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from onboard.service.estop import FileInput, GpioInput, Input, SerialInput
+from onboard.service.heartbeat import Heartbeats
+from onboard.service.service import Service
+from onboard.service.settings import EStopConfig
+
+__all__ = ["estop_inputs", "operator"]
+
+
+def estop_inputs(config: EStopConfig, root: Path) -> list[Input]:
+    """The inputs robot.toml's ``[service.estop]`` names (relative paths from ``root``)."""
+    inputs: list[Input] = []
+    if config.file is not None:
+        inputs.append(FileInput(config.file if config.file.is_absolute() else root / config.file))
+    if config.gpio is not None:
+        inputs.append(GpioInput(config.gpio, config.gpio_active))
+    if config.serial is not None:
+        inputs.append(SerialInput(config.serial, config.baudrate, config.word))
+    return inputs
+
+
+@contextmanager
+def operator(
+    service: Service, llm: str | None, token: str | None, api_key: str | None = None
+) -> Iterator[str | None]:
+    """Start the e-stop inputs, the heartbeats and (``[service] api``) the control API;
+    yields the API's URL (None without it)."""
+    robot, log = service.robot, service.log
+    with ExitStack() as stack:
+        inputs = estop_inputs(robot.service.estop, robot.root)
+        for source in inputs:
+            stack.callback(source.close)
+            source.start(service.estop)
+        in_step = lambda: service._in_step  # noqa: E731
+        beats = Heartbeats(log, lambda: service.loop_beat, in_step, llm, api_key)
+        beats.start()
+        stack.callback(beats.close)
+        url = None
+        if robot.service.api:
+            from onboard.service.api import ApiServer, make_app
+
+            server = ApiServer(make_app(service, token, beats), robot.service.host,
+                               robot.service.port)  # fmt: skip
+            server.start()
+            stack.callback(server.close)
+            url = server.url
+        names = ["api", *(getattr(source, "source", "?") for source in inputs)]
+        log.event("operator", api=url, token=token is not None, estop=names)
+        yield url
