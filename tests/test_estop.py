@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +29,7 @@ from onboard.drivers.arm.config import SimArmConfig
 from onboard.drivers.arm.safety import STOP_LINE, SafeArm, SafetyLimits
 from onboard.drivers.arm.twin_arm import SimArm
 from onboard.drivers.twin.world import Twin
-from onboard.service.api import ApiServer, make_app, require_token
+from onboard.service.api import ApiServer, episode_view, make_app, require_token
 from onboard.service.log import JsonLog
 from onboard.service.notify import Notifier
 from onboard.service.operator import operator
@@ -291,7 +292,9 @@ def test_the_api_queues_a_mission_pauses_resumes_cancels_and_lists_the_episode(
             assert post("/api/resume").json() == {"paused": False}
             episodes = _until(url + "/api/episodes", lambda e: len(e) == 1, "the episode")
             assert episodes["items"][0]["verdict"] == "success"
-            assert Path(episodes["items"][0]["recording"]).is_file()
+            recording = Path(episodes["items"][0]["recording"])
+            view = episode_view(recording)  # what the page shows of a running step
+            assert view["state"] and view["prompt"] and view["reply"], view
             post("/api/pause")
             post("/api/missions/greet")
             _until(url + "/api/status", lambda s: s["mission"] == "greet", "queued again")
@@ -315,3 +318,62 @@ def test_the_api_queues_a_mission_pauses_resumes_cancels_and_lists_the_episode(
     assert events.count("step_end") == 1 and events.count("mission_queued") == 2
     ends = [json.loads(x) for x in out.getvalue().splitlines() if '"mission_end"' in x]
     assert [e["result"] for e in ends] == ["done", "cancelled"]
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_the_operator_page_shows_a_change_within_a_second_and_its_button_stops_the_twin(
+    tmp_path: Path, arm: SafeArm
+) -> None:
+    """Headless Chromium (Debian's, driven by Playwright) on the page, the service's loop
+    blocked: the e-stop engaged by its file shows within 1 s, and so does its reset; the
+    page's button stops the twin's arm mid-motion. The screenshot is kept beside the test's
+    files (pytest's tmp_path: the path is printed)."""
+    assert CHROMIUM, "Debian's chromium is needed (tools/system-packages.sh installs it)"
+    from playwright.sync_api import sync_playwright
+
+    flag = tmp_path / "estop"
+    service, _ = _service(tmp_path, estop={"file": flag})
+    shot = tmp_path / "operator-page.png"
+
+    def engaged(page: Any, text: str, timeout: float) -> None:
+        page.wait_for_function(
+            f"document.getElementById('estop-state').textContent === {json.dumps(text)}",
+            timeout=timeout * 1000,
+        )
+
+    def action() -> None:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            try:
+                page = browser.new_page(viewport={"width": 1100, "height": 800})
+                page.goto(url[0])
+                engaged(page, "released", WAIT)  # the page has shown a first status
+                flag.touch()
+                engaged(page, "ENGAGED (file)", 1.0)
+                flag.unlink()
+                httpx.post(url[0] + "/api/reset", headers=CONTROL, timeout=WAIT)
+                engaged(page, "released", 1.0)
+                arm.resume()
+                motion, raised = _moving(arm)
+                page.click("#estop")
+                engaged(page, "ENGAGED (page)", WAIT)
+                motion.join(WAIT)
+                assert raised and isinstance(raised[0], ArmError), raised
+                assert arm.state().stopped
+                with pytest.raises(ArmError, match="e-stop is engaged"):
+                    arm.resume()
+                page.screenshot(path=str(shot), full_page=True)
+                page.click("#reset")
+                engaged(page, "released", WAIT)
+            finally:
+                browser.close()
+
+    url: list[str] = []
+    with operator(service, "standin", token=None) as api:
+        assert api is not None
+        url.append(api)
+        _with_loop_blocked(service, action)
+    assert shot.stat().st_size > 10_000
+    print(f"operator page screenshot: {shot}")

@@ -223,14 +223,28 @@ class ApiServer:
                                 lifespan="off", ws="none")  # fmt: skip
         self.server = uvicorn.Server(config)
         self.host, self.port = host, port
-        self._thread = threading.Thread(target=self.server.run, name="control-api", daemon=True)
+        self._thread: threading.Thread | None = None
+        self._socket: Any = None
 
     def start(self, timeout: float = 10.0) -> None:
+        import socket
+
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:  # bound here, so a port in use is an OSError naming it, not a log line
+            listener.bind((self.host, self.port))
+        except OSError:
+            listener.close()
+            raise
+        self._socket = listener
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [listener]},
+                                        name="control-api", daemon=True)  # fmt: skip
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise OSError(f"the control API did not start on {self.host}:{self.port}")
+                raise OSError(f"the control API did not start on {self.url}")
             time.sleep(0.01)
         self.port = self.server.servers[0].sockets[0].getsockname()[1]
 
@@ -241,4 +255,7 @@ class ApiServer:
 
     def close(self) -> None:
         self.server.should_exit = True
-        self._thread.join(timeout=5.0)
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        if self._socket is not None:
+            self._socket.close()

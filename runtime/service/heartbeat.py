@@ -78,7 +78,7 @@ class Heartbeats:
             self._thread.join(timeout=5.0)
 
     def _watch(self) -> None:
-        logged = 0.0
+        logged = time.monotonic()  # the first after log_every: "ready" says the rest
         while not self._done.is_set():
             if self.probed:
                 self._probe()

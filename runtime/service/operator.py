@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from onboard.base.errors import ConfigError, Problem
 from onboard.service.estop import FileInput, GpioInput, Input, SerialInput
 from onboard.service.heartbeat import Heartbeats
 from onboard.service.service import Service
@@ -49,7 +50,12 @@ def operator(
 
             server = ApiServer(make_app(service, token, beats), robot.service.host,
                                robot.service.port)  # fmt: skip
-            server.start()
+            try:
+                server.start()
+            except OSError as exc:
+                where = robot.root / "robot.toml"
+                why = f"the control API cannot listen on {server.url}: {exc.strerror or exc}"
+                raise ConfigError([Problem(where, "service.port", None, why)]) from exc
             stack.callback(server.close)
             url = server.url
         names = ["api", *(getattr(source, "source", "?") for source in inputs)]
