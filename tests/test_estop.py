@@ -223,10 +223,16 @@ def test_beyond_loopback_the_token_is_required(
         assert httpx.post(url + "/api/estop", headers=good, timeout=WAIT).status_code == 403
         assert service.estop.engaged is None  # no X-Onboard: nothing done
         assert httpx.get(url + "/api/status", headers=good, timeout=WAIT).json()["robot"] == "t"
-        page = httpx.get(url + "/?token=s3cret-token", timeout=WAIT)  # the page's cookie
-        assert page.status_code == 401
-        cookie = httpx.get(url + "/", headers=good, timeout=WAIT).cookies
-        assert httpx.get(url + "/api/status", cookies=cookie, timeout=WAIT).status_code == 200
+        assert httpx.get(url + "/", timeout=WAIT).status_code == 401
+        assert httpx.get(url + "/?token=wrong", timeout=WAIT).status_code == 401
+        assert httpx.get(url + "/api/status?token=s3cret-token", timeout=WAIT).status_code == 401
+        page = httpx.get(url + "/?token=s3cret-token", timeout=WAIT)  # sets the page's cookie
+        assert page.status_code == 200 and "E-STOP" in page.text
+        with httpx.Client(cookies=page.cookies, timeout=WAIT) as browser:
+            assert browser.get(url + "/api/status").status_code == 200
+            assert browser.post(url + "/api/estop").status_code == 403  # no X-Onboard
+            assert browser.post(url + "/api/estop", headers=CONTROL).json()["engaged"] is True
+        service.estop.reset("test")
     finally:
         server.close()
 

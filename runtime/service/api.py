@@ -2,7 +2,7 @@
 
 Bound to robot.toml's ``[service] host`` (127.0.0.1 by default). Beyond loopback every
 request needs the token from the variable ``[service] token_env`` names: ``Authorization:
-Bearer TOKEN``, or the page's cookie (opening ``/?token=TOKEN`` sets it); without the
+Bearer TOKEN``, or the page's cookie (opening the page as ``/?token=TOKEN`` sets it); without the
 variable set, the API refuses to start. A POST also needs the header ``X-Onboard: 1``,
 which a page of another site cannot send without the browser asking first (CORS), so a
 page open in the operator's browser cannot reset the e-stop behind their back.
@@ -70,6 +70,8 @@ def make_app(service: "Service", token: str | None, beats: Heartbeats | None = N
         if token is None:
             return
         given = request.cookies.get(COOKIE, "")
+        if request.url.path == "/" and "token" in request.query_params:
+            given = request.query_params["token"]  # the page, opened once as /?token=...
         header = request.headers.get("authorization", "")
         if header.lower().startswith("bearer "):
             given = header[7:].strip()

@@ -16,27 +16,38 @@ from onboard.service.settings import EStopConfig
 __all__ = ["estop_inputs", "operator"]
 
 
-def estop_inputs(config: EStopConfig, root: Path) -> list[Input]:
-    """The inputs robot.toml's ``[service.estop]`` names (relative paths from ``root``)."""
+def estop_inputs(config: EStopConfig, root: Path, where: Path | None = None) -> list[Input]:
+    """The inputs robot.toml's ``[service.estop]`` names (relative paths from ``root``);
+    ``where``: robot.toml, for the error."""
+    where = where or root / "robot.toml"
     inputs: list[Input] = []
     if config.file is not None:
         inputs.append(FileInput(config.file if config.file.is_absolute() else root / config.file))
     if config.gpio is not None:
         inputs.append(GpioInput(config.gpio, config.gpio_active))
     if config.serial is not None:
-        inputs.append(SerialInput(config.serial, config.baudrate, config.word))
+        try:
+            inputs.append(SerialInput(config.serial, config.baudrate, config.word))
+        except Exception as exc:  # pyserial's SerialException (an OSError's message)
+            why = f"the e-stop's serial port cannot be opened: {exc}"
+            raise ConfigError([Problem(where, "service.estop.serial", None, why)]) from exc
     return inputs
 
 
 @contextmanager
 def operator(
-    service: Service, llm: str | None, token: str | None, api_key: str | None = None
+    service: Service,
+    llm: str | None,
+    token: str | None,
+    api_key: str | None = None,
+    where: Path | None = None,
 ) -> Iterator[str | None]:
     """Start the e-stop inputs, the heartbeats and (``[service] api``) the control API;
-    yields the API's URL (None without it)."""
+    yields the API's URL (None without it). ``where``: robot.toml, for errors."""
     robot, log = service.robot, service.log
+    where = where or robot.root / "robot.toml"
     with ExitStack() as stack:
-        inputs = estop_inputs(robot.service.estop, robot.root)
+        inputs = estop_inputs(robot.service.estop, robot.root, where)
         for source in inputs:
             stack.callback(source.close)
             source.start(service.estop)
@@ -48,12 +59,15 @@ def operator(
         if robot.service.api:
             from onboard.service.api import ApiServer, make_app
 
-            server = ApiServer(make_app(service, token, beats), robot.service.host,
-                               robot.service.port)  # fmt: skip
+            try:
+                server = ApiServer(make_app(service, token, beats), robot.service.host,
+                                   robot.service.port)  # fmt: skip
+            except ImportError as exc:
+                why = f"{exc}; or set api = false"
+                raise ConfigError([Problem(where, "service.api", None, why)]) from exc
             try:
                 server.start()
             except OSError as exc:
-                where = robot.root / "robot.toml"
                 why = f"the control API cannot listen on {server.url}: {exc.strerror or exc}"
                 raise ConfigError([Problem(where, "service.port", None, why)]) from exc
             stack.callback(server.close)

@@ -55,7 +55,8 @@ def up_command(robot: RobotConfig, robot_path: Path | None, args: argparse.Names
     queue = check_all(robot, robot_path, files)
     key = os.environ.get(robot.llm.api_key_env) if robot.llm.api_key_env else None
     settings = robot.service
-    token = require_token(settings, robot.root / "robot.toml") if settings.api else None
+    where = robot_path or robot.root / "robot.toml"
+    token = require_token(settings, where) if settings.api else None
     log = JsonLog(secrets=[key, token, *url_secrets(robot.llm.base_url)])
     if args.check:
         log.event("checked", robot=robot.name, missions=[m.name for m in queue],
@@ -70,7 +71,7 @@ def up_command(robot: RobotConfig, robot_path: Path | None, args: argparse.Names
             _connect(robot, log)
             options = Options(llm=llm, clock=args.clock, once=args.once)
             service = Service(robot, queue, options, log, notifier)
-            stack.enter_context(operator(service, llm or robot.llm.base_url, token, key))
+            stack.enter_context(operator(service, llm or robot.llm.base_url, token, key, where))
             return service.run()
     finally:
         notifier.close()
