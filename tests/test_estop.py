@@ -31,6 +31,7 @@ from onboard.drivers.arm.twin_arm import SimArm
 from onboard.drivers.twin.world import Twin
 from onboard.service.api import ApiServer, episode_view, make_app, require_token
 from onboard.service.log import JsonLog
+from onboard.service.mission import check_mission
 from onboard.service.notify import Notifier
 from onboard.service.operator import operator
 from onboard.service.service import Options, Service
@@ -382,4 +383,67 @@ def test_the_operator_page_shows_a_change_within_a_second_and_its_button_stops_t
         url.append(api)
         _with_loop_blocked(service, action)
     assert shot.stat().st_size > 10_000
+    print(f"operator page screenshot: {shot}")
+
+
+def test_the_operator_page_shows_the_steps_state_prompt_reply_scores_and_detections(
+    tmp_path: Path,
+) -> None:
+    """A tidy step on the twin (the stand-in LLM, the virtual clock) queued through the
+    service; the page then shows its mission, state, last prompt and reply, its checks'
+    scores and the last look's detections, read from its recording. A second screenshot."""
+    assert CHROMIUM, "Debian's chromium is needed (tools/system-packages.sh installs it)"
+    from playwright.sync_api import sync_playwright
+
+    from onboard.config import load_robot
+
+    robot = load_robot(ROOT / "robot.toml").model_copy(
+        update={"recordings": tmp_path / "rec", "service": ServiceConfig(port=0)}
+    )
+    mission = tmp_path / "stack.toml"
+    mission.write_text(
+        '[[steps]]\nname = "stack"\nskill = "tidy"\ngoal = "put the red block on the blue block"\n'
+    )
+    service = Service(robot, [], Options(llm="standin", clock="virtual"),
+                      JsonLog(io.StringIO()), Notifier(""))  # fmt: skip
+    shot = tmp_path / "operator-page-step.png"
+    failed: list[BaseException] = []
+
+    def drive(url: str) -> None:
+        try:
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+                try:
+                    page = browser.new_page(viewport={"width": 1100, "height": 900})
+                    page.goto(url)
+                    service.enqueue(check_mission(robot, mission, hardware=True))
+                    page.wait_for_function(
+                        "document.getElementById('state').textContent.includes('last step')",
+                        timeout=WAIT * 4 * 1000,
+                    )
+                    assert page.text_content("#mission") == "–"  # the mission is over
+                    assert "red block" in (page.text_content("#prompt") or "")
+                    assert (page.text_content("#reply") or "–") != "–"
+                    assert page.locator("#scores tr").count() > 1  # a header, then scores
+                    assert "block" in (page.text_content("#detections") or "")
+                    page.wait_for_function(
+                        "document.querySelectorAll('#episodes tr').length > 1", timeout=WAIT * 1000
+                    )
+                    assert "success" in (page.text_content("#episodes") or "")
+                    page.screenshot(path=str(shot), full_page=True)
+                finally:
+                    browser.close()
+        except BaseException as exc:
+            failed.append(exc)
+        finally:
+            service.clock.stop()
+
+    with operator(service, "standin", token=None) as api:
+        assert api is not None
+        thread = threading.Thread(target=drive, args=(api,))
+        thread.start()
+        service.run()
+        thread.join()
+    if failed:
+        raise failed[0]
     print(f"operator page screenshot: {shot}")

@@ -147,10 +147,12 @@ def make_app(service: "Service", token: str | None, beats: Heartbeats | None = N
 
 def status_of(service: "Service", beats: Heartbeats | None) -> dict[str, Any]:
     current = dict(service.current) if service.current else None
-    view = None
+    path = None
     if current is not None and service._in_step:
         path = _recording(service, current)
-        view = episode_view(path) if path is not None else None
+    elif service.recent and service.recent[-1]["recording"]:  # the last step's, once ended
+        path = Path(service.recent[-1]["recording"])
+    view = episode_view(path) if path is not None and path.is_file() else None
     return {
         "robot": service.robot.name,
         "time": time.time(),
@@ -177,9 +179,27 @@ def _recording(service: "Service", current: dict[str, Any]) -> Path | None:
 
 
 def episode_view(path: Path) -> dict[str, Any]:
-    """What the page shows of an episode, from the end of its recording (flushed per
-    record): the skill's state, the last prompt and reply, the verifiers' and critics'
-    scores, the last look's detections."""
+    """:func:`read_view`, read again only when the recording has grown (the page polls)."""
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    with _LAST_LOCK:
+        if _LAST and _LAST[0] == key:
+            cached: dict[str, Any] = _LAST[1]
+            return cached
+    view = read_view(path)
+    with _LAST_LOCK:
+        _LAST[:] = [key, view]
+    return view
+
+
+_LAST: list[Any] = []
+_LAST_LOCK = threading.Lock()
+
+
+def read_view(path: Path) -> dict[str, Any]:
+    """What the page shows of an episode (the running step's, else the last one's), from
+    the end of its recording (flushed per record): the skill's state, the last prompt and
+    reply, the verifiers' and critics' scores, the last look's detections."""
     with path.open("rb") as file:
         size = file.seek(0, os.SEEK_END)
         file.seek(max(0, size - TAIL))
@@ -187,6 +207,8 @@ def episode_view(path: Path) -> dict[str, Any]:
     view: dict[str, Any] = {"recording": path.name, "state": None, "prompt": None,
                             "reply": None, "scores": [], "detections": None}  # fmt: skip
     for line in reversed(lines):
+        if all(view[k] is not None for k in ("state", "prompt", "reply", "detections")):
+            break  # the rest is older
         try:
             record = json.loads(line)
         except ValueError:
