@@ -447,3 +447,54 @@ def test_the_operator_page_shows_the_steps_state_prompt_reply_scores_and_detecti
     if failed:
         raise failed[0]
     print(f"operator page screenshot: {shot}")
+
+
+def test_heartbeats_log_a_late_loop_and_an_llm_link_that_stops_answering(tmp_path: Path) -> None:
+    """The loop's beat (a timer on the service's loop) stops while the loop is blocked, and
+    the LLM link's probe (a real loopback HTTP server) fails once the server is gone: each
+    is logged when it changes, and is in the status the page shows."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from onboard.service.heartbeat import Heartbeats
+
+    class Models(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/v1/models" else 404)
+            self.end_headers()
+            self.wfile.write(b'{"data": []}')
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    llm = ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=llm.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{llm.server_address[1]}/v1"
+    service, out = _service(tmp_path)
+    beats = Heartbeats(service.log, lambda: service.loop_beat, lambda: service._in_step, url,
+                       every=0.05, log_every=0.2, late=0.3)  # fmt: skip
+
+    def logged(event: str) -> dict[str, Any]:
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            for line in out.getvalue().splitlines():
+                if json.loads(line)["event"] == event:
+                    return dict(json.loads(line))
+            time.sleep(0.02)
+        raise AssertionError(f"never logged: {event}")
+
+    def action() -> None:
+        assert logged("llm_link_up")["url"] == url
+        assert logged("loop_late")["age"] > 0.3  # the loop is blocked by _with_loop_blocked
+        status = beats.status()
+        assert status["loop"]["late"] and status["llm"]["ok"] is True
+        llm.shutdown()
+        llm.server_close()
+        assert logged("llm_link_down")["error"]  # ConnectError, or the closing connection's
+        assert beats.status()["llm"]["ok"] is False
+        assert {"loop", "llm"} <= set(logged("heartbeat"))
+
+    beats.start()
+    try:
+        _with_loop_blocked(service, action)
+    finally:
+        beats.close()

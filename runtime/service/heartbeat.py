@@ -36,8 +36,10 @@ class Heartbeats:
         api_key: str | None = None,
         every: float = 5.0,
         log_every: float = 60.0,
+        late: float = LATE,
     ) -> None:
         self.log, self._loop_beat, self._in_step = log, loop_beat, in_step
+        self.late = late
         self.llm, self._key, self.every, self.log_every = llm, api_key, every, log_every
         #: the LLM link: ok (None: not probed yet), the probe's ms, the last answer's time
         self.llm_ok: bool | None = None
@@ -57,7 +59,11 @@ class Heartbeats:
         age = time.time() - self._loop_beat()
         in_step = self._in_step()
         return {
-            "loop": {"age": round(age, 3), "in_step": in_step, "late": age > LATE and not in_step},
+            "loop": {
+                "age": round(age, 3),
+                "in_step": in_step,
+                "late": age > self.late and not in_step,
+            },
             "llm": {
                 "url": public_url(self.llm) if self.llm else None,
                 "probed": self.probed,
