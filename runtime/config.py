@@ -16,6 +16,7 @@ from onboard.drivers.arm.config import ArmConfig
 from onboard.drivers.arm.safety import SafetyLimits
 from onboard.drivers.camera.config import CameraConfig
 from onboard.perception.pose import HandEyeConfig
+from onboard.service.settings import ServiceConfig
 
 __all__ = [
     "CodeConfig",
@@ -277,6 +278,7 @@ class RobotConfig(_Strict):
     hand_eye: HandEyeConfig | None = None
     eval: EvalConfig = EvalConfig()
     code: CodeConfig = CodeConfig()
+    service: ServiceConfig = ServiceConfig()
     root: Path = Field(default=Path("."), exclude=True)
     _example: bool = PrivateAttr(default=False)
 

@@ -31,6 +31,7 @@ CODE = ("runtime", "drivers")
 # the package data: what onboard needs at run time (onboard.bundled), relative to the repository
 DATA = (
     "runtime/example-robot.toml",
+    "runtime/service/page.html",
     "drivers/twin/scenes/*.toml",
     "skills/__init__.py",
     "skills/*.toml",

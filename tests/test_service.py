@@ -41,6 +41,7 @@ def _robot(folder: Path, arm: bool = True) -> Path:
     text = text.replace('recordings = "recordings"', f'recordings = "{folder / "rec"}"', 1)
     if not arm:
         text = text.split("\n[drivers.arm]")[0]
+    text += "\n[service]\nport = 0  # any free port: tests run side by side\n"
     path = folder / "robot.toml"
     path.write_text(text, encoding="utf-8")
     return path
@@ -102,7 +103,8 @@ def test_the_example_mission_runs_headless_on_the_twin_each_step_judged_and_reco
     events = _events(capsys.readouterr().out)
     assert {"ts", "level", "event"} <= set(events[0])
     names = [e["event"] for e in events]
-    assert names[:3] == ["connected", "ready", "mission_start"] and names[-1] == "stopped"
+    assert names[:4] == ["connected", "operator", "ready", "mission_start"]
+    assert names[-1] == "stopped"
     ends = [e for e in events if e["event"] == "step_end"]
     assert [(e["step"], e["skill"], e["verdict"]) for e in ends] == [
         ("greet", "engage", "success"),

@@ -10,6 +10,7 @@ command -v cmake >/dev/null || missing+=(cmake)            # llama-cpp-python bu
 command -v g++ >/dev/null || missing+=(g++)
 command -v espeak-ng >/dev/null || missing+=(espeak-ng)    # speech.engine = "espeak-ng" and its tests
 dpkg -s libusb-1.0-0 >/dev/null 2>&1 || missing+=(libusb-1.0-0)   # pyrealsense2 loads it
+command -v chromium >/dev/null || missing+=(chromium)      # the operator page's browser test (Playwright)
 for lib in libgl1 libglib2.0-0 libx11-6; do                      # opencv-python's cv2 loads them
   dpkg -s "$lib" >/dev/null 2>&1 || missing+=("$lib")
 done

@@ -14,12 +14,24 @@ Joint moves are checked for joint speed and joint range; their tool position is 
 when a ``forward_kinematics`` function is given (a joint target is never clamped, only refused).
 Acceleration limits are handed to drivers that can apply them (:class:`SupportsAcceleration`).
 ``stop()`` and ``resume()`` pass straight through (the driver latches the stop) and are recorded.
+
+Motion commands (``home``, ``move_to``, ``move_joints``, ``grip``) are rate-limited: at most
+``max_motion_rate`` a second after a burst of ``motion_burst``; one beyond waits for its turn
+(the rate is clamped whatever the mode), so a runaway program cannot flood a controller.
+
+:data:`STOP_LINE` is the e-stop across every SafeArm connected in this process: ``engage()``
+stops each from the caller's thread (and each one connected later, as it connects) and,
+until ``release()``, ``resume()`` raises instead of clearing the driver's latch. The latch
+that refuses motions stays the driver's; the line only keeps the runtime, which resumes
+the arm before each command it sends, from clearing it.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -27,11 +39,19 @@ from typing import Annotated, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from onboard.base.errors import SafetyError
+from onboard.base.errors import ArmError, SafetyError
 from onboard.drivers.arm.base import Arm, ArmState, Pose
 from onboard.drivers.device import Device
 
-__all__ = ["Box", "SafeArm", "SafetyLimits", "Sent", "SupportsAcceleration"]
+__all__ = [
+    "STOP_LINE",
+    "Box",
+    "SafeArm",
+    "SafetyLimits",
+    "Sent",
+    "StopLine",
+    "SupportsAcceleration",
+]
 
 Vec3 = tuple[float, float, float]
 _AXES = ("x", "y", "z")
@@ -76,6 +96,12 @@ class SafetyLimits(BaseModel):
     default_joint_speed: Annotated[float, Field(gt=0, description="rad/s")] = 0.5
     max_acceleration: Annotated[float, Field(gt=0, description="tool, m/s²")] = 1.0
     max_joint_acceleration: Annotated[float, Field(gt=0, description="rad/s²")] = 3.0
+    max_motion_rate: Annotated[
+        float, Field(gt=0, allow_inf_nan=False, description="motion commands a second")
+    ] = 20.0
+    motion_burst: Annotated[
+        int, Field(ge=1, description="motion commands at once before the rate applies")
+    ] = 20
     joint_min: tuple[float, ...] | None = Field(default=None, description="rad, one per joint")
     joint_max: tuple[float, ...] | None = Field(default=None, description="rad, one per joint")
 
@@ -148,6 +174,9 @@ class SafeArm(Device):
         #: what was passed on, newest last (the last ``history`` commands)
         self.sent: deque[Sent] = deque(maxlen=history)
         self._lock = threading.Lock()
+        self._tokens = float(limits.motion_burst)
+        self._refilled = time.monotonic()
+        self._turn = threading.Lock()  # motion commands wait for their turn one at a time
 
     # -- Arm ------------------------------------------------------------------------------
 
@@ -157,26 +186,28 @@ class SafeArm(Device):
             self.arm.set_acceleration(
                 self.limits.max_acceleration, self.limits.max_joint_acceleration
             )
+        STOP_LINE.attach(self)
 
     def close(self) -> None:
+        STOP_LINE.detach(self)
         self.arm.close()
 
     def home(self) -> None:
-        self._record(Sent("home"))
+        self._record(self._throttle(Sent("home")))
         self.arm.home()
 
     def move_to(self, pose: Pose, speed: float | None = None) -> None:
-        sent = self.check_move(pose, speed)
+        sent = self._throttle(self.check_move(pose, speed))
         self._record(sent)
         self.arm.move_to(sent.pose or pose, sent.speed)
 
     def move_joints(self, joints: tuple[float, ...], speed: float | None = None) -> None:
-        sent = self.check_joints(joints, speed)
+        sent = self._throttle(self.check_joints(joints, speed))
         self._record(sent)
         self.arm.move_joints(sent.joints or joints, sent.speed)
 
     def grip(self, close: bool) -> None:
-        self._record(Sent("grip", close=close))
+        self._record(self._throttle(Sent("grip", close=close)))
         self.arm.grip(close)
 
     def stop(self) -> None:
@@ -185,7 +216,9 @@ class SafeArm(Device):
         self._record(Sent("stop"))
 
     def resume(self) -> None:
-        """Clear the driver's stop latch (a deliberate decision to move again, so recorded)."""
+        """Clear the driver's stop latch (a deliberate decision to move again, so recorded);
+        ArmError while :data:`STOP_LINE` is engaged."""
+        STOP_LINE.check(self)
         self._record(Sent("resume"))
         self.arm.resume()
 
@@ -299,9 +332,84 @@ class SafeArm(Device):
             f"or the [drivers.arm.safety] {limit} limit"
         )
 
+    def _throttle(self, sent: Sent) -> Sent:
+        """Wait for the command's turn under ``max_motion_rate`` (a token bucket)."""
+        rate, burst = self.limits.max_motion_rate, self.limits.motion_burst
+        with self._turn:
+            now = time.monotonic()
+            self._tokens = min(burst, self._tokens + (now - self._refilled) * rate)
+            self._refilled = now
+            wait = (1.0 - self._tokens) / rate if self._tokens < 1.0 else 0.0
+            if wait > 0:
+                time.sleep(wait)
+                self._tokens, self._refilled = 1.0, time.monotonic()
+            self._tokens -= 1.0
+        if wait <= 0:
+            return sent
+        note = f"rate {rate:g}/s: waited {wait * 1000:.0f} ms"
+        return replace(sent, clamped=(*sent.clamped, note))
+
     def _record(self, sent: Sent) -> None:
         with self._lock:
             self.sent.append(sent)
+
+
+class StopLine:
+    """The SafeArms connected in this process, and one stop across them all (the e-stop)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._arms: weakref.WeakSet[SafeArm] = weakref.WeakSet()
+        #: why the line is engaged (None: it is not)
+        self.reason: str | None = None
+
+    @property
+    def engaged(self) -> bool:
+        return self.reason is not None
+
+    def arms(self) -> list[SafeArm]:
+        with self._lock:
+            return list(self._arms)
+
+    def attach(self, arm: SafeArm) -> None:
+        """``arm`` connected: stopped at once while the line is engaged."""
+        with self._lock:
+            self._arms.add(arm)
+            engaged = self.engaged
+        if engaged:
+            arm.stop()
+
+    def detach(self, arm: SafeArm) -> None:
+        with self._lock:
+            self._arms.discard(arm)
+
+    def engage(self, reason: str) -> int:
+        """Stop every connected arm now, from this thread; they stay stopped (and so does
+        every arm connected meanwhile) until :meth:`release`. Returns the arms stopped."""
+        with self._lock:
+            if self.reason is None:
+                self.reason = reason
+            arms = list(self._arms)
+        for arm in arms:
+            arm.stop()
+        return len(arms)
+
+    def release(self) -> bool:
+        """Let ``resume()`` clear the drivers' latches again; False if it was not engaged.
+        Nothing moves: the next command the runtime sends resumes its arm."""
+        with self._lock:
+            was, self.reason = self.reason is not None, None
+        return was
+
+    def check(self, arm: SafeArm) -> None:
+        reason = self.reason
+        if reason is not None:
+            arm.stop()  # a stop that raced this resume stays in force
+            raise ArmError(f"the e-stop is engaged ({reason}): motion refused until it is reset")
+
+
+#: the e-stop line of this process
+STOP_LINE = StopLine()
 
 
 def _finite(what: str, values: tuple[float, ...]) -> None:

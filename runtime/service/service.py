@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import math
 import signal
+import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from onboard.base.signals import Terminated, on_stop_signals
 from onboard.config import RobotConfig
 from onboard.loop.clock import WallClock
 from onboard.loop.exitcodes import ExitCode, for_signal
+from onboard.service.estop import EStop
 from onboard.service.log import JsonLog
 from onboard.service.mission import Mission, SkipTo
 from onboard.service.notify import Notifier, watchdog_seconds
@@ -82,6 +87,80 @@ class Service:
         self.failed_steps = 0
         self._signal: str | None = None
         self._in_step = False
+        # the operator's controls (onboard.service.api): read from any thread, changed on the loop
+        self.estop = EStop(log)
+        self.estop.on_reset(lambda: self.clock.post(self._release))
+        self.paused = False
+        self.mission: Mission | None = None
+        #: the step running or held: mission, step, skill, attempt, started (time.time())
+        self.current: dict[str, Any] | None = None
+        #: the last steps' ends, newest last (the log's step_end fields)
+        self.recent: deque[dict[str, Any]] = deque(maxlen=50)
+        #: time.time() of the loop's last heartbeat (a timer on the loop, every second)
+        self.loop_beat = time.time()
+        self._held: Callable[[], None] | None = None
+        self._cancel = False
+        self._lock = threading.Lock()
+
+    # -- controls: any thread; each posted onto the loop, so a step is never cut in two ----
+
+    def enqueue(self, mission: Mission) -> None:
+        """Queue ``mission`` after the others; it starts when the service is idle."""
+        self.clock.post(lambda: self._enqueue(mission))
+
+    def cancel(self) -> None:
+        """Drop the rest of the current mission (a running step ends first)."""
+        self.clock.post(self._cancel_now)
+
+    def pause(self) -> None:
+        """Start no new step until :meth:`resume` (a running step ends first)."""
+        self.clock.post(lambda: self._set_paused(True))
+
+    def resume(self) -> None:
+        self.clock.post(lambda: self._set_paused(False))
+
+    def queued(self) -> list[str]:
+        with self._lock:
+            return [m.name or "" for m in self.queue]
+
+    def _enqueue(self, mission: Mission) -> None:
+        with self._lock:
+            self.queue.append(mission)
+        self.log.event("mission_queued", mission=mission.name, path=str(mission.path))
+        if self.mission is None:
+            self._next_mission()
+
+    def _cancel_now(self) -> None:
+        if self.mission is None:
+            return
+        if self._held is not None:  # a held step is dropped now, else at the step's end
+            self._held = None
+            self._end_mission("cancelled")
+        else:
+            self._cancel = True
+
+    def _set_paused(self, paused: bool) -> None:
+        if paused != self.paused:
+            self.paused = paused
+            self.log.event("paused" if paused else "resumed")
+        self._release()
+
+    def _release(self) -> None:
+        """Run the held step when nothing holds it any more."""
+        if self._held is not None and not self.paused and self.estop.engaged is None:
+            held, self._held = self._held, None
+            held()
+
+    def _end_mission(self, result: str, **fields: Any) -> None:
+        level = "info" if result == "done" else "warning"
+        name = self.mission.name if self.mission is not None else None
+        self.log.event("mission_end", level=level, mission=name, result=result, **fields)
+        self.mission, self.current, self._cancel = None, None, False
+        self.clock.post(self._next_mission)
+
+    def _heartbeat(self) -> None:
+        self.loop_beat = time.time()
+        self.clock.call_later(1.0, self._heartbeat)
 
     def run(self, ready: Callable[[], None] | None = None) -> int:
         """Run until stopped; ``ready`` is called on the loop first (tests)."""
@@ -90,6 +169,7 @@ class Service:
             self.log.event("ready", missions=[m.name for m in self.queue],
                            watchdog_seconds=self.watchdog.timeout)  # fmt: skip
             self.watchdog.start()
+            self.clock.post(self._heartbeat)
             if ready is not None:
                 self.clock.post(ready)
             self.clock.post(self._next_mission)
@@ -112,12 +192,16 @@ class Service:
             raise Terminated if name == signal.Signals.SIGTERM.name else KeyboardInterrupt
 
     def _next_mission(self) -> None:
-        if not self.queue:
+        if self.mission is not None:
+            return
+        with self._lock:
+            mission = self.queue.pop(0) if self.queue else None
+        if mission is None:
             self.log.event("idle", detail="no mission queued")
             if self.options.once:
                 self.clock.stop()
             return
-        mission = self.queue.pop(0)
+        self.mission = mission
         self.log.event("mission_start", mission=mission.name, path=str(mission.path),
                        steps=[s.name for s in mission.steps])  # fmt: skip
         self.clock.post(lambda: self._step(mission, 0, 1))
@@ -127,6 +211,16 @@ class Service:
             return
         step = mission.steps[index]
         assert mission.name is not None
+        self.current = {"mission": mission.name, "step": step.name, "skill": step.skill,
+                        "attempt": attempt, "index": index, "started": time.time()}  # fmt: skip
+        if self._cancel:
+            self._end_mission("cancelled", at_step=step.name)
+            return
+        if self.paused or self.estop.engaged is not None:
+            why = "e-stop" if self.estop.engaged is not None else "paused"
+            self.log.event("step_held", mission=mission.name, step=step.name, why=why)
+            self._held = lambda: self._step(mission, index, attempt)
+            return
         self.log.event("step_start", mission=mission.name, step=step.name, skill=step.skill,
                        attempt=attempt, **step.parameters())  # fmt: skip
         if self.watchdog.timeout is not None:
@@ -160,19 +254,21 @@ class Service:
         elif step.on_failure == "continue":
             self._then(mission, index + 1)
         else:
-            self.log.event("mission_end", level="warning", mission=mission.name,
-                           result="aborted", at_step=step.name)  # fmt: skip
-            self.clock.post(self._next_mission)
+            self._end_mission("aborted", at_step=step.name)
 
     def _then(self, mission: Mission, index: int) -> None:
         if index >= len(mission.steps):
-            self.log.event("mission_end", mission=mission.name, result="done")
-            self.clock.post(self._next_mission)
+            self._end_mission("done")
         else:
             self.clock.post(lambda: self._step(mission, index, 1))
 
     def _log_result(self, mission: Mission, index: int, attempt: int, result: StepResult) -> None:
         step = mission.steps[index]
+        recording = str(result.recording) if result.recording else None
+        self.recent.append({"mission": mission.name, "step": step.name, "skill": step.skill,
+                            "attempt": attempt, "verdict": result.verdict, "ended": time.time(),
+                            "seconds": round(result.seconds, 3), "error": result.error,
+                            "recording": recording})  # fmt: skip
         self.log.event(
             "step_end",
             level="info" if result.success else "warning",

@@ -15,9 +15,11 @@ from typing import Any
 from onboard.base.errors import ConfigError, Problem
 from onboard.base.urls import public_url, url_secrets
 from onboard.config import RobotConfig
+from onboard.service.api import require_token
 from onboard.service.log import JsonLog
 from onboard.service.mission import Mission, check_mission, mission_files
 from onboard.service.notify import Notifier
+from onboard.service.operator import operator
 from onboard.service.service import Options, Service
 
 __all__ = ["BACKOFF", "check_all", "supervised_llm", "up_command"]
@@ -52,7 +54,10 @@ def up_command(robot: RobotConfig, robot_path: Path | None, args: argparse.Names
     files = list(args.mission) if args.mission else mission_files(robot)
     queue = check_all(robot, robot_path, files)
     key = os.environ.get(robot.llm.api_key_env) if robot.llm.api_key_env else None
-    log = JsonLog(secrets=[key, *url_secrets(robot.llm.base_url)])
+    settings = robot.service
+    where = robot_path or robot.root / "robot.toml"
+    token = require_token(settings, where) if settings.api else None
+    log = JsonLog(secrets=[key, token, *url_secrets(robot.llm.base_url)])
     if args.check:
         log.event("checked", robot=robot.name, missions=[m.name for m in queue],
                   llm=public_url(args.llm or robot.llm.base_url))  # fmt: skip
@@ -65,7 +70,9 @@ def up_command(robot: RobotConfig, robot_path: Path | None, args: argparse.Names
                 llm = stack.enter_context(supervised_llm(log))
             _connect(robot, log)
             options = Options(llm=llm, clock=args.clock, once=args.once)
-            return Service(robot, queue, options, log, notifier).run()
+            service = Service(robot, queue, options, log, notifier)
+            stack.enter_context(operator(service, llm or robot.llm.base_url, token, key, where))
+            return service.run()
     finally:
         notifier.close()
 

@@ -1,0 +1,46 @@
+"""robot.toml's ``[service]`` table: the control API's address and token, the e-stop's inputs."""
+
+from __future__ import annotations
+
+from ipaddress import ip_address
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["EStopConfig", "ServiceConfig", "is_loopback"]
+
+
+class EStopConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    file: Path | None = Field(default=None, description="the e-stop is pressed while it exists")
+    serial: str | None = Field(default=None, description="a serial port: a line `word` stops")
+    baudrate: Annotated[int, Field(gt=0)] = 115200
+    word: str = Field(default="STOP", min_length=1, pattern=r"^[ -~]+$")
+    gpio: Path | None = Field(default=None, description="a GPIO value file (sysfs)")
+    gpio_active: str = Field(default="0", pattern=r"^[01]$")
+
+
+class ServiceConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    api: bool = Field(default=True, description="serve the control API and operator page")
+    host: str = Field(default="127.0.0.1", min_length=1)
+    port: Annotated[int, Field(ge=0, le=65535)] = 8470
+    token_env: str = Field(
+        default="ONBOARD_API_TOKEN",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="the variable holding the API's token (required beyond loopback)",
+    )
+    estop: EStopConfig = EStopConfig()
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` binds to this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
