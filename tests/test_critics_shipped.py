@@ -40,7 +40,8 @@ def ids(case: tuple[TeamTask, str]) -> str:
 
 
 def probe_pairs(env: TeamEnv, seed: int) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[type-arg]
-    """States reached from fresh seeds by the augmented policy (the oracle with exploration
+    """States reached from fresh seeds (and, with ``env.starts = "held_out"``, from start
+    states the critics never trained on) by the augmented policy (the oracle with exploration
     and waits), where the first agent has a useful action besides WAIT: the states [P, S]
     and that action's index [P] (the oracle's first)."""
     rng = random.Random(f"shipped-probes/{seed}")
@@ -111,7 +112,7 @@ def rates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[float, fl
                                     tuple(card.training.hidden), seed=0)  # fmt: skip
         untrained = folder / f"{task.name}-{level}.onnx"
         to_onnx(weights, untrained)
-        states, useful = probe_pairs(make_env(task, level), seed=1)
+        states, useful = probe_pairs(make_env(task, level, starts="held_out"), seed=1)
         out[f"{task.name}/{level}"] = (
             rank_rate(QModel(path), states, useful),
             rank_rate(QModel(untrained), states, useful),

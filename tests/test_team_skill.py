@@ -86,7 +86,8 @@ def test_a_team_skill_s_recording_replays(
 def test_a_recording_made_before_the_team_ran_on_the_runner_replays(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # recorded at 61024da (its own loop): the same requests, byte for byte, and actions
+    # recorded at 61024da (its own loop): the same requests, byte for byte, and actions; its
+    # critic, since rebuilt on training starts only, is kept beside it (the header names it)
     old = (ROOT / "tests" / "data" / "team-read_j-before-runner.jsonl").read_text()
     path = tmp_path / "old.jsonl"
     path.write_text(old.replace("@ROOT@", str(ROOT)))
