@@ -9,11 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from scripted_bots import ScriptedBots
 
 from onboard.cli.code_eval import METHOD_NAMES
 from onboard.config import RobotConfig
 from onboard.evaluation.code_eval import (
     METHODS,
+    InnerBot,
     internal_errors,
     planted_log,
     replay_baseline,
@@ -160,3 +162,33 @@ def test_table_five_is_the_same_whatever_order_the_methods_ran_in(
     # trial 6 plants an error in both methods' first proposal here (the draws follow the
     # camera's image, so another CPU's renders may plant elsewhere; the rows still agree)
     assert sorted(map(figures, first)) == sorted(map(figures, second))
+
+
+@pytest.mark.timeout(600)
+def test_the_inner_bot_can_be_served_by_another_model_sent_no_image(
+    robot: RobotConfig, embedder: Embedder, standin: tuple[str, Path], tmp_path: Path
+) -> None:
+    """``code eval --inner``: the stand-in plants errors and writes the programs, another
+    endpoint (here a scripted one, which sees only the HTTP request) answers every plan/code
+    match question, text only; the episode records which and replays."""
+    url, log = standin
+    task = next(t for t in TASKS if t.number == 1)
+    verdict = json.dumps({"match": True, "reason": "checked elsewhere"})
+    path = tmp_path / "episode.jsonl"
+    with ScriptedBots(inner=[verdict]) as other:
+        inner = InnerBot(robot, other.base_url, "scripted", text_only=True)
+        run_episode(robot, task, 0, 0, METHODS["full"], "standin, Inner Bot scripted", url,
+                    embedder, detector(), path, planted_log(log), inner=inner)  # fmt: skip
+        asked = other.seen("inner")
+    assert asked and {role for role, _ in other.requests} == {"inner"}
+    for body in asked:  # text only: no image part in any message
+        parts = [
+            p for m in body["messages"] if isinstance(m["content"], list) for p in m["content"]
+        ]
+        assert all(p.get("type") == "text" for p in parts)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert records[0]["options"]["inner"] == "scripted"
+    replies = [r["text"] for r in records if r["kind"] == "reply" and r.get("bot") == "inner"]
+    assert replies == [verdict] * len(asked)
+    recorded, replayed = replay_code_recording(path)
+    assert recorded == replayed

@@ -17,7 +17,7 @@ import re
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,7 +110,14 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from onboard.evaluation import code_report
-    from onboard.evaluation.code_eval import METHODS, planted_log, recording_name, run_episode
+    from onboard.evaluation.code_eval import (
+        METHODS,
+        InnerBot,
+        planted_log,
+        recording_name,
+        run_episode,
+        text_only_model,
+    )
     from onboard.evaluation.tidy_eval import detector
     from onboard.grounding.embedder import Embedder
 
@@ -127,7 +134,18 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"--with {earlier}: cannot be read ({exc.strerror})") from exc
         rows += code_report.from_json(text, str(earlier))
-    with tempfile.TemporaryDirectory() as scratch, Progress(disable=args.json) as progress:
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        Progress(disable=args.json) as progress,
+        ExitStack() as stack,
+    ):
+        inner = None
+        if args.inner is not None:  # one endpoint for every model's Inner Bot
+            endpoint = vlm_endpoint(
+                robot, args.inner, args.competence, Path(scratch) / "inner.jsonl"
+            )
+            inner_robot, inner_url, label = stack.enter_context(endpoint)
+            inner = InnerBot(inner_robot, inner_url, label, text_only_model(label))
         for choice in models:
             log = Path(scratch) / f"planted-{choice}.jsonl"
             trials = args.local_trials if choice == "local" else args.trials
@@ -138,11 +156,13 @@ def eval_command(robot: RobotConfig, args: argparse.Namespace) -> int:
                 runs += [(t, full, k, True) for t, k in itertools.product(tasks, extra)]
             bar = progress.add_task(choice, total=len(runs))
             with vlm_endpoint(robot, choice, args.competence, log) as (bots_robot, url, model):
+                if inner is not None:
+                    model = f"{model}, Inner Bot {inner.label}"
                 for task, method, trial, disturb in runs:
                     path = folder / recording_name(task, method, model, trial)
                     row = run_episode(
                         bots_robot, task, trial, robot.eval.seed, method, model, url,
-                        embedder, found, path, planted_log(log), disturb,
+                        embedder, found, path, planted_log(log), disturb, inner,
                     )  # fmt: skip
                     rows.append(row)
                     progress.advance(bar)
@@ -222,6 +242,10 @@ def add_parsers(code: argparse._SubParsersAction) -> None:  # type: ignore[type-
     q.add_argument("--local-methods", nargs="+", default=["full", "progprompt", "saycan"],
                    choices=METHOD_NAMES)  # fmt: skip
     q.add_argument("--competence", type=float, default=0.5, help="the stand-in's (0-1)")
+    q.add_argument("--inner", metavar="MODEL",
+                   help="serve the Inner Bot by another model (standin, control, local, or a "
+                   "URL), so error detection is not graded by the model that planted the "
+                   "errors; the rows' model names it")  # fmt: skip
     q.add_argument("--recordings", type=Path, help="where the episodes are recorded")
     q.add_argument("--png", type=Path, help="write the success chart here")
     q.add_argument("--out", type=Path, help="write the rows and tables as JSON here too")

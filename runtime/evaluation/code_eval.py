@@ -64,6 +64,7 @@ from onboard.replan.scene_state import SceneState
 
 __all__ = [
     "METHODS",
+    "InnerBot",
     "InternalErrors",
     "Method",
     "internal_errors",
@@ -114,6 +115,18 @@ class _JudgedWorld(RobotWorld):
         return result
 
 
+@dataclass(frozen=True)
+class InnerBot:
+    """The Inner Bot served apart from the other two bots: ``robot``'s ``[code.inner]`` at
+    ``url``, named ``label``; ``text_only``: a text model, sent no image (the plan and the
+    code it checks are text)."""
+
+    robot: RobotConfig
+    url: str
+    label: str
+    text_only: bool = False
+
+
 def run_episode(
     robot: RobotConfig,
     task: CodeTask,
@@ -127,10 +140,13 @@ def run_episode(
     recording: Path | None,
     planted: Callable[[], list[dict[str, Any]]] = list,
     disturb: bool = False,
+    inner: InnerBot | None = None,
 ) -> EpisodeRow:
     """One episode of ``task`` by ``method`` with the bots at ``base_url``, judged;
     ``planted()`` reads the stand-in's log of planted errors (empty for a real model);
-    ``disturb``: the gripper drops what it first holds."""
+    ``disturb``: the gripper drops what it first holds; ``inner``: the Inner Bot served by
+    another model (its robot, endpoint and name), so detection is not graded by the model
+    that planted the errors."""
     rng = random.Random(f"{seed}/{task.name}/{trial}")
     if recording is not None:  # a recording is appended to: start a stale one afresh
         recording.unlink(missing_ok=True)
@@ -157,14 +173,22 @@ def run_episode(
                 "seed": seed,
                 "trial": trial,
                 "disturb": disturb,
+                **({"inner": inner.label} if inner is not None else {}),
             }
             recorder.write("header", **code_header(robot, task_info, options))
             with (
-                open_bots(robot, recorder, base_url, episode) as bots,
+                open_bots(
+                    robot,
+                    recorder,
+                    base_url,
+                    episode,
+                    None if inner is None else (inner.robot, inner.url),
+                ) as bots,
                 _maybe_disturbed(twin, disturb) as events,
             ):
+                inner_text = inner is not None and inner.text_only
                 outcome = _run_method(
-                    robot, world, task, method, bots, recorder, text_only, goals, notes
+                    robot, world, task, method, bots, recorder, text_only, goals, notes, inner_text
                 )
             if isinstance(outcome, BaselineResult):  # every episode ends with an end record
                 recorder.write("end", done=outcome.done, ended=outcome.ended)
@@ -185,6 +209,7 @@ def _run_method(
     text_only: bool,
     goals: Sequence[bytes],
     notes: Sequence[str],
+    inner_text_only: bool = False,
 ) -> CodeOutcome | BaselineResult:
     see = _seer(task)
     if method.name == "saycan":
@@ -194,7 +219,7 @@ def _run_method(
             world.api, task.instruction, _client(bots), recorder, world.limits, see=see
         )
     assert method.corrections is not None
-    corrections = replace(method.corrections, text_only=text_only)
+    corrections = replace(method.corrections, text_only=text_only, inner_text_only=inner_text_only)
     dry = twin_dry_runner(robot, task.scene) if corrections.internal else None
     return run_code_episode(
         world,

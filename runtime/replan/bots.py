@@ -116,16 +116,22 @@ def open_bots(
     recorder: Recorder,
     base_url: str | None = None,
     episode: str | None = None,
+    inner: tuple[RobotConfig, str] | None = None,
 ) -> Iterator[Bots]:
     """The three bots of ``robot``'s ``[code]`` (``base_url``: one endpoint for all three,
     e.g. a stand-in's, overriding robot.toml's; ``episode``: the name every request carries
-    in its ``user`` field and its record, with how often this episode sent it before)."""
+    in its ``user`` field and its record, with how often this episode sent it before;
+    ``inner``: the Inner Bot from another robot's ``[code.inner]`` and endpoint instead, so
+    the model that wrote a plan is not the one that checks it)."""
     with ExitStack() as stack:
         made: dict[str, HttpBot] = {}
         for role in ROLES:
             config = getattr(robot.code, role).llm(robot.llm)
             if base_url is not None:
                 config = config.model_copy(update={"base_url": base_url})
+            if role == "inner" and inner is not None:
+                other, url = inner
+                config = other.code.inner.llm(other.llm).model_copy(update={"base_url": url})
             client = stack.enter_context(ChatClient(config, user=episode))
             recorder.hide(config.api_key())
             made[role] = HttpBot(role, client, recorder, episode)

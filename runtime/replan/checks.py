@@ -127,13 +127,15 @@ class PlanMatch:
     record: Record
     final: bool = True
     name: str = "match"
+    #: send the Inner Bot no image (a text model serves it)
+    text_only: bool = False
 
     def check(self, steps: Sequence[Step], observation: Observation) -> Verdict:
         step = _run_step(steps)
         proposal = None if step is None else proposal_of(step)
         if proposal is None:
             return Verdict(True)
-        images = list(observation.images())
+        images = [] if self.text_only else list(observation.images())
         try:
             text = self.inner.ask(
                 "match",
@@ -221,6 +223,7 @@ def code_checks(
     record: Record,
     internal: bool,
     dry: DryRunner | None,
+    inner_text_only: bool = False,
 ) -> list[Check]:
     """The checks of a code skill, in the seed's order: the form and the allow-list always;
     with internal correction the Inner Bot's match and, given ``dry``, the dry run and the
@@ -228,7 +231,7 @@ def code_checks(
     checks: list[Check] = [Readable(final=internal), AllowList(final=internal)]
     if not internal:
         return checks
-    checks.append(PlanMatch(inner, instruction, record))
+    checks.append(PlanMatch(inner, instruction, record, text_only=inner_text_only))
     if dry is not None:
         dry_run = DryRun(decision, kind, dry, record)
         checks += [dry_run, Compare(dry_run)]

@@ -81,7 +81,9 @@ class Corrections:
     """Which corrections run: ``internal`` (the Inner Bot and the dry run), ``external``
     (the Extra Bot and replanning); ``goal``: with ``external``, the request is read as
     relations checked against perception after each run (runtime/replan/goal.py; off: the
-    Extra Bot alone, as in the seed); ``text_only``: the scene as text, no image."""
+    Extra Bot alone, as in the seed); ``text_only``: the scene as text, no image;
+    ``inner_text_only``: the Inner Bot is sent no image (a text model serves it: it checks
+    the plan against the code, which are text)."""
 
     internal: bool = True
     external: bool = True
@@ -89,6 +91,7 @@ class Corrections:
     replans: int = 3
     text_only: bool = False
     goal: bool = True
+    inner_text_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -321,6 +324,7 @@ def run_code_episode(
             "cycles": corrections.cycles,
             "replans": corrections.replans,
             "text_only": text_only,
+            "inner_text_only": corrections.inner_text_only,
             "dry_run": dry is not None,
             "goal": corrections.external and corrections.goal,
         },
@@ -331,7 +335,8 @@ def run_code_episode(
     kind = CodeKind(skill.end, goal_images, goal_notes, text_only)
     decision = _Counted(bots.decision)
     driver = CodeDriver(world, clock, ledger)
-    checks = code_checks(kind, decision, bots.inner, instruction, ledger, corrections.internal, dry)
+    checks = code_checks(kind, decision, bots.inner, instruction, ledger, corrections.internal, dry,
+                         inner_text_only=corrections.inner_text_only)  # fmt: skip
     goal = CodeGoal(instruction) if corrections.external and corrections.goal else None
     verifiers: list[Verify] = [RunEnded(driver)]
     if corrections.external:

@@ -139,7 +139,10 @@ def replay_code_recording(path: Path) -> tuple[list[str], list[str]]:
         cycles=options["cycles"],
         replans=options["replans"],
         text_only=options["text_only"],
-        goal=options.get("goal", False),  # recorded before the goal reader: the Extra Bot alone
+        goal=options.get("goal", False),
+        inner_text_only=options.get(
+            "inner_text_only", False
+        ),  # recorded before the goal reader: the Extra Bot alone
     )
     goals = [_image_bytes(path, sha) for sha in start.get("goal_images", [])]
     bots = _bots(records)
