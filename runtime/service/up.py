@@ -14,7 +14,7 @@ from contextlib import ExitStack, closing, contextmanager, redirect_stdout
 from pathlib import Path
 from typing import Any
 
-from onboard.base.errors import ConfigError, Problem
+from onboard.base.errors import ArmError, ConfigError, Problem
 from onboard.base.urls import public_url, url_secrets
 from onboard.config import RobotConfig
 from onboard.service.log import JsonLog
@@ -137,9 +137,14 @@ def _connect(robot: RobotConfig, log: JsonLog) -> None:
         with hardware(arm, camera, robot.safety, robot.root) as found:
             assert found.arm is not None
             found.arm.stop()
-            state = found.arm.state()
-        log.event("arm_safe", arm=arm.kind, action="stop", stopped=state.stopped,
-                  moving=state.moving, joints=[round(q, 4) for q in state.joints])  # fmt: skip
+            try:
+                state = found.arm.state()
+            except ArmError as exc:  # stopped, and the reading of where it is failed: say so
+                log.event("arm_safe", level="warning", arm=arm.kind, action="stop", error=str(exc))
+            else:
+                joints = [round(q, 4) for q in state.joints]
+                log.event("arm_safe", arm=arm.kind, action="stop", stopped=state.stopped,
+                          moving=state.moving, joints=joints)  # fmt: skip
         drivers["arm"] = arm.kind
     if camera is not None:
         drivers["camera"] = camera.kind
