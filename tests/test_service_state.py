@@ -103,6 +103,13 @@ def test_a_step_a_crash_cut_short_is_interrupted_and_run_again_as_its_mission_sa
     files = sorted(str(p) for p in load_robot(robot).recordings_dir.glob("*.jsonl"))
     assert sorted(store.recordings()) == files and len(files) == 3
     store.close()
+    assert main(["--robot", str(robot), "up", "--status"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[1:3] == [
+        "run 1: greet done",
+        f"  hello #1: interrupted, interrupted  {recording.name}",
+    ]
+    assert shown[3].startswith("  hello #2: finished, success  greet-hello-2-")
     # a start after a clean stop queues the mission files again
     assert main(["--robot", str(robot), *UP, "--mission", str(mission)]) == 0
     events = _events(capsys.readouterr().out)

@@ -335,6 +335,8 @@ def _parser() -> argparse.ArgumentParser:
                    "(default: robot.toml)")  # fmt: skip
     p.add_argument("--once", action="store_true", help="exit when the missions are done "
                    "(0: every step succeeded, 1: one failed), not when stopped")  # fmt: skip
+    p.add_argument("--status", action="store_true", help="print the state's missions and "
+                   "steps (queue, verdicts, recordings), then exit; nothing moves")  # fmt: skip
     p.set_defaults(func=_up)
 
     p = add("init")

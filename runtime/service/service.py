@@ -170,7 +170,8 @@ class Service:
             return
         then = self._decide(run, index, attempt, result)
         self.store.step_finished(attempt_id, result.verdict, result.code, result.seconds,
-                                 result.error, then, f"at step {step.name}")  # fmt: skip
+                                 result.error, then,
+                                 f"at step {step.name}" if then == "aborted" else None)  # fmt: skip
         self._log_result(run, index, attempt, result)
         if then == "done":
             self.log.event("mission_end", mission=run.name, run=run.id, result="done")

@@ -52,6 +52,8 @@ def check_all(robot: RobotConfig, robot_path: Path | None, missions: list[Path])
 
 
 def up_command(robot: RobotConfig, robot_path: Path | None, args: argparse.Namespace) -> int:
+    if getattr(args, "status", False):
+        return status(robot)
     files = list(args.mission) if args.mission else mission_files(robot)
     queue = check_all(robot, robot_path, files)
     key = os.environ.get(robot.llm.api_key_env) if robot.llm.api_key_env else None
@@ -86,6 +88,24 @@ def open_store(robot: RobotConfig) -> Store:
     if robot.state is None and not path.parent.exists():
         path.parent.mkdir()  # the recordings folder, as a step would make it: one level
     return Store(path)
+
+
+def status(robot: RobotConfig) -> int:
+    """``onboard up --status``: each mission run, oldest first, and its step attempts."""
+    path = state_path(robot)
+    if not path.exists():
+        print(f"{path}: no state yet (onboard up has not run here)")
+        return 0
+    with closing(Store(path)) as store:
+        attempts = store.attempts()
+        print(f"{path}")
+        for run in store.missions():
+            where = f" ({run['detail']})" if run["detail"] else ""
+            print(f"run {run['run']}: {run['mission']} {run['status']}{where}")
+            for a in (a for a in attempts if a.run == run["run"]):
+                recording = f"  {Path(a.recording).name}" if a.recording else ""
+                print(f"  {a.step} #{a.attempt}: {a.status}, {a.verdict or '-'}{recording}")
+    return 0
 
 
 def recover(store: Store, log: JsonLog) -> None:
