@@ -59,8 +59,7 @@ def up_command(robot: RobotConfig, robot_path: Path | None, args: argparse.Names
     key = os.environ.get(robot.llm.api_key_env) if robot.llm.api_key_env else None
     log = JsonLog(secrets=[key, *url_secrets(robot.llm.base_url)])
     if args.check:
-        with closing(open_store(robot)):
-            pass
+        check_store(robot)
         log.event("checked", robot=robot.name, missions=[m.name for m in queue],
                   llm=public_url(args.llm or robot.llm.base_url),
                   state=str(state_path(robot)))  # fmt: skip
@@ -88,6 +87,18 @@ def open_store(robot: RobotConfig) -> Store:
     if robot.state is None and not path.parent.exists():
         path.parent.mkdir()  # the recordings folder, as a step would make it: one level
     return Store(path)
+
+
+def check_store(robot: RobotConfig) -> None:
+    """The state file can be used (opened and checked when it exists; else its folder is
+    there, or is the recordings folder a start makes): nothing is written."""
+    path = state_path(robot)
+    if path.exists():
+        with closing(Store(path)):
+            return
+    if robot.state is not None and not path.parent.is_dir():
+        raise ConfigError([Problem(path, "", None, f"the service's state database cannot be "
+                                   f"made: its folder {path.parent} does not exist")])  # fmt: skip
 
 
 def status(robot: RobotConfig) -> int:
