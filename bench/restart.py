@@ -59,9 +59,9 @@ def main() -> int:
     seconds = time.perf_counter() - began
 
     table = Table(title="onboard up killed with SIGKILL at random log lines")
-    for name in ("on_interrupt", "trials", "starts", "kills", "running at a kill",
-                 "interrupted", "done", "aborted", "recordings", "lost", "duplicated",
-                 "wrong"):  # fmt: skip
+    for name in ("on_interrupt", "trials", "starts", "kills", "after a clean stop",
+                 "running at a kill", "interrupted", "done", "aborted", "recordings", "lost",
+                 "duplicated", "wrong"):  # fmt: skip
         table.add_column(name, justify="right")
     rows = {}
     for mode in ("resume", "abort", "all"):
@@ -70,6 +70,7 @@ def main() -> int:
             "trials": len(some),
             "starts": sum(t.starts for t in some),
             "kills": sum(t.kills for t in some),
+            "after_clean_stop": sum(t.after_clean_stop for t in some),
             "running_at_kill": sum(t.running_at_kill for t in some),
             "interrupted": sum(t.interrupted for t in some),
             "done": sum(t.mission == "done" for t in some),

@@ -16,6 +16,11 @@ folder say:
 - **duplicated**: a mission queued twice, a step judged more often than its mission allows,
   an attempt started twice, a recording indexed twice.
 
+A kill can come after a start had ended cleanly (``--once``: its queue done, its stop
+committed, the process about to exit); the next start then queues the mission afresh, as
+any start after a clean stop does. The check expects one mission run per such start, and
+holds each run to the rules above.
+
 ``bench/restart.py`` runs many trials and tabulates them; tests/test_service_state.py a few.
 """
 
@@ -96,9 +101,11 @@ class Trial:
     #: attempts the kills left running, and how many of them the end found interrupted
     running_at_kill: int = 0
     interrupted: int = 0
-    mission: str = ""  # done or aborted
+    mission: str = ""  # how the first run ended: done or aborted
+    #: kills that came after their start had ended cleanly (each makes a new mission run)
+    after_clean_stop: int = 0
     exit_code: int | None = None
-    judged: dict[str, int] = field(default_factory=dict)
+    judged: dict[str, int] = field(default_factory=dict)  # the first run's judged attempts
     recordings: int = 0
     lost: list[str] = field(default_factory=list)
     duplicated: list[str] = field(default_factory=list)
@@ -127,6 +134,7 @@ def run_trial(
     database = _database(robot)
     logs: list[list[dict[str, Any]]] = []
     snapshots: list[set[int]] = []
+    clean: list[bool] = []
     finished = False
     while not finished:
         point: tuple[str | None, int] | None = None
@@ -141,8 +149,10 @@ def run_trial(
             trial.kills += 1
             trial.kill_points.append(f"{'start' if point[0] else 'line'} {point[1]}")
             snapshots.append(_running(database))
+            clean.append(_stopped_cleanly(database))
         else:
             trial.exit_code, finished = code, True
+    trial.after_clean_stop = sum(clean)
     _verify(trial, database, logs, snapshots, robot)
     return trial
 
@@ -190,6 +200,18 @@ def _running(database: Path) -> set[int]:
             return set()
 
 
+def _stopped_cleanly(database: Path) -> bool:
+    """The last start had committed its clean stop when the kill came."""
+    if not database.exists():
+        return False
+    with sqlite3.connect(database) as db:
+        try:
+            row = db.execute("SELECT stopped FROM starts ORDER BY id DESC LIMIT 1").fetchone()
+        except sqlite3.OperationalError:
+            return False
+    return row is not None and row[0] is not None
+
+
 def _verify(
     trial: Trial,
     database: Path,
@@ -213,12 +235,15 @@ def _verify(
     finally:
         db.close()
 
-    # missions: queued once, ended
-    if len(runs) != 1:
-        (trial.lost if not runs else trial.duplicated).append(f"{len(runs)} mission runs")
+    # missions: queued once per start that followed a clean stop (and the first), ended
+    expected = 1 + trial.after_clean_stop
+    if len(runs) != expected:
+        where = trial.lost if len(runs) < expected else trial.duplicated
+        where.append(f"{len(runs)} mission runs for {expected}")
     trial.mission = runs[0][1] if runs else ""
-    if trial.mission not in ("done", "aborted"):
-        trial.lost.append(f"the mission ended {trial.mission!r}, not done or aborted")
+    for run_id, status in runs:
+        if status not in ("done", "aborted"):
+            trial.lost.append(f"mission run {run_id} ended {status!r}, not done or aborted")
 
     # interrupted: exactly the attempts kills left running
     left_running = set().union(*snapshots) if snapshots else set()
@@ -238,23 +263,29 @@ def _verify(
         if (e["run"], e["step"], e["attempt"]) not in found:
             trial.wrong.append(f"step_interrupted {e['step']} #{e['attempt']}: not interrupted")
 
-    # steps: judged as often as the mission allows, in order
-    finished = [a for a in attempts.values() if a[5] == "finished"]
-    trial.judged = dict(Counter(a[3] for a in finished))
-    for step, count in trial.judged.items():
-        if count > JUDGED[step]:
-            trial.duplicated.append(f"{step} judged {count} times")
-    if trial.mission == "done":
-        for step, count in JUDGED.items():
-            if trial.judged.get(step, 0) < count:
-                trial.lost.append(f"{step} judged {trial.judged.get(step, 0)} of {count} times")
-    order = [a[2] for a in attempts.values()]
-    if order != sorted(order):
-        trial.wrong.append(f"steps ran out of order: {order}")
-    if trial.on_interrupt == "abort" and interrupted and trial.mission != "aborted":
-        trial.wrong.append("on_interrupt = abort, yet the interrupted mission went on")
-    if trial.on_interrupt == "abort" and any(i > min(interrupted, default=i) for i in attempts):
-        trial.wrong.append("on_interrupt = abort, yet a step ran after the interruption")
+    # steps: judged as often as the mission allows, in order, in each run
+    for run_id, status in runs:
+        mine = {i: a for i, a in attempts.items() if a[1] == run_id}
+        judged = dict(Counter(a[3] for a in mine.values() if a[5] == "finished"))
+        if run_id == runs[0][0]:
+            trial.judged = judged
+        for step, count in judged.items():
+            if count > JUDGED[step]:
+                trial.duplicated.append(f"run {run_id}: {step} judged {count} times")
+        if status == "done":
+            for step, count in JUDGED.items():
+                if judged.get(step, 0) < count:
+                    trial.lost.append(f"run {run_id}: {step} judged {judged.get(step, 0)} "
+                                      f"of {count} times")  # fmt: skip
+        order = [a[2] for a in mine.values()]
+        if order != sorted(order):
+            trial.wrong.append(f"run {run_id}: steps ran out of order: {order}")
+        cut = [i for i in mine if i in interrupted]
+        if trial.on_interrupt == "abort" and cut:
+            if status != "aborted":
+                trial.wrong.append(f"run {run_id}: on_interrupt = abort, yet it went on")
+            if any(i > cut[0] for i in mine):
+                trial.wrong.append(f"run {run_id}: on_interrupt = abort, yet a step ran after")
     verdicts = {(a[1], a[3], a[4]): a[6] for a in attempts.values()}
     started: Counter[tuple[int, str, int]] = Counter()
     for lines in logs:
