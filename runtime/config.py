@@ -270,6 +270,11 @@ class RobotConfig(_Strict):
             "a new recording starts and the folder holds more",
         ),
     ] = 1000.0
+    state: Path | None = Field(
+        default=None,
+        description="onboard up's SQLite state (the mission queue, steps, the recordings' "
+        "index); default: state.sqlite in the recordings folder",
+    )
     llm: LLMConfig = LLMConfig()
     models: ModelsConfig = ModelsConfig()
     mapping: MappingConfig = MappingConfig()

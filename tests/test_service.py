@@ -103,8 +103,9 @@ def test_the_example_mission_runs_headless_on_the_twin_each_step_judged_and_reco
     events = _events(capsys.readouterr().out)
     assert {"ts", "level", "event"} <= set(events[0])
     names = [e["event"] for e in events]
-    assert names[:4] == ["connected", "operator", "ready", "mission_start"]
+    assert names[:6] == ["arm_safe", "connected", "state", "operator", "ready", "mission_start"]
     assert names[-1] == "stopped"
+    assert events[0]["arm"] == "sim" and events[0]["stopped"] is True  # before anything moves
     ends = [e for e in events if e["event"] == "step_end"]
     assert [(e["step"], e["skill"], e["verdict"]) for e in ends] == [
         ("greet", "engage", "success"),

@@ -352,6 +352,8 @@ def _parser() -> argparse.ArgumentParser:
                    "(0: every step succeeded, 1: one failed), not when stopped")  # fmt: skip
     p.add_argument("--metrics", type=int, metavar="PORT", help="serve Prometheus metrics of "
                    "each episode at http://127.0.0.1:PORT/metrics (the metrics extra)")  # fmt: skip
+    p.add_argument("--status", action="store_true", help="print the state's missions and "
+                   "steps (queue, verdicts, recordings), then exit; nothing moves")  # fmt: skip
     p.set_defaults(func=_up)
 
     p = add("init")

@@ -4,6 +4,8 @@ its timeout and what to do when it fails. They live in the robot's ``skills/miss
 ::
 
     name = "morning"                  # default: the file's name
+    on_interrupt = "resume"           # after a crash, a power cut or a stop: "resume" (the
+                                      # default: the interrupted step runs again) or "abort"
     [[steps]]
     name = "greet"                    # unique in the mission; skip_to names one
     skill = "engage"                  # any skill of the robot: its kind says what it takes
@@ -80,6 +82,7 @@ class Mission(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: Annotated[str, Field(pattern=_NAME)] | None = None
+    on_interrupt: Literal["resume", "abort"] = "resume"
     steps: Annotated[list[Step], Field(min_length=1, max_length=1000)]
     path: Path = Path()
 

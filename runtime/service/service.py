@@ -6,6 +6,10 @@ signal as ``onboard run`` does (the arm stopped, the recording closed). While a 
 the loop runs nothing else, so the pings pause: before each step the service stretches
 systemd's watchdog to the step's timeout (``WATCHDOG_USEC``), and a step hung past it gets
 the service killed and restarted by systemd. Between steps a blocked loop stops the pings.
+
+The queue, each attempt and its verdict live in a :class:`Store` (SQLite): an attempt is
+committed before its episode starts, and its verdict with the mission's next step after it,
+so a restart knows what was interrupted (onboard.service.store).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from onboard.base.signals import Terminated, on_stop_signals
 from onboard.config import RobotConfig
@@ -27,7 +31,8 @@ from onboard.service.estop import EStop
 from onboard.service.log import JsonLog
 from onboard.service.mission import Mission, SkipTo
 from onboard.service.notify import Notifier, watchdog_seconds
-from onboard.service.steps import StepResult, run_step
+from onboard.service.steps import StepResult, recording_path, run_step
+from onboard.service.store import Run, Store
 
 __all__ = ["Service", "Watchdog"]
 
@@ -79,8 +84,13 @@ class Service:
         log: JsonLog,
         notifier: Notifier,
         clock: WallClock | None = None,
+        store: Store | None = None,
     ) -> None:
-        self.robot, self.queue, self.options = robot, list(queue), options
+        """``queue``: this start's mission files, queued in ``store`` (default: one in
+        memory) unless its open batch holds them already (a restart continues it)."""
+        self.robot, self.options = robot, options
+        self.store = store or Store.memory()
+        self.queue: list[Run] = self.store.enqueue(list(queue))
         self.log, self.notifier = log, notifier
         self.clock = clock or WallClock(workers=1)
         self.watchdog = Watchdog(self.clock, notifier, watchdog_seconds())
@@ -91,7 +101,8 @@ class Service:
         self.estop = EStop(log)
         self.estop.on_reset(lambda: self.clock.post(self._release))
         self.paused = False
-        self.mission: Mission | None = None
+        #: the mission run under way (None: idle)
+        self.mission: Run | None = None
         #: the step running or held: mission, step, skill, attempt, started (time.time())
         self.current: dict[str, Any] | None = None
         #: the last steps' ends, newest last (the log's step_end fields)
@@ -105,7 +116,8 @@ class Service:
     # -- controls: any thread; each posted onto the loop, so a step is never cut in two ----
 
     def enqueue(self, mission: Mission) -> None:
-        """Queue ``mission`` after the others; it starts when the service is idle."""
+        """Queue ``mission`` after the others (in the state); it starts when the service is
+        idle."""
         self.clock.post(lambda: self._enqueue(mission))
 
     def cancel(self) -> None:
@@ -121,12 +133,13 @@ class Service:
 
     def queued(self) -> list[str]:
         with self._lock:
-            return [m.name or "" for m in self.queue]
+            return [r.name for r in self.queue]
 
     def _enqueue(self, mission: Mission) -> None:
+        run = self.store.add(mission)
         with self._lock:
-            self.queue.append(mission)
-        self.log.event("mission_queued", mission=mission.name, path=str(mission.path))
+            self.queue.append(run)
+        self.log.event("mission_queued", mission=run.name, run=run.id, path=str(mission.path))
         if self.mission is None:
             self._next_mission()
 
@@ -152,9 +165,13 @@ class Service:
             held()
 
     def _end_mission(self, result: str, **fields: Any) -> None:
+        """The run ends: "done", "aborted", or "cancelled" (recorded as aborted, with why)."""
+        run = self.mission
         level = "info" if result == "done" else "warning"
-        name = self.mission.name if self.mission is not None else None
-        self.log.event("mission_end", level=level, mission=name, result=result, **fields)
+        if run is not None and result == "cancelled":
+            self.store.end(run, "aborted", "cancelled by the operator")
+        self.log.event("mission_end", level=level, mission=None if run is None else run.name,
+                       run=None if run is None else run.id, result=result, **fields)  # fmt: skip
         self.mission, self.current, self._cancel = None, None, False
         self.clock.post(self._next_mission)
 
@@ -166,7 +183,8 @@ class Service:
         """Run until stopped; ``ready`` is called on the loop first (tests)."""
         with on_stop_signals(self._on_signal):
             self.notifier.send("READY=1", "STATUS=connected; running missions")
-            self.log.event("ready", missions=[m.name for m in self.queue],
+            self.log.event("ready", missions=[r.name for r in self.queue],
+                           resumed=[r.name for r in self.queue if r.resumed],
                            watchdog_seconds=self.watchdog.timeout)  # fmt: skip
             self.watchdog.start()
             self.clock.post(self._heartbeat)
@@ -195,84 +213,106 @@ class Service:
         if self.mission is not None:
             return
         with self._lock:
-            mission = self.queue.pop(0) if self.queue else None
-        if mission is None:
+            run = self.queue.pop(0) if self.queue else None
+        if run is None:
+            self.store.close_batch()
             self.log.event("idle", detail="no mission queued")
             if self.options.once:
                 self.clock.stop()
             return
-        self.mission = mission
-        self.log.event("mission_start", mission=mission.name, path=str(mission.path),
-                       steps=[s.name for s in mission.steps])  # fmt: skip
-        self.clock.post(lambda: self._step(mission, 0, 1))
+        self.mission = run
+        self.store.begin(run)
+        resumed: dict[str, Any] = {"at_step": run.mission.steps[run.step].name,
+                                   "attempt": run.attempt}  # fmt: skip
+        self.log.event("mission_start", mission=run.name, run=run.id, path=str(run.mission.path),
+                       steps=[s.name for s in run.mission.steps],
+                       **(resumed if run.resumed else {}))  # fmt: skip
+        self.clock.post(lambda: self._step(run, run.step, run.attempt))
 
-    def _step(self, mission: Mission, index: int, attempt: int) -> None:
+    def _step(self, run: Run, index: int, attempt: int) -> None:
         if self._signal is not None:
             return
-        step = mission.steps[index]
-        assert mission.name is not None
-        self.current = {"mission": mission.name, "step": step.name, "skill": step.skill,
+        step = run.mission.steps[index]
+        self.current = {"mission": run.name, "step": step.name, "skill": step.skill,
                         "attempt": attempt, "index": index, "started": time.time()}  # fmt: skip
         if self._cancel:
             self._end_mission("cancelled", at_step=step.name)
             return
         if self.paused or self.estop.engaged is not None:
             why = "e-stop" if self.estop.engaged is not None else "paused"
-            self.log.event("step_held", mission=mission.name, step=step.name, why=why)
-            self._held = lambda: self._step(mission, index, attempt)
+            self.log.event("step_held", mission=run.name, run=run.id, step=step.name, why=why)
+            self._held = lambda: self._step(run, index, attempt)
             return
-        self.log.event("step_start", mission=mission.name, step=step.name, skill=step.skill,
-                       attempt=attempt, **step.parameters())  # fmt: skip
+        record = recording_path(self.robot, run.name, step, attempt)
+        attempt_id = self.store.step_started(run, index, attempt, record)
+        self.log.event("step_start", mission=run.name, run=run.id, step=step.name,
+                       skill=step.skill, attempt=attempt, **step.parameters())  # fmt: skip
         if self.watchdog.timeout is not None:
             self.watchdog.stretch(step.timeout + self.watchdog.timeout)
         self._in_step = True
         try:
-            result = run_step(self.robot, mission.name, step, attempt, self.options.llm,
-                              self.options.clock)  # fmt: skip
+            result = run_step(self.robot, run.name, step, attempt, self.options.llm,
+                              self.options.clock, record)  # fmt: skip
         except (Terminated, KeyboardInterrupt):
-            self.log.event("step_end", level="warning", mission=mission.name, step=step.name,
-                           skill=step.skill, attempt=attempt, verdict="stopped",
-                           signal=self._signal)  # fmt: skip
+            self.store.step_stopped(attempt_id, None)
+            self.log.event("step_end", level="warning", mission=run.name, run=run.id,
+                           step=step.name, skill=step.skill, attempt=attempt,
+                           verdict="stopped", signal=self._signal)  # fmt: skip
             raise
         finally:
             self._in_step = False
             self.watchdog.restore()
-        self._log_result(mission, index, attempt, result)
         if result.code in _SIGNALLED:
+            self.store.step_stopped(attempt_id, result.code)
+            self._log_result(run, index, attempt, result)
             self._signal = "SIGINT" if result.code == ExitCode.SIGINT else "SIGTERM"
             self.clock.stop()
             return
+        then = self._decide(run, index, attempt, result)
+        self.store.step_finished(attempt_id, result.verdict, result.code, result.seconds,
+                                 result.error, then,
+                                 f"at step {step.name}" if then == "aborted" else None)  # fmt: skip
+        self._log_result(run, index, attempt, result)
+        if then == "done":
+            self._end_mission("done")
+        elif then == "aborted":
+            self._end_mission("aborted", at_step=step.name)
+        else:
+            self.clock.post(lambda: self._step(run, *then))
+
+    def _decide(
+        self, run: Run, index: int, attempt: int, result: StepResult
+    ) -> tuple[int, int] | Literal["done", "aborted"]:
+        """What follows a judged attempt: the next (step, attempt), or the mission's end.
+        An interrupted attempt of the step spends none of its retries."""
+        step = run.mission.steps[index]
         if result.success:
-            self._then(mission, index + 1)
-            return
-        if attempt <= step.retries:
-            self.clock.post(lambda: self._step(mission, index, attempt + 1))
-            return
+            return self._then(run, index + 1)
+        if attempt - run.interrupted.get(index, 0) <= step.retries:
+            return (index, attempt + 1)
         self.failed_steps += 1
         if isinstance(step.on_failure, SkipTo):
-            self._then(mission, mission.index_of(step.on_failure.skip_to))
-        elif step.on_failure == "continue":
-            self._then(mission, index + 1)
-        else:
-            self._end_mission("aborted", at_step=step.name)
+            return self._then(run, run.mission.index_of(step.on_failure.skip_to))
+        if step.on_failure == "continue":
+            return self._then(run, index + 1)
+        return "aborted"
 
-    def _then(self, mission: Mission, index: int) -> None:
-        if index >= len(mission.steps):
-            self._end_mission("done")
-        else:
-            self.clock.post(lambda: self._step(mission, index, 1))
+    @staticmethod
+    def _then(run: Run, index: int) -> tuple[int, int] | Literal["done"]:
+        return "done" if index >= len(run.mission.steps) else (index, 1)
 
-    def _log_result(self, mission: Mission, index: int, attempt: int, result: StepResult) -> None:
-        step = mission.steps[index]
+    def _log_result(self, run: Run, index: int, attempt: int, result: StepResult) -> None:
+        step = run.mission.steps[index]
         recording = str(result.recording) if result.recording else None
-        self.recent.append({"mission": mission.name, "step": step.name, "skill": step.skill,
+        self.recent.append({"mission": run.name, "step": step.name, "skill": step.skill,
                             "attempt": attempt, "verdict": result.verdict, "ended": time.time(),
                             "seconds": round(result.seconds, 3), "error": result.error,
                             "recording": recording})  # fmt: skip
         self.log.event(
             "step_end",
             level="info" if result.success else "warning",
-            mission=mission.name,
+            mission=run.name,
+            run=run.id,
             step=step.name,
             skill=step.skill,
             attempt=attempt,

@@ -17,7 +17,7 @@ from onboard.loop.exitcodes import TABLE, ExitCode, for_error
 from onboard.loop.paths import inside, safe_name
 from onboard.service.mission import Step
 
-__all__ = ["StepResult", "run_step"]
+__all__ = ["StepResult", "recording_path", "run_step"]
 
 #: the exit code of an episode as a step's verdict
 VERDICTS = {
@@ -43,20 +43,38 @@ class StepResult:
         return self.verdict == "success"
 
 
+def recording_path(robot: RobotConfig, mission: str, step: Step, attempt: int) -> Path:
+    """Where the attempt's episode records: ``MISSION-STEP-ATTEMPT-STAMP.jsonl`` in the
+    recordings folder (made if missing), with ``-2``, ``-3``... if that file exists."""
+    folder = robot.recordings_dir
+    folder.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = f"{safe_name(mission)}-{safe_name(step.name)}-{attempt}-{stamp}"
+    name, n = f"{base}.jsonl", 1
+    while (folder / name).exists():
+        n += 1
+        name = f"{base}-{n}.jsonl"
+    return inside(folder, folder / name)
+
+
 def run_step(
-    robot: RobotConfig, mission: str, step: Step, attempt: int, llm: str | None, clock: str | None
+    robot: RobotConfig,
+    mission: str,
+    step: Step,
+    attempt: int,
+    llm: str | None,
+    clock: str | None,
+    record: Path | None = None,
 ) -> StepResult:
-    """Run ``step``'s episode; a stop signal during it gives a result with code 130 or 143
-    (the episode stopped the robot), an input error one with verdict "error"."""
+    """Run ``step``'s episode, recorded to ``record`` (default: :func:`recording_path`); a
+    stop signal during it gives a result with code 130 or 143 (the episode stopped the
+    robot), an input error one with verdict "error"."""
     from onboard.catalog import load_robot_skill
     from onboard.cli.run import run
 
     kind = load_robot_skill(robot, step.skill).kind
-    folder = robot.recordings_dir
-    folder.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    name = f"{safe_name(mission)}-{safe_name(step.name)}-{attempt}-{stamp}.jsonl"
-    record = inside(folder, folder / name)
+    if record is None:
+        record = recording_path(robot, mission, step, attempt)
     args = argparse.Namespace(
         skill=step.skill,
         scenario=Path(step.scenario or "person-object"),
