@@ -87,8 +87,10 @@ def test_a_step_a_crash_cut_short_is_interrupted_and_run_again_as_its_mission_sa
     interrupted = events[3]
     assert interrupted["event"] == "step_interrupted" and interrupted["step"] == "hello"
     assert interrupted["recording"] == str(recording) and interrupted["then"] == "resume"
-    assert events[5]["event"] == "ready" and events[5]["resumed"] == ["greet"]
-    start = events[6]
+    ready = names.index("ready")
+    assert names[ready - 1] == "operator"  # the control API and e-stop inputs, then ready
+    assert events[ready]["resumed"] == ["greet"]
+    start = events[ready + 1]
     assert start["event"] == "mission_start" and (start["at_step"], start["attempt"]) == (
         "hello",
         2,
@@ -127,7 +129,8 @@ def test_on_interrupt_abort_ends_the_mission_and_a_crash_after_the_queue_ran_emp
     assert main(["--robot", str(robot), *UP, "--mission", str(mission)]) == 0
     events = _events(capsys.readouterr().out)
     assert [e["event"] for e in events] == ["connected", "state", "step_interrupted",
-                                            "mission_end", "ready", "idle", "stopped"]  # fmt: skip
+                                            "mission_end", "operator", "ready", "idle",
+                                            "stopped"]  # fmt: skip
     assert events[3]["result"] == "aborted" and events[3]["at_step"] == "hello"
     # killed once the queue had run empty (the start never stopped): nothing is run twice
     database = state_path(load_robot(robot))
