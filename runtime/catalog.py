@@ -6,7 +6,7 @@ from pathlib import Path
 
 from onboard.collab.names import TEAM_COMMANDS
 from onboard.config import RobotConfig
-from onboard.grounding.embedder import Embedder
+from onboard.grounding.embedder import Embedder, shared_embedder
 from onboard.grounding.mapping import ActionMapper, Cues, Lexicon
 from onboard.hri.world import SimRobot
 from onboard.loop.skill import OBSERVED_FIELDS, Action, Skill, load_skill
@@ -38,7 +38,7 @@ def _text(action: Action) -> str:
 
 def make_mapper(robot: RobotConfig, skill: Skill, embedder: Embedder | None = None) -> ActionMapper:
     """The mapper over the skill's references plus the replies registered bottom-up."""
-    embedder = embedder or Embedder(robot.embedder_dir, threads=robot.models.threads)
+    embedder = embedder or shared_embedder(robot.embedder_dir, threads=robot.models.threads)
     references = {name: [*a.spec.references, _text(a)] for name, a in skill.actions.items()}
     settings = robot.mapping
     lexicon = None

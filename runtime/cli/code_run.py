@@ -68,7 +68,7 @@ def _confirmed(path: Path, kind: str) -> bool:
 
 def _run(robot: RobotConfig, path: Path, source: str, as_json: bool) -> int:
     from onboard import bundled
-    from onboard.grounding.embedder import Embedder
+    from onboard.grounding.embedder import shared_embedder
     from onboard.manip.session import scene_hardware
     from onboard.perception.detector import Detector
     from onboard.replan import api
@@ -79,7 +79,7 @@ def _run(robot: RobotConfig, path: Path, source: str, as_json: bool) -> int:
 
     folder = bundled.detector_dir()
     detector = Detector(folder / "model.onnx", folder / "classes.json")
-    embedder = Embedder(robot.embedder_dir)
+    embedder = shared_embedder(robot.embedder_dir)
     limits = code_limits(robot.code)
     with scene_hardware(robot) as found:
         assert found.arm is not None

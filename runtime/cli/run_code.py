@@ -29,7 +29,7 @@ def run_code(robot: RobotConfig, skill: Skill, args: argparse.Namespace) -> int:
     from onboard import bundled
     from onboard.cli.code_eval import vlm_endpoint
     from onboard.cli.run import keep_quota
-    from onboard.grounding.embedder import Embedder
+    from onboard.grounding.embedder import shared_embedder
     from onboard.loop.exitcodes import TABLE, ExitCode
     from onboard.loop.recorder import Recorder
     from onboard.manip.session import hand_eye_of, scene_hardware
@@ -56,7 +56,7 @@ def run_code(robot: RobotConfig, skill: Skill, args: argparse.Namespace) -> int:
     keep_quota(robot, path)
     detector_dir = bundled.detector_dir()
     detector = Detector(detector_dir / "model.onnx", detector_dir / "classes.json")
-    embedder = Embedder(robot.embedder_dir)
+    embedder = shared_embedder(robot.embedder_dir)
     choice = args.llm or (robot.llm.base_url if robot.llm.base_url == "local" else None)
     with ExitStack() as stack:
         url: str | None = None  # None: each bot at its robot.toml [code] endpoint

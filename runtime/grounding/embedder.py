@@ -18,6 +18,7 @@ without running the model at all.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -172,3 +173,20 @@ def session_options(threads: int = 1, optimize: bool = True) -> ort.SessionOptio
 def _load_failure(path: Path, exc: Exception) -> str:
     reason = "missing" if not path.exists() else f"unreadable ({type(exc).__name__})"
     return f"model file {path} is {reason}; rebuild with: {REBUILD_CMD}"
+
+
+_shared: dict[tuple[Path, int], Embedder] = {}
+_sharing = threading.Lock()
+
+
+def shared_embedder(model_dir: Path, threads: int = 1) -> Embedder:
+    """The process's one :class:`Embedder` of ``model_dir`` at ``threads``: an episode's
+    mapper and critic use it rather than each opening a session of their own (a session
+    holds about 90 MB, freed late when the episode's objects form a cycle; a service runs
+    thousands of episodes). A vector is the same from it as from a new one (each text runs
+    alone, and cached vectors equal fresh ones)."""
+    key = (Path(model_dir), threads)
+    with _sharing:
+        if key not in _shared:
+            _shared[key] = Embedder(model_dir, threads=threads)
+        return _shared[key]

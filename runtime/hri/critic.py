@@ -30,7 +30,7 @@ import numpy.typing as npt
 from onboard.base.errors import CriticError
 from onboard.collab.card import ABSENT, WAIT, CriticCard, check_card
 from onboard.collab.critic import Critic
-from onboard.grounding.embedder import DIM, Embedder
+from onboard.grounding.embedder import DIM, shared_embedder
 from onboard.loop.engine import Verdict
 from onboard.loop.kind import Observation, Step
 from onboard.loop.skill import Skill, SkillCriticSpec
@@ -363,7 +363,6 @@ def critic_model_path(model: str) -> Path:
     return path if path.is_absolute() else package_path("onboard.models").parent / path
 
 
-_embedders: dict[tuple[Path, int], Embedder] = {}
 _critics: dict[tuple[Path, str, str], Critic] = {}
 _opened: dict[tuple[Path, Path, str, str], SkillCritic] = {}
 _opening = threading.Lock()
@@ -381,9 +380,7 @@ def open_skill_critic(skill: Skill, embedder_dir: Path, threads: int = 1) -> Ski
     key = (path, embedder_dir, source, spec.model_dump_json())
     with _opening:
         if key not in _opened:
-            if (embedder_dir, threads) not in _embedders:
-                _embedders[embedder_dir, threads] = Embedder(embedder_dir, threads=threads)
-            features = PersonFeatures(skill, _embedders[embedder_dir, threads].embed)
+            features = PersonFeatures(skill, shared_embedder(embedder_dir, threads).embed)
 
             def load(model: Path) -> Critic:
                 if (model, source, spec.wait) not in _critics:
