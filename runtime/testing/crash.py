@@ -79,12 +79,14 @@ def mission_text(on_interrupt: str) -> str:
 
 def robot_file(template: Path, folder: Path) -> Path:
     """``template`` (the repository's robot.toml: the twin's arm and camera) with onboard's
-    shipped skills and its recordings in ``folder/rec``, written to ``folder``."""
+    shipped skills, its recordings in ``folder/rec`` and the control API on any free port
+    (another service may hold the default one), written to ``folder``."""
     from onboard import bundled
 
     text = template.read_text(encoding="utf-8")
     text = text.replace('skills = "skills"', f'skills = "{bundled.skills_dir()}"', 1)
     text = text.replace('recordings = "recordings"', f'recordings = "{folder / "rec"}"', 1)
+    text += "\n[service]\nport = 0  # any free port\n"
     path = folder / "robot.toml"
     path.write_text(text, encoding="utf-8")
     return path
