@@ -3,6 +3,7 @@ robot on a failed recording or a stop signal (hri/session.py, manip/session.py).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,10 +27,14 @@ def begin_recording(
         raise recorder.fault
 
 
-def stop_hooks(runner: SkillRunner, ask: Ask, recorder: Recorder) -> Callable[[str], None]:
+def stop_hooks(
+    runner: SkillRunner, ask: Ask, recorder: Recorder, halt: Callable[[], None] | None = None
+) -> Callable[[str], None]:
     """Stop the robot when the recording fails (a full disk); returns the stop-signal
     handler, which posts the stop and stops waiting for the LLM (the virtual clock waits
-    for it on the loop thread) so the stop runs within a second."""
+    for it on the loop thread) so the stop runs within a second. ``halt`` (the arm's stop)
+    is called at once from a thread of its own: on the virtual clock a motion runs on the
+    loop's thread, which would otherwise finish it before the posted stop runs."""
     clock = runner.clock
 
     def stop_on_fault(fault: RecordingWriteError) -> None:
@@ -38,6 +43,8 @@ def stop_hooks(runner: SkillRunner, ask: Ask, recorder: Recorder) -> Callable[[s
     recorder.on_fault = stop_on_fault
 
     def stop_on_signal(name: str) -> None:
+        if halt is not None:  # not here: the signal may have come in the middle of a motion
+            threading.Thread(target=halt, name="stop-on-signal", daemon=True).start()
         clock.post(lambda: runner.stop(f"{name} received", signal=name))
         clock.interrupt()
         cancel(ask)

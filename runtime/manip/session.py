@@ -184,7 +184,8 @@ def run_scene_episode(
         on_runner(runner)
     _look_periodically(runner, look, options.look_every, look_latency)
 
-    with on_stop_signals(stop_hooks(runner, ask, recorder), options.handle_signals):
+    halt = driver.stop if isinstance(driver, ArmDriver) else None
+    with on_stop_signals(stop_hooks(runner, ask, recorder, halt), options.handle_signals):
         try:
             runner.start(look())
             clock.run(until=options.limit)

@@ -132,6 +132,18 @@ def make_app(service: "Service", token: str | None, beats: Heartbeats | None = N
         service.resume()
         return {"paused": False}
 
+    @app.post("/api/operator/{action}")
+    def decide(action: str) -> dict[str, Any]:
+        if action not in ("retry", "skip", "abort"):
+            raise HTTPException(404, f"no decision {action!r} (retry, skip or abort)")
+        waiting = service.waiting
+        if not service.decide(action):  # type: ignore[arg-type]
+            raise HTTPException(409, "no step waits for the operator")
+        assert waiting is not None
+        run, index, _, why = waiting
+        return {"decided": action, "mission": run.name, "step": run.mission.steps[index].name,
+                "why": why}  # fmt: skip
+
     @app.post("/api/estop")
     async def estop(request: Request) -> dict[str, Any]:
         source = "page" if request.headers.get("x-onboard-from") == "page" else "api"
@@ -160,12 +172,23 @@ def status_of(service: "Service", beats: Heartbeats | None) -> dict[str, Any]:
         "step": current,
         "in_step": service._in_step,
         "paused": service.paused,
+        "operator": _waiting(service),
         "queue": service.queued(),
         "estop": service.estop.status(),
         "heartbeats": beats.status() if beats is not None else None,
         "episode": view,
         "failed_steps": service.failed_steps,
     }
+
+
+def _waiting(service: "Service") -> dict[str, Any] | None:
+    """The step held for the operator's decision, if one is."""
+    waiting = service.waiting
+    if waiting is None:
+        return None
+    run, index, attempt, why = waiting
+    return {"mission": run.name, "run": run.id, "step": run.mission.steps[index].name,
+            "attempt": attempt, "why": why, "decisions": ["retry", "skip", "abort"]}  # fmt: skip
 
 
 def _recording(service: "Service", current: dict[str, Any]) -> Path | None:

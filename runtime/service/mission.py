@@ -12,7 +12,16 @@ its timeout and what to do when it fails. They live in the robot's ``skills/miss
     scenario = "person-object"        # person skills
     retries = 1                       # runs again after a failed verdict (default 0)
     timeout = 120                     # seconds; longer is a failure (default 600)
-    on_failure = "continue"           # "abort" (default), "continue", or { skip_to = "NAME" }
+    on_failure = "continue"           # "abort" (default), "continue", "operator" (hold the
+                                      # mission and call the operator), or { skip_to = "NAME" }
+
+A mission may loop and may be queued by a clock instead of at start::
+
+    repeat = 1000                     # runs, the first included, each queued when the last
+                                      # ends done or aborted (default 1); "forever" never stops
+    [schedule]                        # queued when due, not at start
+    every = 3600                      # seconds between two queueings ...
+    at = ["08:00", "17:30"]           # ... or these local times each day (one of the two)
 
 Scene and code skills take ``goal`` (and ``scene`` on the simulated arm); the team skill
 takes ``task``, ``level`` and ``method``. :func:`check_mission` holds a loaded mission to
@@ -23,6 +32,7 @@ file and line of each problem.
 from __future__ import annotations
 
 import math
+from datetime import datetime, time, timedelta
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -32,7 +42,15 @@ from onboard.base.errors import ConfigError, MissionError, Problem
 from onboard.base.tomlfile import KeyLines, load_model
 from onboard.config import RobotConfig
 
-__all__ = ["Mission", "SkipTo", "Step", "check_mission", "load_mission", "mission_files"]
+__all__ = [
+    "Mission",
+    "Schedule",
+    "SkipTo",
+    "Step",
+    "check_mission",
+    "load_mission",
+    "mission_files",
+]
 
 #: the parameters each kind of skill takes (the rest must be left out)
 PARAMETERS: dict[str, tuple[str, ...]] = {
@@ -63,7 +81,7 @@ class Step(BaseModel):
     method: str | None = None
     retries: Annotated[int, Field(ge=0, le=10)] = 0
     timeout: Annotated[float, Field(gt=0, le=86400)] = 600.0
-    on_failure: Literal["abort", "continue"] | SkipTo = "abort"
+    on_failure: Literal["abort", "continue", "operator"] | SkipTo = "abort"
 
     @field_validator("timeout")
     @classmethod
@@ -78,11 +96,47 @@ class Step(BaseModel):
         return {k: v for k in keys if (v := getattr(self, k)) is not None}
 
 
+class Schedule(BaseModel):
+    """When a mission is queued: every ``every`` seconds, or each day at the local times
+    ``at`` ("HH:MM"). A time missed while the service was down is made up once, at start."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    every: Annotated[float, Field(ge=1, le=366 * 86400)] | None = None
+    at: Annotated[list[Annotated[str, Field(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]],
+                  Field(min_length=1, max_length=96)] | None = None  # fmt: skip
+
+    @model_validator(mode="after")
+    def _one(self) -> Schedule:
+        if (self.every is None) == (self.at is None):
+            raise ValueError('give one of every = SECONDS or at = ["HH:MM", ...]')
+        return self
+
+    def due(self, last: datetime | None, now: datetime) -> datetime:
+        """When the mission is next queued, given when it was last queued (None: never) and
+        the time now (both aware): ``now`` when a time came since ``last`` (one made-up run,
+        however many were missed), else the next time to come."""
+        if self.every is not None:
+            return now if last is None else max(now, last + timedelta(seconds=self.every))
+        assert self.at is not None
+        times = sorted(time.fromisoformat(t) for t in self.at)
+        after = (last or now).astimezone()
+        day = after.date()
+        while True:
+            for t in times:
+                when = datetime.combine(day, t).astimezone()
+                if when > after:
+                    return now if when <= now else when
+            day += timedelta(days=1)
+
+
 class Mission(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: Annotated[str, Field(pattern=_NAME)] | None = None
     on_interrupt: Literal["resume", "abort"] = "resume"
+    repeat: Annotated[int, Field(ge=1, le=1_000_000)] | Literal["forever"] = 1
+    schedule: Schedule | None = None
     steps: Annotated[list[Step], Field(min_length=1, max_length=1000)]
     path: Path = Path()
 
@@ -159,6 +213,9 @@ def check_mission(robot: RobotConfig, path: Path, hardware: bool = False) -> Mis
         if hardware and kind in ("scene", "code") and missing:
             problem("skill", f"{step.skill} is a {kind} skill: this robot has no "
                     f"{' or '.join(missing)} (robot.toml) to run it on")  # fmt: skip
+        if step.on_failure == "operator" and not robot.service.api:
+            problem("on_failure", 'the operator decides through the control API, which '
+                    "robot.toml's [service] api = false turns off")  # fmt: skip
         if kind == "person":
             try:
                 named = step.scenario or "person-object"

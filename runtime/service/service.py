@@ -10,10 +10,18 @@ the service killed and restarted by systemd. Between steps a blocked loop stops 
 The queue, each attempt and its verdict live in a :class:`Store` (SQLite): an attempt is
 committed before its episode starts, and its verdict with the mission's next step after it,
 so a restart knows what was interrupted (onboard.service.store).
+
+A mission with a ``[schedule]`` is queued by a timer on the loop when it is due (never twice
+at once: a due time while a run of it is queued or running is skipped, and logged). A step
+that fails with ``on_failure = "operator"`` holds its mission until the operator retries
+it, skips it or aborts the mission (the control API); the call is logged at level error and,
+when robot.toml names a variable holding a URL, posted there (onboard.service.operator_call).
 """
 
 from __future__ import annotations
 
+import functools
+import gc
 import math
 import signal
 import threading
@@ -21,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from onboard.base.signals import Terminated, on_stop_signals
@@ -73,6 +82,8 @@ class Options:
     llm: str | None = None  # each step's --llm: a URL, "standin", or None (robot.toml)
     clock: str | None = None  # person and scene steps' clock (None: robot.toml's)
     once: bool = False  # stop when the queue is empty, else wait for a stop signal
+    #: called with what the log says when the operator is called (a URL's poster)
+    call_operator: Callable[[dict[str, Any]], None] | None = None
 
 
 class Service:
@@ -87,10 +98,12 @@ class Service:
         store: Store | None = None,
     ) -> None:
         """``queue``: this start's mission files, queued in ``store`` (default: one in
-        memory) unless its open batch holds them already (a restart continues it)."""
+        memory) unless its open batch holds them already (a restart continues it); those
+        with a schedule are queued when due instead (never with ``once``)."""
         self.robot, self.options = robot, options
         self.store = store or Store.memory()
-        self.queue: list[Run] = self.store.enqueue(list(queue))
+        self.scheduled = [m for m in queue if m.schedule is not None]
+        self.queue: list[Run] = self.store.enqueue([m for m in queue if m.schedule is None])
         self.log, self.notifier = log, notifier
         self.clock = clock or WallClock(workers=1)
         self.watchdog = Watchdog(self.clock, notifier, watchdog_seconds())
@@ -110,6 +123,11 @@ class Service:
         #: time.time() of the loop's last heartbeat (a timer on the loop, every second)
         self.loop_beat = time.time()
         self._held: Callable[[], None] | None = None
+        #: the step held for the operator's decision: run, step index, its next attempt, why
+        self.waiting: tuple[Run, int, int, str] | None = None
+        #: scheduled missions come due while a run of theirs was pending: queued after it
+        self._deferred: list[Mission] = []
+        self._announced: dict[str | None, datetime] = {}  # each scheduled mission's next time
         self._cancel = False
         self._lock = threading.Lock()
 
@@ -131,6 +149,14 @@ class Service:
     def resume(self) -> None:
         self.clock.post(lambda: self._set_paused(False))
 
+    def decide(self, action: Literal["retry", "skip", "abort"]) -> bool:
+        """The operator's answer to a held step: run it again, go on after it, or abort
+        its mission. False when no step waits for the operator (nothing done)."""
+        if self.waiting is None:
+            return False
+        self.clock.post(lambda: self._decided(action))
+        return True
+
     def queued(self) -> list[str]:
         with self._lock:
             return [r.name for r in self.queue]
@@ -145,6 +171,9 @@ class Service:
 
     def _cancel_now(self) -> None:
         if self.mission is None:
+            return
+        if self.waiting is not None:
+            self._decided("abort", "cancelled")
             return
         if self._held is not None:  # a held step is dropped now, else at the step's end
             self._held = None
@@ -164,15 +193,54 @@ class Service:
             held, self._held = self._held, None
             held()
 
-    def _end_mission(self, result: str, **fields: Any) -> None:
-        """The run ends: "done", "aborted", or "cancelled" (recorded as aborted, with why)."""
+    def _wait_for_operator(self, run: Run, index: int, attempt: int, why: str) -> None:
+        self.waiting = (run, index, attempt, why)
+        step = run.mission.steps[index]
+        fields = {"mission": run.name, "run": run.id, "step": step.name, "why": why}
+        self.log.event("operator_called", level="error", **fields)
+        if self.options.call_operator is not None:
+            self.options.call_operator({"event": "operator_called", "robot": self.robot.name,
+                                        **fields})  # fmt: skip
+
+    def _decided(self, action: str, result: str = "aborted") -> None:
+        if self.waiting is None:
+            return
+        run, index, attempt, _ = self.waiting
+        self.waiting = None
+        self.log.event("operator_decided", mission=run.name, run=run.id,
+                       step=run.mission.steps[index].name, action=action)  # fmt: skip
+        if action == "abort":
+            detail = f"{'cancelled' if result == 'cancelled' else 'aborted'} by the operator"
+            self.store.end(run, "aborted", detail, repeat=False)
+            self._end_mission(result, at_step=run.mission.steps[index].name, stored=True)
+            return
+        then = (index, attempt) if action == "retry" else self._then(run, index + 1)
+        if not isinstance(then, tuple):
+            self._queue_round(self.store.end(run, "done"))
+            self._end_mission("done")
+            return
+        self.store.release(run, then)
+        self.clock.post(lambda: self._step(run, *then))
+
+    def _queue_round(self, again: Run | None) -> None:
+        """A repeating mission's next round, queued by the store as the last one ended."""
+        if again is not None:
+            with self._lock:
+                self.queue.append(again)
+
+    def _end_mission(self, result: str, stored: bool = False, **fields: Any) -> None:
+        """The run ends: "done", "aborted", or "cancelled" (recorded as aborted, with why,
+        and no further round). ``stored``: the state has the end already."""
         run = self.mission
         level = "info" if result == "done" else "warning"
-        if run is not None and result == "cancelled":
-            self.store.end(run, "aborted", "cancelled by the operator")
+        if run is not None and result == "cancelled" and not stored:
+            self.store.end(run, "aborted", "cancelled by the operator", repeat=False)
         self.log.event("mission_end", level=level, mission=None if run is None else run.name,
                        run=None if run is None else run.id, result=result, **fields)  # fmt: skip
         self.mission, self.current, self._cancel = None, None, False
+        deferred, self._deferred = self._deferred, []
+        for mission in deferred:
+            self.clock.post(functools.partial(self._due, mission))
         self.clock.post(self._next_mission)
 
     def _heartbeat(self) -> None:
@@ -181,6 +249,11 @@ class Service:
 
     def run(self, ready: Callable[[], None] | None = None) -> int:
         """Run until stopped; ``ready`` is called on the loop first (tests)."""
+        # what start-up built lives as long as the process: out of the collector's sight, so
+        # no collection walks it again, the last one at exit included (about a second of a
+        # stop's two on a loaded controller, measured by bench/soak.py)
+        gc.collect()
+        gc.freeze()
         with on_stop_signals(self._on_signal):
             self.notifier.send("READY=1", "STATUS=connected; running missions")
             self.log.event("ready", missions=[r.name for r in self.queue],
@@ -188,6 +261,9 @@ class Service:
                            watchdog_seconds=self.watchdog.timeout)  # fmt: skip
             self.watchdog.start()
             self.clock.post(self._heartbeat)
+            if not self.options.once:
+                for mission in self.scheduled:
+                    self.clock.post(functools.partial(self._plan, mission))
             if ready is not None:
                 self.clock.post(ready)
             self.clock.post(self._next_mission)
@@ -209,6 +285,30 @@ class Service:
         if self._in_step:  # a step whose episode has no handler of its own: unwind it
             raise Terminated if name == signal.Signals.SIGTERM.name else KeyboardInterrupt
 
+    def _plan(self, mission: Mission) -> None:
+        """Queue ``mission`` if its schedule says it is due, else look again when it will be
+        (a timer may fire a little early: the time is checked again, never trusted)."""
+        assert mission.schedule is not None
+        now = datetime.now().astimezone()
+        due = mission.schedule.due(self.store.last_queued(mission), now)
+        delay = (due - now).total_seconds()
+        if delay <= 0:
+            self._due(mission)
+            return
+        if self._announced.get(mission.name) != due:
+            self._announced[mission.name] = due
+            self.log.event("scheduled", mission=mission.name, due=due.isoformat(timespec="seconds"))
+        self.clock.call_later(delay, functools.partial(self._plan, mission))
+
+    def _due(self, mission: Mission) -> None:
+        if self.store.is_pending(mission):  # never two runs at once: this one waits
+            self.log.event("schedule_deferred", level="warning", mission=mission.name,
+                           why="a run of it is queued or running")  # fmt: skip
+            self._deferred.append(mission)
+            return
+        self._enqueue(mission)
+        self._plan(mission)
+
     def _next_mission(self) -> None:
         if self.mission is not None:
             return
@@ -224,9 +324,13 @@ class Service:
         self.store.begin(run)
         resumed: dict[str, Any] = {"at_step": run.mission.steps[run.step].name,
                                    "attempt": run.attempt}  # fmt: skip
+        rounds: dict[str, Any] = {"round": run.round} if run.mission.repeat != 1 else {}
         self.log.event("mission_start", mission=run.name, run=run.id, path=str(run.mission.path),
-                       steps=[s.name for s in run.mission.steps],
+                       steps=[s.name for s in run.mission.steps], **rounds,
                        **(resumed if run.resumed else {}))  # fmt: skip
+        if run.held is not None:  # held for the operator when the service stopped
+            self._wait_for_operator(run, run.step, run.attempt, run.held)
+            return
         self.clock.post(lambda: self._step(run, run.step, run.attempt))
 
     def _step(self, run: Run, index: int, attempt: int) -> None:
@@ -269,22 +373,38 @@ class Service:
             self.clock.stop()
             return
         then = self._decide(run, index, attempt, result)
-        self.store.step_finished(attempt_id, result.verdict, result.code, result.seconds,
-                                 result.error, then,
-                                 f"at step {step.name}" if then == "aborted" else None)  # fmt: skip
+        held = None
+        if then == "operator":
+            then, held = (index, attempt + 1), f"step {step.name} failed ({result.verdict})"
+        again = self.store.step_finished(
+            attempt_id, result.verdict, result.code, result.seconds, result.error, then,
+            f"at step {step.name}" if then == "aborted" else None, held)  # fmt: skip
         self._log_result(run, index, attempt, result)
-        if then == "done":
+        self._rotated()
+        self._queue_round(again)
+        if held is not None:
+            self._wait_for_operator(run, index, attempt + 1, held)
+        elif then == "done":
             self._end_mission("done")
         elif then == "aborted":
             self._end_mission("aborted", at_step=step.name)
         else:
             self.clock.post(lambda: self._step(run, *then))
 
+    def _rotated(self) -> None:
+        """Recordings the quota deleted to make room for the step's are marked in the index."""
+        gone = self.store.rotated()
+        if gone:
+            self.log.event("recordings_rotated", count=len(gone),
+                           max_mb=self.robot.recordings_max_mb,
+                           recordings=[p.rsplit("/", 1)[-1] for p in gone[:20]])  # fmt: skip
+
     def _decide(
         self, run: Run, index: int, attempt: int, result: StepResult
-    ) -> tuple[int, int] | Literal["done", "aborted"]:
-        """What follows a judged attempt: the next (step, attempt), or the mission's end.
-        An interrupted attempt of the step spends none of its retries."""
+    ) -> tuple[int, int] | Literal["done", "aborted", "operator"]:
+        """What follows a judged attempt: the next (step, attempt), the mission's end, or
+        the operator's decision. An interrupted attempt of the step spends none of its
+        retries."""
         step = run.mission.steps[index]
         if result.success:
             return self._then(run, index + 1)
@@ -295,6 +415,8 @@ class Service:
             return self._then(run, run.mission.index_of(step.on_failure.skip_to))
         if step.on_failure == "continue":
             return self._then(run, index + 1)
+        if step.on_failure == "operator":
+            return "operator"
         return "aborted"
 
     @staticmethod

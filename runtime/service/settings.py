@@ -1,4 +1,5 @@
-"""robot.toml's ``[service]`` table: the control API's address and token, the e-stop's inputs."""
+"""robot.toml's ``[service]`` table: the control API's address and token, where a call of
+the operator is posted, the e-stop's inputs."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ class ServiceConfig(BaseModel):
         default="ONBOARD_API_TOKEN",
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
         description="the variable holding the API's token (required beyond loopback)",
+    )
+    operator_url_env: str = Field(
+        default="ONBOARD_OPERATOR_URL",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="the variable holding a URL each call of the operator is posted to",
     )
     estop: EStopConfig = EStopConfig()
 

@@ -9,12 +9,15 @@ crash or a power cut: every change is one transaction, committed before the log 
   and a start after a crash queues nothing new either: the crash came after the queue's end.
 - A **mission run** is a queued mission (``queued``, ``running``, ``done``, ``aborted``) with
   the mission as it was queued (JSON, so a resume runs what was queued) and a cursor: the
-  step to run next and its attempt number.
+  step to run next and its attempt number. A mission that repeats has one run per round:
+  the next round is queued in the transaction that ends the last. A run ``held`` for the
+  operator says why, and stays held across restarts until the operator decides.
 - An **attempt** is one run of one step: ``running`` from the moment it starts, then
   ``finished`` with its verdict, or ``interrupted`` (the service died or was stopped during
   it): never ``finished`` after an interruption.
 - A **recording** row indexes the file of one attempt, committed with the attempt's verdict
-  (or with its interruption, when the file exists).
+  (or with its interruption, when the file exists); ``deleted`` once the recordings quota
+  rotated it out.
 
 A step's verdict, its recording's row and the mission's next cursor are one transaction, so a
 kill -9 at any point leaves either the step ``running`` (interrupted at the next start) or
@@ -39,8 +42,9 @@ from onboard.service.mission import Mission
 
 __all__ = ["Attempt", "Interruption", "Run", "Store", "state_path"]
 
-#: the schema's version (``PRAGMA user_version``); a newer file is refused, not rewritten
-VERSION = 1
+#: the schema's version (``PRAGMA user_version``); a newer file is refused, not rewritten,
+#: an older one is brought up to date in place (:data:`MIGRATIONS`)
+VERSION = 2
 FILE = "state.sqlite"
 
 SCHEMA = """
@@ -65,7 +69,9 @@ CREATE TABLE IF NOT EXISTS missions (
     attempt INTEGER NOT NULL DEFAULT 1,
     detail TEXT,
     queued TEXT NOT NULL,
-    ended TEXT
+    ended TEXT,
+    round INTEGER NOT NULL DEFAULT 1,
+    held TEXT
 );
 CREATE TABLE IF NOT EXISTS attempts (
     id INTEGER PRIMARY KEY,
@@ -90,9 +96,19 @@ CREATE TABLE IF NOT EXISTS recordings (
     attempt INTEGER NOT NULL UNIQUE REFERENCES attempts(id),
     verdict TEXT NOT NULL,
     bytes INTEGER NOT NULL,
-    indexed TEXT NOT NULL
+    indexed TEXT NOT NULL,
+    deleted TEXT
 );
 """
+
+#: what brings a file of each older version up to the next
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "ALTER TABLE missions ADD COLUMN round INTEGER NOT NULL DEFAULT 1",
+        "ALTER TABLE missions ADD COLUMN held TEXT",
+        "ALTER TABLE recordings ADD COLUMN deleted TEXT",
+    ),
+}
 
 
 def state_path(robot: RobotConfig) -> Path:
@@ -117,6 +133,8 @@ class Run:
     resumed: bool = False  # it had begun before this start
     #: attempts interrupted, per step index: they spend none of the step's retries
     interrupted: dict[int, int] = field(default_factory=dict)
+    round: int = 1  # which run of a repeating mission
+    held: str | None = None  # held for the operator: why
 
     @property
     def name(self) -> str:
@@ -176,6 +194,9 @@ class Store:
             if check != "ok":
                 raise sqlite3.DatabaseError(f"damaged: {check}")
             with self._transaction():
+                for old in range(version or VERSION, VERSION):
+                    for statement in MIGRATIONS[old]:
+                        self._db.execute(statement)
                 for statement in SCHEMA.split(";"):
                     self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version={VERSION}")
@@ -190,6 +211,12 @@ class Store:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -237,11 +264,7 @@ class Store:
                 where = (last[2], last[3], self._indexed(db, last[0])) if at_step else None
                 if mission.on_interrupt == "abort":
                     detail = f"interrupted at step {last[2]}" if where else "interrupted"
-                    db.execute(
-                        "UPDATE missions SET status = 'aborted', detail = ?, ended = ? "
-                        "WHERE id = ?",
-                        (detail, _now(), run_id),
-                    )
+                    self._move(db, run_id, "aborted", detail)
                 elif at_step:
                     db.execute(
                         "UPDATE missions SET attempt = ? WHERE id = ?", (attempt + 1, run_id)
@@ -294,17 +317,35 @@ class Store:
         """Mission runs not yet done or aborted, oldest first."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, spec, step, attempt, status FROM missions "
+                "SELECT id, spec, step, attempt, status, round, held FROM missions "
                 "WHERE status IN ('queued', 'running') ORDER BY id"
             ).fetchall()
             runs = []
-            for run_id, spec, step, attempt, status in rows:
+            for run_id, spec, step, attempt, status, round_, held in rows:
                 counts = dict(self._db.execute(
                     "SELECT step_index, count(*) FROM attempts WHERE mission = ? "
                     "AND status = 'interrupted' GROUP BY step_index", (run_id,)))  # fmt: skip
                 mission = Mission.model_validate_json(spec)
-                runs.append(Run(run_id, mission, step, attempt, status == "running", counts))
+                runs.append(Run(run_id, mission, step, attempt, status == "running", counts,
+                                round_, held))  # fmt: skip
         return runs
+
+    def last_queued(self, mission: Mission) -> datetime | None:
+        """When ``mission``'s file was last queued (its first round; None: never)."""
+        with self._lock:
+            (when,) = self._db.execute(
+                "SELECT max(queued) FROM missions WHERE path = ? AND round = 1", (_key(mission),)
+            ).fetchone()
+        return None if when is None else datetime.fromisoformat(when.replace("Z", "+00:00"))
+
+    def is_pending(self, mission: Mission) -> bool:
+        """A run of ``mission``'s file is queued or running."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM missions WHERE path = ? AND status IN ('queued', 'running')",
+                (_key(mission),),
+            ).fetchone()
+        return row is not None
 
     def close_batch(self) -> None:
         """The queue ran empty: the next start queues the mission files afresh."""
@@ -346,9 +387,11 @@ class Store:
         error: str | None,
         then: tuple[int, int] | Literal["done", "aborted"],
         detail: str | None = None,
-    ) -> None:
+        held: str | None = None,
+    ) -> Run | None:
         """An attempt's verdict, its recording's row and the mission's next cursor (or its
-        end), in one transaction."""
+        end, and the next round of a repeating mission, returned), in one transaction.
+        ``held``: the run waits at the cursor for the operator, this says why."""
         with self._transaction() as db:
             db.execute(
                 "UPDATE attempts SET status = 'finished', verdict = ?, exit_code = ?, "
@@ -359,7 +402,10 @@ class Store:
             run_id = db.execute(
                 "SELECT mission FROM attempts WHERE id = ?", (attempt_id,)
             ).fetchone()[0]
-            self._move(db, run_id, then, detail)
+            again = self._move(db, run_id, then, detail)
+            if held is not None:
+                db.execute("UPDATE missions SET held = ? WHERE id = ?", (held, run_id))
+        return self._run(again)
 
     def step_stopped(self, attempt_id: int, exit_code: int | None) -> None:
         """A stop signal ended the attempt: it is interrupted (a restart resumes or aborts its
@@ -372,9 +418,42 @@ class Store:
             )
             self._index(db, attempt_id, "stopped")
 
-    def end(self, run: Run, result: Literal["done", "aborted"], detail: str | None = None) -> None:
+    def end(
+        self,
+        run: Run,
+        result: Literal["done", "aborted"],
+        detail: str | None = None,
+        repeat: bool = True,
+    ) -> Run | None:
+        """The run ends; the next round of a repeating mission is queued (and returned)
+        unless ``repeat`` is False (the operator ended it)."""
         with self._transaction() as db:
-            self._move(db, run.id, result, detail)
+            again = self._move(db, run.id, result, detail, repeat)
+        return self._run(again)
+
+    def release(self, run: Run, then: tuple[int, int]) -> None:
+        """The operator decided: the held run goes on at ``then`` (step, attempt)."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE missions SET step = ?, attempt = ?, held = NULL WHERE id = ?",
+                (*then, run.id),
+            )
+
+    def rotated(self) -> list[str]:
+        """Indexed recordings whose files are gone (the recordings quota deleted them) are
+        marked deleted; their paths, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, path FROM recordings WHERE deleted IS NULL ORDER BY id"
+            ).fetchall()
+        gone = [(i, p) for i, p in rows if not Path(p).exists()]
+        if gone:
+            with self._transaction() as db:
+                db.executemany(
+                    "UPDATE recordings SET deleted = ? WHERE id = ?",
+                    [(_now(), i) for i, _ in gone],
+                )
+        return [p for _, p in gone]
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -390,24 +469,31 @@ class Store:
     def missions(self) -> list[dict[str, Any]]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, batch, name, path, status, step, attempt, detail FROM missions "
-                "ORDER BY id"
+                "SELECT id, batch, name, path, status, step, attempt, detail, round, held "
+                "FROM missions ORDER BY id"
             ).fetchall()
-        keys = ("run", "batch", "mission", "path", "status", "step", "attempt", "detail")
+        keys = ("run", "batch", "mission", "path", "status", "step", "attempt", "detail",
+                "round", "held")  # fmt: skip
         return [dict(zip(keys, row, strict=True)) for row in rows]
 
-    def recordings(self) -> list[str]:
+    def recordings(self, kept: bool = False) -> list[str]:
+        """The indexed recordings' paths (``kept``: only those not rotated out)."""
+        where = " WHERE deleted IS NULL" if kept else ""
         with self._lock:
-            return [p for (p,) in self._db.execute("SELECT path FROM recordings ORDER BY id")]
+            rows = self._db.execute(f"SELECT path FROM recordings{where} ORDER BY id")
+            return [p for (p,) in rows]
 
     # -- helpers (inside a transaction) ----------------------------------------------------
 
-    def _insert(self, db: sqlite3.Connection, batch: int, mission: Mission) -> int:
+    def _run(self, run_id: int | None) -> Run | None:
+        return None if run_id is None else next(r for r in self.pending() if r.id == run_id)
+
+    def _insert(self, db: sqlite3.Connection, batch: int, mission: Mission, round_: int = 1) -> int:
         cursor = db.execute(
-            "INSERT INTO missions (batch, name, path, spec, status, queued) "
-            "VALUES (?, ?, ?, ?, 'queued', ?)",
+            "INSERT INTO missions (batch, name, path, spec, status, queued, round) "
+            "VALUES (?, ?, ?, ?, 'queued', ?, ?)",
             (batch, mission.name or mission.path.stem, _key(mission),
-             mission.model_dump_json(), _now()),
+             mission.model_dump_json(), _now(), round_),
         )  # fmt: skip
         assert cursor.lastrowid is not None
         return cursor.lastrowid
@@ -434,20 +520,30 @@ class Store:
         row = db.execute("SELECT path FROM recordings WHERE attempt = ?", (attempt_id,)).fetchone()
         return row[0] if row else None
 
-    @staticmethod
     def _move(
+        self,
         db: sqlite3.Connection,
         run_id: int,
         then: tuple[int, int] | Literal["done", "aborted"],
         detail: str | None,
-    ) -> None:
+        repeat: bool = True,
+    ) -> int | None:
+        """The run's cursor moves, or the run ends; an ended run of a repeating mission
+        queues its next round in the same batch (its id returned)."""
         if isinstance(then, tuple):
             db.execute("UPDATE missions SET step = ?, attempt = ? WHERE id = ?", (*then, run_id))
-        else:
-            db.execute(
-                "UPDATE missions SET status = ?, detail = ?, ended = ? WHERE id = ?",
-                (then, detail, _now(), run_id),
-            )
+            return None
+        db.execute(
+            "UPDATE missions SET status = ?, detail = ?, ended = ?, held = NULL WHERE id = ?",
+            (then, detail, _now(), run_id),
+        )
+        batch, spec, round_ = db.execute(
+            "SELECT batch, spec, round FROM missions WHERE id = ?", (run_id,)
+        ).fetchone()
+        mission = Mission.model_validate_json(spec)
+        if not repeat or (mission.repeat != "forever" and round_ >= mission.repeat):
+            return None
+        return self._insert(db, batch, mission, round_ + 1)
 
 
 def _key(mission: Mission) -> str:

@@ -22,6 +22,7 @@ from onboard.service.log import JsonLog
 from onboard.service.mission import Mission, check_mission, mission_files
 from onboard.service.notify import Notifier
 from onboard.service.operator import operator
+from onboard.service.operator_call import OperatorCall, operator_url
 from onboard.service.service import Options, Service
 from onboard.service.store import Store, state_path
 
@@ -62,7 +63,8 @@ def up_command(robot: RobotConfig, robot_path: Path | None, args: argparse.Names
     settings = robot.service
     where = robot_path or robot.root / "robot.toml"
     token = require_token(settings, where) if settings.api else None
-    log = JsonLog(secrets=[key, token, *url_secrets(robot.llm.base_url)])
+    call_url = operator_url(settings, where)
+    log = JsonLog(secrets=[key, token, *url_secrets(robot.llm.base_url), *url_secrets(call_url)])
     if args.check:
         check_store(robot)
         log.event("checked", robot=robot.name, missions=[m.name for m in queue],
@@ -78,7 +80,10 @@ def up_command(robot: RobotConfig, robot_path: Path | None, args: argparse.Names
             llm = args.llm
             if (llm or robot.llm.base_url) == "local":
                 llm = stack.enter_context(supervised_llm(log))
-            options = Options(llm=llm, clock=args.clock, once=args.once)
+            call = OperatorCall(call_url, log) if call_url else None
+            if call is not None:
+                stack.callback(call.join)
+            options = Options(llm=llm, clock=args.clock, once=args.once, call_operator=call)
             service = Service(robot, queue, options, log, notifier, store=store)
             stack.enter_context(operator(service, llm or robot.llm.base_url, token, key, where))
             code = service.run()
@@ -119,7 +124,9 @@ def status(robot: RobotConfig) -> int:
         print(f"{path}")
         for run in store.missions():
             where = f" ({run['detail']})" if run["detail"] else ""
-            print(f"run {run['run']}: {run['mission']} {run['status']}{where}")
+            held = f", held for the operator: {run['held']}" if run["held"] else ""
+            round_ = f" round {run['round']}" if run["round"] > 1 else ""
+            print(f"run {run['run']}: {run['mission']}{round_} {run['status']}{where}{held}")
             for a in (a for a in attempts if a.run == run["run"]):
                 recording = f"  {Path(a.recording).name}" if a.recording else ""
                 print(f"  {a.step} #{a.attempt}: {a.status}, {a.verdict or '-'}{recording}")
