@@ -266,7 +266,8 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument(
         "--no-so101",
         action="store_true",
-        help="no SO-101 servo bus (a pty; its arm is a kinematic model, not the twin's)",
+        help="no SO-101 servo bus on a Panda scene (a pty; its arm is a kinematic model, not "
+        "the twin's); on an SO-101 scene (--scene so101_blocks) the bus drives the twin's arm",
     )
     q.set_defaults(func=_sim_serve)
 
