@@ -91,10 +91,8 @@ class Servo:
         if not self.get("torque_enable"):
             self.put("moving", 0)
             return
-        lo, hi = self.get("min_position_limit"), self.get("max_position_limit")
-        goal = min(max(self.get("goal_position"), lo), hi) + self.offset()
-        speed = self.get("goal_speed") & 0x7FFF or MAX_SPEED
-        step = min(speed, MAX_SPEED) * dt
+        goal = self.goal() + self.offset()
+        step = self.speed() * dt
         gap = goal - self.raw
         self.raw = goal if abs(gap) <= step else self.raw + math_copysign(step, gap)
         if self.blocked_below is not None and self.raw < self.blocked_below:
