@@ -2,7 +2,8 @@
 
 Every driver runs on the real link (G-code and the SO-101's servo bus: a pty; JAKA: loopback
 TCP) to its emulator, which drives the physics twin's SimArm (the SO-101's: a kinematic arm
-whose servos move in wall time; the Moveo's, a joint-space G-code arm: Marlin's emulator in
+whose servos move in wall time, and "so101 (twin)": the twin's SO-101 behind the same bus,
+its physics stepping in wall time; the Moveo's, a joint-space G-code arm: Marlin's emulator in
 joint space on a kinematic model of that arm; "panda (marlin, joints)": Marlin in joint space
 on the twin's Panda, onboard doing its kinematics); the reference column is that SimArm called
 directly, so the difference is what the protocol, the link and the driver add.
@@ -12,6 +13,7 @@ directly, so the difference is what the protocol, the link and the driver add.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,6 +33,7 @@ from onboard.drivers.emulators.jaka_server import JakaServer
 from onboard.drivers.emulators.marlin_pty import MarlinEmulator
 from onboard.drivers.emulators.moveo import moveo_config, serve_moveo
 from onboard.drivers.emulators.panda_joints import panda_config
+from onboard.drivers.emulators.so101_twin import TwinServos
 from onboard.drivers.twin import SCENES, Twin
 
 STATE_CALLS = 300
@@ -41,7 +44,7 @@ MOVES = 20
 @contextmanager
 def rig(kind: str) -> Iterator[Arm]:
     if kind.startswith("so101"):
-        yield from so101()
+        yield from so101(twin="twin" in kind)
         return
     if kind.startswith("moveo"):
         yield from moveo()
@@ -87,15 +90,19 @@ def rig(kind: str) -> Iterator[Arm]:
             backend.close()
 
 
-def so101() -> Iterator[Arm]:
-    """So101Arm on the Feetech bus emulator's pty (a kinematic arm moving at servo speed in
-    wall time, not the physics twin), homed first."""
+def so101(twin: bool) -> Iterator[Arm]:
+    """So101Arm on the Feetech bus emulator's pty: a kinematic arm moving at servo speed in
+    wall time, or (``twin``) the twin's SO-101 on the so101_blocks scene, whose physics steps in
+    wall time; standing at the driver's home."""
     config = So101ArmConfig(url="unused", timeout=1.0)
-    with (
-        So101Emulator(start_joints=So101Arm(config).home_joints()) as bus,
-        So101Arm(config.model_copy(update={"url": bus.path})) as arm,
-    ):
-        yield arm
+    with contextlib.ExitStack() as stack:
+        if twin:
+            world = stack.enter_context(Twin(SCENES / "so101_blocks.toml"))
+            bus = stack.enter_context(So101Emulator(model=TwinServos(world)))
+        else:
+            start = So101Arm(config).home_joints()
+            bus = stack.enter_context(So101Emulator(start_joints=start))
+        yield stack.enter_context(So101Arm(config.model_copy(update={"url": bus.path})))
 
 
 def moveo() -> Iterator[Arm]:
@@ -136,6 +143,7 @@ def main() -> None:
         "jaka, status stream",
         "jaka, queries",
         "so101 over pty",
+        "so101 (twin) over pty",
         "moveo (marlin, joints) over pty",
         "panda (marlin, joints) over pty",
     ]

@@ -5,8 +5,11 @@
 - ``jaka``: JakaArm on loopback TCP to the JAKA emulator, which drives the twin's SimArm;
 - ``sim``: the twin's SimArm itself;
 - ``so101``: So101Arm on the pty of the Feetech servo-bus emulator, whose servos move a
-  kinematic model of the SO-101 (not the physics twin: the twin's arm is the Panda), so the
-  checks that need the twin are skipped for it as on hardware;
+  kinematic model of the SO-101, so the checks that need the twin are skipped for it as on
+  hardware;
+- ``so101-twin``: the same on the emulator backed by the twin's SO-101 (the so101_blocks
+  scene), so the twin's checks run; ``stop_mode = "hold"``, as torque off would drop the arm
+  onto the table and the suite's next straight line would start from there;
 - ``moveo``: GcodeArm with ``kinematics = "joints"`` on the Marlin emulator's pty in joint space
   (axes X Y Z A B are the BCN3D Moveo's joints), whose backend is a kinematic model of that arm
   computing the tool's pose link by link, apart from the driver's DH chain and IK (no twin);
@@ -51,6 +54,7 @@ from onboard.drivers.emulators.jaka_server import JakaServer
 from onboard.drivers.emulators.marlin_pty import MarlinEmulator
 from onboard.drivers.emulators.moveo import moveo_config, serve_moveo
 from onboard.drivers.emulators.panda_joints import panda_config
+from onboard.drivers.emulators.so101_twin import TwinServos
 from onboard.drivers.twin import SCENES, Twin
 from onboard.drivers.twin.tasks import pick_and_place
 
@@ -59,7 +63,7 @@ GCODE_DIALECT = os.environ.get("ONBOARD_GCODE_DIALECT", "marlin")
 JAKA_HOST = os.environ.get("ONBOARD_JAKA_HOST")
 SCENE = SCENES / "blocks.toml"
 ROOT = Path(__file__).resolve().parent.parent
-DRIVERS = ["marlin", "grbl", "jaka", "sim", "so101", "moveo", "panda-joints"]
+DRIVERS = ["marlin", "grbl", "jaka", "sim", "so101", "so101-twin", "moveo", "panda-joints"]
 SO101_PORT = os.environ.get("ONBOARD_SO101_PORT")
 #: a GRBL machine set up for the arm: homing on ($22), max rates 12 m/min ($110-$112; GRBL's
 #: default is 500 mm/min)
@@ -76,10 +80,12 @@ class Rig:
     #: the emulator holds the stop (GRBL's feed hold is the controller's own state: it
     #: stops nothing in the backend when nothing moves); None: the backend arm latched it
     controller_stopped: Callable[[], bool] | None = None
+    #: the twin whose arm the emulator moves with no SimArm between (the SO-101's servos)
+    world: Twin | None = None
 
     @property
     def twin(self) -> Twin | None:
-        return self.behind.twin if self.behind is not None else None
+        return self.behind.twin if self.behind is not None else self.world
 
     def settle(self) -> None:
         """Wait until the emulator behind the arm has no motion left (nothing on hardware)."""
@@ -146,6 +152,17 @@ def so101() -> Iterator[Rig]:
         yield Rig("so101", arm)
 
 
+def so101_twin() -> Iterator[Rig]:
+    """So101Arm on the servo-bus emulator backed by the twin's SO-101, standing at its home."""
+    config = So101ArmConfig(url="unused", joint_speed=2.0, timeout=BOUND / 10, stop_mode="hold")
+    with (
+        Twin(SCENES / "so101_blocks.toml") as twin,
+        So101Emulator(model=TwinServos(twin)) as bus,
+        So101Arm(config.model_copy(update={"url": bus.path})) as arm,
+    ):
+        yield Rig("so101-twin", arm, world=twin)
+
+
 def moveo() -> Iterator[Rig]:
     """The joint-space G-code driver on Marlin's emulator, driving the Moveo model."""
     _, marlin = serve_moveo(boot_time=0.05)
@@ -184,6 +201,9 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
         return
     if request.param == "so101":
         yield from so101()
+        return
+    if request.param == "so101-twin":
+        yield from so101_twin()
         return
     if request.param == "moveo":
         yield from moveo()
@@ -327,6 +347,8 @@ def test_pick_and_place_moves_the_block(rig: Rig) -> None:
     x, y, z = twin.to_base(twin.object_pose("red block")[0])
     pick = replace(tool, x=x, y=y, z=z)
     place = replace(tool, x=0.32, y=-0.12, z=z)
+    if rig.kind == "so101-twin":  # in its reach, clear of the blue block
+        place = replace(tool, x=0.145, y=0.0, z=z)
     pick_and_place(rig.arm, pick, place, speed=0.3)
     rig.settle()
     twin.settle(0.5)

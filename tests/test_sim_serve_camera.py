@@ -622,3 +622,31 @@ def test_calibrate_a_jaka_arm_with_the_served_camera(tmp_path: Path) -> None:
     assert result.code == 0, result.err
     found = re.search(r"from 8 of 8 poses: RMS residual ([\d.]+) mm", result.out)
     assert found and float(found.group(1)) < 5.0, result.out
+
+
+def test_sim_serve_on_an_so101_scene_serves_its_bus_on_the_twins_arm(tmp_path: Path) -> None:
+    """``onboard sim serve --scene so101_blocks``: the servo bus drives the twin's SO-101, so the
+    pose the driver reads over the pty is the truth port's; the JAKA ports are not needed
+    (one in use stops nothing); SIGTERM ends it with 0."""
+    from onboard.drivers.arm.so101 import So101Arm, So101ArmConfig
+
+    command = [str(Path(sys.executable).parent / "onboard"), "sim", "serve"]
+    command += ["--scene", "so101_blocks", "--camera-port", "0", "--truth-port", "0"]
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        command += ["--jaka-port", str(busy.getsockname()[1])]
+        with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=tmp_path) as server:
+            try:
+                assert server.stdout is not None
+                said = banner(server.stdout)
+                bus = re.search(r"^so101 \(feetech bus, the twin's SO-101\): (\S+)$", said, re.M)
+                truth = re.search(r"^truth: ([\d.]+):(\d+) .*judges", said, re.M)
+                assert bus and truth and "jaka and gcode: not served" in said, said
+                config = So101ArmConfig(url=bus.group(1), timeout=BOUND / 10)
+                with So101Arm(config) as arm, TruthClient(port=int(truth.group(2))) as judge:
+                    tool = judge.truth().tool_base.position
+                    assert math.dist(arm.state().pose.position(), tool) < 0.002
+                server.send_signal(signal.SIGTERM)
+                assert server.wait(timeout=BOUND) == 0
+            finally:
+                if server.poll() is None:
+                    server.kill()

@@ -9,6 +9,7 @@ import math
 import random
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -257,3 +258,40 @@ def test_gripper_state_is_read_from_the_jaw(bus: So101Emulator, tmp_path: Path) 
         assert state.extra["gripper_opening"] == pytest.approx(1.0, abs=0.01)
     finally:
         arm.close()
+
+
+def test_on_the_twin_the_bus_moves_the_twins_arm_and_torque_off_lets_it_fall() -> None:
+    """The bus emulator backed by the twin's SO-101: the goals written move the twin's arm,
+    the positions read back are the twin's (also when something else moves it), and a stop
+    (torque off) lets it fall under gravity; the next motion holds it again."""
+    from onboard.drivers.emulators.so101_twin import TwinServos
+    from onboard.drivers.twin import Scene, Twin
+
+    with Twin() as panda_twin, pytest.raises(ValueError, match=r'model = "so101"'):
+        TwinServos(panda_twin)
+    scene = Scene.model_validate({"arm": {"model": "so101"}})
+    with Twin(scene) as twin, So101Emulator(model=TwinServos(twin)) as bus:
+        arm = So101Arm(So101ArmConfig(url=bus.path, timeout=BOUND / 10))
+        arm.connect()
+        try:
+            start = arm.state().pose
+            # the driver's kinematics and the twin's (PyBullet's over the generated URDF) agree
+            assert math.dist(start.position(), twin.ee_pose().position()) < 0.002
+            target = replace(start, x=start.x - 0.03, y=start.y + 0.04, z=start.z + 0.03)
+            arm.move_to(target, 0.1)
+            assert math.dist(twin.ee_pose().position(), target.position()) < 0.005
+            pushed = (0.3, *twin.joints()[1:])  # a hand turns the pan: the bus reads it
+            twin.reset_joints(pushed)
+            read = arm.state().joints
+            assert max(abs(a - b) for a, b in zip(read, pushed, strict=True)) < 0.005
+            height = twin.ee_pose().z
+            arm.stop()
+            wait_until(lambda: twin.ee_pose().z < height - 0.03, "the limp arm sags")
+            assert not any(bus.torque().values())
+            fallen = arm.state().joints
+            assert max(abs(a - b) for a, b in zip(fallen, twin.joints(), strict=True)) < 0.01
+            arm.resume()
+            arm.move_to(target, 0.1)  # torque on where it lies, then up again
+            assert math.dist(twin.ee_pose().position(), target.position()) < 0.005
+        finally:
+            arm.close()

@@ -424,6 +424,60 @@ quaternion_xyzw = {list(robot.hand_eye.quaternion_xyzw or ())}
         assert across < 0.03 and red.position[2] > blue.position[2] + 0.02
 
 
+def test_the_same_run_drives_the_so101_servo_bus_on_the_twin_and_succeeds(
+    robot: RobotConfig, tmp_path: Path, server: StandInServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``onboard run tidy`` with robot.toml naming the SO-101 on sim serve's servo bus: on the
+    so101_blocks scene its servos move the twin's SO-101 (the goals onboard writes drive the
+    twin's joints, the positions it reads back are the twin's), the served camera sees the
+    blocks it moves, and the judge reads the truth port."""
+    from test_sim_serve_camera import serving
+
+    from onboard.drivers.emulators.truth_client import TruthClient
+    from onboard.drivers.twin.scene import find_scene, load_scene
+
+    assert robot.hand_eye is not None
+    # the blocks scene's camera, seen from the SO-101's base, which stands apart from the origin
+    base = load_scene(find_scene("so101_blocks")).arm.position
+    camera = [a - b for a, b in zip(robot.hand_eye.translation, base, strict=True)]
+    with serving("so101_blocks") as (served, _stop):
+        assert served.so101 is not None and served.jaka is None
+        camera_host, camera_port = served.camera
+        toml = f"""
+name = "so101-tidy"
+skills = "{bundled.skills_dir()}"
+recordings = "{tmp_path / "recordings"}"
+[llm]
+base_url = "{server.base_url}"
+[drivers.arm]
+kind = "so101"
+url = "{served.so101}"
+timeout = 1.0
+[drivers.camera]
+kind = "sim-serve"
+host = "{camera_host}"
+port = {camera_port}
+[hand_eye]
+translation = {camera}
+quaternion_xyzw = {list(robot.hand_eye.quaternion_xyzw or ())}
+"""
+        path = tmp_path / "robot.toml"
+        path.write_text(toml, encoding="utf-8")
+        with TruthClient(*served.truth) as truth_port:
+            before = truth_port.truth().objects["red block"].base
+        goal = "put the red block on the blue block"
+        args = ["--robot", str(path), "run", "tidy", "--goal", goal, "--clock", "virtual"]
+        assert main(args) == 0, capsys.readouterr()
+        out = capsys.readouterr().out
+        assert "-> place@" in out and "-> done@" in out
+        with TruthClient(*served.truth) as truth_port:
+            now = truth_port.truth()
+        red, blue = now.objects["red block"].base, now.objects["blue block"].base
+        assert math.dist(red.position, before.position) > 0.1  # the twin's arm moved it
+        across = math.dist(red.position[:2], blue.position[:2])
+        assert across < 0.03 and red.position[2] > blue.position[2] + 0.02
+
+
 def test_a_recorded_tidy_trial_and_a_recorded_run_replay(
     robot: RobotConfig, tidy: Skill, tasks: dict[str, TidyTask], server: StandInServer,
     tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -59,6 +59,9 @@ __all__ = ["So101Arm"]
 
 _POLL = 0.01  # seconds between position reads while a motion runs
 _MAX_STEPS_PER_S = 3000  # goal speed cap written to the servos (STS3215: about 0.2 s/60 deg)
+#: the least goal speed written: a joint that need not move still gets back at 0.09 rad/s
+#: when a load pushes it off its goal (at 1 step/s it would crawl, and the motion stall)
+_MIN_STEPS_PER_S = 60
 
 
 class So101Arm(Device):
@@ -154,7 +157,9 @@ class So101Arm(Device):
                 point = Pose(x, y, z, pose.rx, pose.ry, pose.rz)
                 goal = final.joints if i == steps else solve(point, self.links, self.lower,
                                                              self.upper, seed).joints  # fmt: skip
-                self._send_goals(goal, seed, interval)
+                # each joint's speed is from where it is (read back), not where the path
+                # had it: a joint that lags (a load, gravity) is sent fast enough to catch up
+                self._send_goals(goal, self._joints(self._known), interval)
                 seed = goal
                 while time.monotonic() < began + i * interval:
                     self._check_stop()
@@ -276,7 +281,8 @@ class So101Arm(Device):
             cal = self.calibration[name]
             goal = cal.to_steps(q - zero)
             start = cal.to_steps(q0 - zero)
-            speed = min(_MAX_STEPS_PER_S, max(1, math.ceil(abs(goal - start) / duration * 1.05)))
+            speed = math.ceil(abs(goal - start) / duration * 1.05)
+            speed = min(_MAX_STEPS_PER_S, max(_MIN_STEPS_PER_S, speed))
             values[cal.id] = encode(goal, 2) + encode(0, 2) + encode(speed, 2)
         with self.bus.lock:  # a stop's write lands before these goals or after: never lost
             self._check_stop()

@@ -10,7 +10,8 @@ Each is written from its firmware's or controller's public source, cited rule by
 - :mod:`onboard.drivers.emulators.jaka_server`: a JAKA controller's JSON protocol on TCP
   (10001 + 10000);
 - :mod:`onboard.drivers.emulators.feetech_pty`: the SO-101's Feetech servo bus on a pty, backed
-  by a kinematic model of that arm (not an Arm);
+  by a kinematic model of that arm or by the twin's SO-101
+  (:mod:`~onboard.drivers.emulators.so101_twin`; not an Arm);
 - :mod:`onboard.drivers.emulators.pty_controller`: the pty plumbing the two G-code ones share;
 - :mod:`onboard.drivers.emulators.serve`: all three on one physics twin, until SIGTERM, with
   that twin's camera (:mod:`~onboard.drivers.emulators.camera_server`) and its ground truth

@@ -1,12 +1,18 @@
 """An SO-101's Feetech servo bus on a pty: six STS3215 servos answering the published protocol.
 
 ``So101Emulator().start()`` opens a pty; :attr:`~So101Emulator.path` is what
-``So101ArmConfig(url=...)`` opens. Behind the bus is a kinematic model of the arm, not the
-physics twin (whose arm is the Panda): each servo moves its position toward its goal at its
-goal speed (steps/s; 0 is the fastest, 3000), in wall time, as the real servo's own loop does,
-stops where it is when its torque goes off (no gravity in the model: a real arm sags), and
-keeps its goal inside its position limit registers. :meth:`~So101Emulator.tool_pose` is the
-tool's pose from the model's joints (onboard's kinematics), for tests.
+``So101ArmConfig(url=...)`` opens. Behind the bus is a model of the arm (:class:`ServoModel`):
+
+- by default a kinematic one (:class:`Kinematic`): each servo moves its position toward its
+  goal at its goal speed (steps/s; 0 is the fastest, 3000), in wall time, as the real servo's
+  own loop does, and stops where it is when its torque goes off (no gravity: a real arm sags);
+  :meth:`~So101Emulator.tool_pose` is the tool's pose from onboard's kinematics;
+- or the physics twin's SO-101 (``So101Emulator(model=TwinServos(twin))``,
+  :mod:`~onboard.drivers.emulators.so101_twin`): the goals written drive the twin's joints,
+  the positions read back are the twin's, torque off lets the twin's arm fall limp, and the
+  twin's camera sees what the arm does.
+
+Either way each servo keeps its goal inside its position limit registers.
 
 The memory table, little-endian: model, id, position limits, homing offset (present =
 raw - offset), torque enable, goal position, time and speed, lock, present position, speed,
@@ -27,7 +33,9 @@ import select
 import threading
 import time
 import tty
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from onboard.drivers.arm.base import Pose
 from onboard.drivers.arm.feetech import INST, REG, checksum, decode, encode, parse_packets
@@ -42,7 +50,7 @@ from onboard.drivers.arm.so101_kinematics import (
 )
 from onboard.drivers.emulators.pty_controller import open_pty
 
-__all__ = ["So101Emulator"]
+__all__ = ["Kinematic", "Servo", "ServoModel", "So101Emulator"]
 
 MAX_SPEED = 3000.0  # steps/s
 STS3215 = 777  # the model number an STS3215 reports
@@ -83,10 +91,8 @@ class Servo:
         if not self.get("torque_enable"):
             self.put("moving", 0)
             return
-        lo, hi = self.get("min_position_limit"), self.get("max_position_limit")
-        goal = min(max(self.get("goal_position"), lo), hi) + self.offset()
-        speed = self.get("goal_speed") & 0x7FFF or MAX_SPEED
-        step = min(speed, MAX_SPEED) * dt
+        goal = self.goal() + self.offset()
+        step = self.speed() * dt
         gap = goal - self.raw
         self.raw = goal if abs(gap) <= step else self.raw + math_copysign(step, gap)
         if self.blocked_below is not None and self.raw < self.blocked_below:
@@ -95,6 +101,57 @@ class Servo:
 
     def present(self) -> int:
         return round(self.raw - self.offset()) % 4096
+
+    def goal(self) -> int:
+        """The goal position (after the offset), kept inside the position limits."""
+        lo, hi = self.get("min_position_limit"), self.get("max_position_limit")
+        return min(max(self.get("goal_position"), lo), hi)
+
+    def speed(self) -> float:
+        """Steps/s the servo moves at toward its goal (0 written: the fastest)."""
+        return min(self.get("goal_speed") & 0x7FFF or MAX_SPEED, MAX_SPEED)
+
+
+class ServoModel(Protocol):
+    """What moves behind the servos. :meth:`standing` says where the arm stands (the five
+    joints in radians and the gripper's opening, 0 closed to 1 open), or None to stand where
+    the emulator is told; :meth:`open` and :meth:`close` bracket the bus's life;
+    :meth:`advance` brings each servo's ``raw`` position up to ``now`` (before every packet
+    is answered); :meth:`command` hears each servo whose registers a packet wrote."""
+
+    def standing(
+        self, calibration: Mapping[str, MotorCalibration]
+    ) -> tuple[tuple[float, ...], float] | None: ...
+
+    def open(self) -> None: ...
+
+    def advance(self, servos: Mapping[int, Servo], now: float) -> None: ...
+
+    def command(self, servo: Servo) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Kinematic:
+    """Each servo moves toward its goal at its speed in wall time; nothing else moves it."""
+
+    def standing(
+        self, calibration: Mapping[str, MotorCalibration]
+    ) -> tuple[tuple[float, ...], float] | None:
+        return None
+
+    def open(self) -> None:
+        pass
+
+    def advance(self, servos: Mapping[int, Servo], now: float) -> None:
+        for servo in servos.values():
+            servo.advance(now)
+
+    def command(self, servo: Servo) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def math_copysign(magnitude: float, sign: float) -> float:
@@ -109,20 +166,33 @@ class So101Emulator:
         calibration: dict[str, MotorCalibration] | None = None,
         links: Links = LINKS,
         start_joints: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0, 0.0),
+        model: ServoModel | None = None,
     ) -> None:
+        """``model``: what moves behind the servos (None: :class:`Kinematic`, standing at
+        ``start_joints``; a :class:`~onboard.drivers.emulators.so101_twin.TwinServos`: the
+        twin's arm, where it stands)."""
         self.calibration = calibration or dict(DEFAULT_CALIBRATION)
         self.links = links
+        self.model: ServoModel = model or Kinematic()
+        stands = self.model.standing(self.calibration)
+        start_joints, gripper = stands if stands is not None else (start_joints, 1.0)
         self.servos: dict[int, Servo] = {}
         for i, name in enumerate(MOTORS):
             cal = self.calibration[name]
             q = start_joints[i] if i < len(start_joints) else 0.0
-            steps = cal.to_steps(q) if name != "gripper" else cal.range_max
+            steps = (
+                cal.to_steps(q)
+                if name != "gripper"
+                else round(cal.range_min + gripper * (cal.range_max - cal.range_min))
+            )
             servo = Servo(cal.id, raw=float(steps + cal.homing_offset))
             offset = cal.homing_offset
             servo.put("homing_offset", (abs(offset) & 0x7FF) | (0x800 if offset < 0 else 0))
             servo.put("min_position_limit", cal.range_min)
             servo.put("max_position_limit", cal.range_max)
             servo.put("goal_position", steps)
+            if stands is not None:  # the model's arm holds where it stands: torque is on
+                servo.put("torque_enable", 1)
             self.servos[cal.id] = servo
         self.packets = 0
         self._lock = threading.Lock()
@@ -153,6 +223,7 @@ class So101Emulator:
         self._path = os.ttyname(self._slave)
         self._wake = os.pipe()
         self._running.set()
+        self.model.open()
         self._thread = threading.Thread(target=self._loop, name="feetech-bus", daemon=True)
         self._thread.start()
         return self
@@ -165,6 +236,7 @@ class So101Emulator:
             os.write(self._wake[1], b"x")
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+        self.model.close()
         for fd in (self._master, self._slave, *self._wake):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -205,6 +277,8 @@ class So101Emulator:
     def hold_object(self, opening: float | None) -> None:
         """An object between the jaws: closing stops at ``opening`` (0 closed, 1 open, of
         the gripper's calibrated range, closed at its range_min); None takes it away."""
+        if not isinstance(self.model, Kinematic):
+            raise RuntimeError("hold_object: the twin's arm grips the twin's own objects")
         cal = self.calibration["gripper"]
         with self._lock:
             servo = self.servo("gripper")
@@ -217,9 +291,7 @@ class So101Emulator:
     # -- the bus ----------------------------------------------------------------------------
 
     def _advance(self) -> None:
-        now = time.monotonic()
-        for servo in self.servos.values():
-            servo.advance(now)
+        self.model.advance(self.servos, time.monotonic())
 
     def _loop(self) -> None:
         buffer = bytearray()
@@ -295,6 +367,7 @@ class So101Emulator:
         if torque_was and not servo.get("torque_enable"):
             servo.put("goal_position", servo.present())  # a limp servo's goal is where it is
         servo.put("present_position", servo.present())
+        self.model.command(servo)
 
     def _load(self, servo: Servo, address: int, size: int) -> bytes:
         servo.put("present_position", servo.present())

@@ -20,9 +20,15 @@ The Marlin emulator is a build with ``EMERGENCY_PARSER`` (what docs/drivers.md a
 and a fan output for the gripper; the GRBL one is set up as :data:`GRBL_ARM` says. A second
 Marlin runs in joint space: its axes X Y Z A B C U are the Panda's seven joints, the driver
 doing the kinematics (``kinematics = "joints"``, :func:`~onboard.drivers.emulators.
-panda_joints.panda_config`). The SO-101's
-servo bus (:mod:`~onboard.drivers.emulators.feetech_pty`) moves a kinematic model of its own,
-not the twin's arm (the Panda): the camera and the truth port do not see it.
+panda_joints.panda_config`). On a Panda scene the SO-101's servo bus
+(:mod:`~onboard.drivers.emulators.feetech_pty`) moves a kinematic model of its own, not the
+twin's arm: the camera and the truth port do not see it.
+
+On a scene whose arm is an SO-101 (``[arm] model = "so101"``: ``--scene so101_blocks``) the
+servo bus drives the twin's SO-101 (:mod:`~onboard.drivers.emulators.so101_twin`: the twin
+steps in wall time, as servos move), the camera and the truth port see it, and neither the
+JAKA nor the G-code emulators run (they drive a Panda): ``Served.jaka`` and ``status`` are
+None.
 """
 
 from __future__ import annotations
@@ -55,8 +61,8 @@ GRBL_ARM = {22: 1.0, 110: 12000.0, 111: 12000.0, 112: 12000.0}
 class Served:
     """Where each service of one ``serve`` listens (handed to its ``ready`` callback)."""
 
-    jaka: tuple[str, int]
-    status: tuple[str, int]
+    jaka: tuple[str, int] | None  # None on an SO-101 scene
+    status: tuple[str, int] | None
     camera: tuple[str, int]
     truth: tuple[str, int]
     marlin: str | None  # pty paths; None with gcode=False
@@ -85,13 +91,16 @@ def serve(
     say = say or _say
     with contextlib.ExitStack() as stack:
         twin = stack.enter_context(Twin(scene))
+        check_port("--camera-port", camera_port)
+        check_port("--truth-port", truth_port)
+        if twin.arm_model() == "so101":
+            _serve_so101(stack, twin, jaka_host, camera_port, truth_port, stop, say, ready)
+            return
         arm = SimArm(twin, SimArmConfig())
         arm.connect()
         stack.callback(arm.close)
         check_port("--jaka-port", jaka_port)
         check_port("--status-port", status_port)
-        check_port("--camera-port", camera_port)
-        check_port("--truth-port", truth_port)
         try:
             jaka = stack.enter_context(
                 JakaServer(arm, host=jaka_host, port=jaka_port, status_port=status_port)
@@ -122,19 +131,58 @@ def serve(
 
             bus = stack.enter_context(So101Emulator())
             say(f"so101 (feetech bus, its own kinematic arm, not the twin's): {bus.path}")
-        camera = _listen(stack, CameraServer(twin, jaka_host, camera_port), "--camera-port")
-        kind = '[drivers.camera] kind = "sim-serve"'
-        say(f"camera: {_where(camera)} (frames of this twin, rendered on request: {kind})")
-        truth = _listen(stack, TruthServer(twin, jaka_host, truth_port), "--truth-port")
-        say(f"truth: {_where(truth)} (ground truth for judges, JSON lines; not for the robot)")
-        say("serving the twin's arm and camera; stop with SIGTERM or Ctrl-C")
+        camera, truth = _camera_and_truth(stack, twin, jaka_host, camera_port, truth_port, say)
         if ready is not None:
             served = Served(jaka.address, jaka.status_address, camera, truth, *ptys)
             ready(replace(served, so101=bus.path if bus else None, marlin_joints=joint_space))
-        with on_stop_signals(lambda _name: stop.set()):
-            while not stop.wait(0.5):
-                pass
-        say("stopping")
+        _run(stop, say)
+
+
+def _serve_so101(
+    stack: contextlib.ExitStack,
+    twin: Twin,
+    host: str,
+    camera_port: int,
+    truth_port: int,
+    stop: threading.Event,
+    say: Callable[[str], None],
+    ready: Callable[[Served], None] | None,
+) -> None:
+    """An SO-101 scene: the servo bus on the twin's arm, the camera and the truth port."""
+    from onboard.drivers.emulators.feetech_pty import So101Emulator
+    from onboard.drivers.emulators.so101_twin import TwinServos
+
+    say("jaka and gcode: not served (the scene's arm is an SO-101)")
+    bus = stack.enter_context(So101Emulator(model=TwinServos(twin)))
+    say(f"so101 (feetech bus, the twin's SO-101): {bus.path}")
+    camera, truth = _camera_and_truth(stack, twin, host, camera_port, truth_port, say)
+    if ready is not None:
+        ready(Served(None, None, camera, truth, None, None, so101=bus.path))
+    _run(stop, say)
+
+
+def _camera_and_truth(
+    stack: contextlib.ExitStack,
+    twin: Twin,
+    host: str,
+    camera_port: int,
+    truth_port: int,
+    say: Callable[[str], None],
+) -> tuple[tuple[str, int], tuple[str, int]]:
+    camera = _listen(stack, CameraServer(twin, host, camera_port), "--camera-port")
+    kind = '[drivers.camera] kind = "sim-serve"'
+    say(f"camera: {_where(camera)} (frames of this twin, rendered on request: {kind})")
+    truth = _listen(stack, TruthServer(twin, host, truth_port), "--truth-port")
+    say(f"truth: {_where(truth)} (ground truth for judges, JSON lines; not for the robot)")
+    return camera, truth
+
+
+def _run(stop: threading.Event, say: Callable[[str], None]) -> None:
+    say("serving the twin's arm and camera; stop with SIGTERM or Ctrl-C")
+    with on_stop_signals(lambda _name: stop.set()):
+        while not stop.wait(0.5):
+            pass
+    say("stopping")
 
 
 def _listen(stack: contextlib.ExitStack, service: TcpService, flag: str) -> tuple[str, int]:

@@ -1,4 +1,5 @@
-"""The physics twin: a Franka Panda at a table with objects and an RGB-D camera (PyBullet).
+"""The physics twin: a Franka Panda (or an SO-101) at a table with objects and an RGB-D
+camera (PyBullet).
 
 Used by the sim arm and camera drivers, the detector's training data and the tests. Scene
 files load without PyBullet (``onboard check`` validates them); the names that need it are

@@ -62,6 +62,8 @@ RGBA = tuple[Unit, Unit, Unit, Unit]
 Vec3 = tuple[float, float, float]
 #: Panda "ready" pose: tool pointing down, 0.3 m in front of the base
 PANDA_READY = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785)
+#: SO-101 home: the tool 18 cm out, 10 cm up, pointing down (the driver's default home)
+SO101_HOME = (0.0, 0.4173, 1.3222, 1.4021, 0.0)
 
 
 class _Strict(BaseModel):
@@ -91,11 +93,17 @@ class MarkerSpec(_Strict):
 
 
 class ArmSpec(_Strict):
-    """The Franka Panda from pybullet_data, fixed at ``position`` and turned by ``yaw``."""
+    """The arm, fixed at ``position`` and turned by ``yaw``: the Franka Panda from
+    pybullet_data, or (``model = "so101"``) the SO-101 of :mod:`onboard.drivers.twin.so101`."""
 
+    model: Literal["panda", "so101"] = "panda"
     position: Vec3 = (0.0, 0.0, 0.0)
     yaw: float = Field(default=0.0, description="degrees about z")
-    home: tuple[float, float, float, float, float, float, float] = PANDA_READY
+    home: tuple[float, ...] = Field(
+        default=PANDA_READY,
+        description="radians, one per joint (7 for the Panda, 5 for the SO-101); the "
+        "SO-101's default: the tool 18 cm out, 10 cm up, pointing down",
+    )
     gripper_force: Positive = Field(default=20.0, description="newtons per finger")
     visual: Literal["simple", "detailed"] = Field(
         default="simple",
@@ -106,6 +114,20 @@ class ArmSpec(_Strict):
         description="fix a grasped object to the hand once both fingers press on it",
     )
     marker: MarkerSpec | None = Field(default=None, description="a calibration marker")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _home_of_the_model(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("model") == "so101" and "home" not in data:
+            return data | {"home": SO101_HOME}
+        return data
+
+    @model_validator(mode="after")
+    def _one_angle_per_joint(self) -> ArmSpec:
+        count = 5 if self.model == "so101" else 7
+        if len(self.home) != count:
+            raise ValueError(f"home: the {self.model} has {count} joints, got {len(self.home)}")
+        return self
 
 
 class NamedArmSpec(ArmSpec):

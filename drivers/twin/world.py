@@ -1,5 +1,10 @@
 """The physics twin: a Panda (or several) at a table with objects and an RGB-D camera, in PyBullet.
 
+A scene's arm may be an SO-101 instead (``[arm] model = "so101"``,
+:mod:`~onboard.drivers.twin.so101`): the same calls move it (five joints, its jaw's opening as
+the gripper width), and :meth:`Twin.drive_joint`, :meth:`Twin.drive_jaw` and
+:meth:`Twin.limp` drive its servos one by one, as its bus emulator does.
+
 Each :class:`Twin` owns its PyBullet client in DIRECT mode (never the global default
 client), so several twins coexist in one process. Time advances only through
 :meth:`Twin.step`, in fixed steps of 1/240 s. One re-entrant lock guards the client: an arm
@@ -43,12 +48,16 @@ from onboard.drivers.twin.engine import connect, pybullet_data
 from onboard.drivers.twin.marker import HandMarker
 from onboard.drivers.twin.panda import IKSolution, Panda
 from onboard.drivers.twin.scene import ArmSpec, Scene, default_scene, find_scene, load_scene
+from onboard.drivers.twin.so101 import So101Body
 
-__all__ = ["DT", "Snapshot", "StepGate", "StepHook", "Twin"]
+__all__ = ["DT", "ArmBody", "Snapshot", "StepGate", "StepHook", "Twin"]
 
 log = logging.getLogger(__name__)
 
 DT = 1.0 / 240.0  # seconds per physics step
+
+#: an arm of the twin: the Panda, or the SO-101
+ArmBody = Panda | So101Body
 
 
 @dataclass(frozen=True)
@@ -129,11 +138,15 @@ class Twin:
         self._p.setAdditionalSearchPath(pybullet_data.getDataPath())
         self._p.setGravity(0, 0, -9.81)
         self._p.setTimeStep(DT)
-        self.pandas: dict[str, Panda] = {}
+        self.pandas: dict[str, ArmBody] = {}
         try:
             self.table = build_table(self._p, scene.table)
             for name, spec in scene.arm_specs().items():
-                self.pandas[name] = Panda(self._p, spec, pybullet_data.getDataPath())
+                self.pandas[name] = (
+                    So101Body(self._p, spec)
+                    if spec.model == "so101"
+                    else Panda(self._p, spec, pybullet_data.getDataPath())
+                )
             #: the first arm (the only one of a one-arm scene), and its name
             self._first = next(iter(self.pandas))
             self.panda = self.pandas[self._first]
@@ -360,6 +373,35 @@ class Twin:
                 self._drive_drawer(drawer, self.drawer_opening(drawer.name))
             self._publish()
 
+    def drive_joint(
+        self, joint: int, target: float, max_velocity: float, arm: str | None = None
+    ) -> None:
+        """The SO-101's joint ``joint`` (0 pan .. 4 roll) toward ``target`` radians at most
+        ``max_velocity`` rad/s, as its servo moves to a goal position."""
+        with self.lock:
+            self._so101(arm).drive(joint, target, max_velocity)
+
+    def drive_jaw(self, opening: float, max_velocity: float, arm: str | None = None) -> None:
+        """The SO-101's moving jaw toward ``opening`` metres (0 closed) at ``max_velocity``
+        m/s: narrower than it is grips, wider lets go."""
+        with self.lock:
+            body = self._so101(arm)
+            body.drive_jaw(opening, max_velocity)
+            self._publish()
+
+    def limp(self, joint: int | None, arm: str | None = None) -> None:
+        """The SO-101's servo ``joint`` (None: the jaw's) with its torque off."""
+        with self.lock:
+            body = self._so101(arm)
+            if joint is None:
+                body.limp_jaw()
+            else:
+                body.limp(joint)
+
+    def arm_model(self, arm: str | None = None) -> str:
+        """``"panda"`` or ``"so101"``."""
+        return self._panda(arm).spec.model
+
     def gripper_closed(self, arm: str | None = None) -> bool:
         return self.snapshot_of(arm).gripper_closed
 
@@ -431,7 +473,7 @@ class Twin:
         the lock sees one step's snapshots."""
         return {name: self._take_snapshot(p) for name, p in self.pandas.items()}
 
-    def _take_snapshot(self, arm: Panda) -> Snapshot:
+    def _take_snapshot(self, arm: ArmBody) -> Snapshot:
         joints, velocities = arm.joint_states()
         body = arm.held
         if body is None and arm.closed:
@@ -469,8 +511,14 @@ class Twin:
             known = ", ".join(repr(n) for n in self._objects) or "none"
             raise KeyError(f"no object {name!r} in the scene; objects: {known}") from None
 
-    def _panda(self, arm: str | None) -> Panda:
+    def _panda(self, arm: str | None) -> ArmBody:
         return self.panda if arm is None else self.pandas[self._name(arm)]
+
+    def _so101(self, arm: str | None) -> So101Body:
+        body = self._panda(arm)
+        if not isinstance(body, So101Body):
+            raise ValueError(f"arm {arm or self._first!r} is a Panda, not an SO-101")
+        return body
 
     def _name(self, arm: str) -> str:
         if arm not in self.pandas:
@@ -478,7 +526,7 @@ class Twin:
             raise KeyError(f"no arm {arm!r} in the scene; arms: {known}")
         return arm
 
-    def _held_drawer(self, panda: Panda) -> Built | None:
+    def _held_drawer(self, panda: ArmBody) -> Built | None:
         held = panda.held
         return None if held is None else self._drawers.get(held)
 

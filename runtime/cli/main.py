@@ -266,7 +266,8 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument(
         "--no-so101",
         action="store_true",
-        help="no SO-101 servo bus (a pty; its arm is a kinematic model, not the twin's)",
+        help="no SO-101 servo bus on a Panda scene (a pty; its arm is a kinematic model, not "
+        "the twin's); on an SO-101 scene (--scene so101_blocks) the bus drives the twin's arm",
     )
     q.set_defaults(func=_sim_serve)
 
@@ -520,6 +521,7 @@ def _critic_train(args: argparse.Namespace) -> int:
 
 def _sim_serve(args: argparse.Namespace) -> int:
     from onboard.base.listen import check_listen
+    from onboard.drivers.twin.scene import find_scene, load_scene
 
     ports = {
         "--jaka-port": args.jaka_port,
@@ -527,6 +529,10 @@ def _sim_serve(args: argparse.Namespace) -> int:
         "--camera-port": args.camera_port,
         "--truth-port": args.truth_port,
     }
+    if args.scene is not None:
+        arms = load_scene(find_scene(args.scene)).arm_specs()
+        if next(iter(arms.values())).model == "so101":  # no JAKA emulator: its ports stay free
+            del ports["--jaka-port"], ports["--status-port"]
     check_listen("sim serve", args.jaka_host, ports)  # before the twin loads pybullet
     from onboard.drivers.emulators.serve import serve
 

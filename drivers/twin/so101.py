@@ -1,0 +1,366 @@
+"""The twin's SO-101: a body written from the arm's published dimensions, its servos as motors.
+
+The chain is the one :mod:`onboard.drivers.arm.so101_kinematics` describes, with the same
+dimensions (:data:`~onboard.drivers.arm.so101_kinematics.LINKS`: shoulder 0.1166 m above the
+base, upper arm 0.116 m, forearm 0.1349 m, wrist flex axis to the tool point 0.10 m) and the
+joint limits of the default calibration (+-120 degrees about each servo's middle): shoulder_pan
+about z, shoulder_lift, elbow_flex and wrist_flex about y (positive tilts forward), wrist_roll
+about the tool's axis. All zero is the arm standing straight up. The URDF is generated here
+(boxes for collision and drawing), not copied from the SO-101's published description.
+
+The gripper is one fixed jaw and one moving jaw, as on the arm; here the moving jaw slides
+(a prismatic joint, its opening in metres: 0 closed, :data:`JAW_OPEN` open) where the real
+one swings on its servo: a simple shape that grips the twin's blocks the same way. As on the
+Panda, a fixed constraint ties an object to the hand once both jaws press on it (``weld``).
+
+Each joint is a position-controlled motor with a force (torque) bound and the speed the servo
+was asked for; :meth:`So101Body.limp` switches a motor off, as a servo's torque off does: the
+arm then sags under its own weight. Forward kinematics is PyBullet's over this URDF (the
+truth the driver's kinematics are checked against), inverse kinematics runs on a kinematic
+shadow copy, as the Panda's does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import tempfile
+from collections.abc import Collection, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from onboard.drivers.arm.base import Pose
+from onboard.drivers.arm.so101_kinematics import DEFAULT_CALIBRATION, JOINTS, LINKS, Links
+from onboard.drivers.rotations import quat_angle, quat_from_euler
+from onboard.drivers.twin.engine import connect
+from onboard.drivers.twin.frames import Transform
+from onboard.drivers.twin.marker import HandMarker
+from onboard.drivers.twin.panda import IKSolution
+from onboard.drivers.twin.scene import ArmSpec
+
+__all__ = ["JAW_OPEN", "So101Body", "so101_urdf", "urdf_text"]
+
+ARM = tuple(range(5))
+HAND = 4  # the wrist_roll link: the grasp constraint attaches here
+FIXED_JAW, JAW, TCP = 5, 6, 7
+FINGERS = (FIXED_JAW, JAW)
+JAW_OPEN = 0.07  # metres between the jaws, fully open
+JAW_FORCE = 10.0  # newtons the moving jaw closes with
+#: N m each joint's motor may apply (an STS3215 stalls at about 3 N m at 12 V)
+JOINT_TORQUE = 3.0
+MAX_JOINT_SPEED = 3000 * 2 * math.pi / 4096  # rad/s: the servo's top speed, 3000 steps/s
+GRIP_MIN_FORCE = 1.0  # newtons: both jaws must press this hard before a weld
+#: metres from the wrist_roll joint to the palm, and the palm's depth; the jaws run from the
+#: palm to 5 mm past the tool point; the fixed jaw's inner face is this far off the tool axis
+ROLL_AT, PALM, TIP_PAST, FACE = 0.03, 0.02, 0.005, 0.022
+
+
+class So101Body:
+    """The SO-101 of an ``[arm] model = "so101"`` scene, at ``spec.position`` turned by yaw."""
+
+    def __init__(self, p: Any, spec: ArmSpec, links: Links = LINKS) -> None:
+        self._p = p
+        self.spec = spec
+        self.links = links
+        self.base = Transform(spec.position, quat_from_euler(0.0, 0.0, math.radians(spec.yaw)))
+        urdf = so101_urdf(links)
+        self.body = int(p.loadURDF(urdf, spec.position, self.base.rotation, useFixedBase=True))
+        for link in range(-1, p.getNumJoints(self.body)):
+            # printed links pale, the base housing and the jaws dark, as on most builds
+            dark = link < 0 or link >= FIXED_JAW
+            color = (0.25, 0.25, 0.27, 1.0) if dark else (0.92, 0.92, 0.9, 1.0)
+            p.changeVisualShape(self.body, link, rgbaColor=color)
+        for finger in FINGERS:
+            p.changeDynamics(self.body, finger, lateralFriction=1.0)
+        info = [p.getJointInfo(self.body, j) for j in ARM]
+        self.lower = tuple(float(i[8]) for i in info)
+        self.upper = tuple(float(i[9]) for i in info)
+        self.max_velocity = tuple(MAX_JOINT_SPEED for _ in ARM)
+        self._shadow = connect()
+        self._shadow_body = int(self._shadow.loadURDF(urdf, useFixedBase=True))
+        self.closed = False
+        self._weld: int | None = None
+        self.held: int | None = None
+        self.held_link = -1
+        self.marker: HandMarker | None = None
+        self.reset(spec.home)
+        if spec.marker is not None:
+            self.marker = HandMarker(p, spec.marker, self.body, HAND, TCP)
+
+    def close(self) -> None:
+        self._shadow.disconnect()
+
+    # joints
+
+    def joints(self) -> tuple[float, ...]:
+        return tuple(float(s[0]) for s in self._p.getJointStates(self.body, ARM))
+
+    def joint_states(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        states = self._p.getJointStates(self.body, ARM)
+        return tuple(float(s[0]) for s in states), tuple(float(s[1]) for s in states)
+
+    def reset(self, joints: Sequence[float]) -> None:
+        """Teleport to ``joints`` with the jaws open, and hold there."""
+        self.release()
+        for j, q in zip(ARM, joints, strict=True):
+            self._p.resetJointState(self.body, j, q)
+        self._p.resetJointState(self.body, JAW, JAW_OPEN)
+        self.closed = False
+        self.set_targets(joints, MAX_JOINT_SPEED)
+        self.drive_jaw(JAW_OPEN, 0.1)
+        if self.marker is not None:
+            self.marker.place()
+
+    def set_targets(self, joints: Sequence[float], max_velocity: float) -> None:
+        for j, q in zip(ARM, joints, strict=True):
+            self.drive(j, q, max_velocity)
+
+    def drive(self, joint: int, target: float, max_velocity: float) -> None:
+        """Joint ``joint``'s motor toward ``target`` (radians) at most ``max_velocity``."""
+        self._p.setJointMotorControl2(
+            self.body,
+            ARM[joint],
+            self._p.POSITION_CONTROL,
+            targetPosition=target,
+            force=JOINT_TORQUE,
+            maxVelocity=min(max(max_velocity, 1e-3), MAX_JOINT_SPEED),
+        )
+
+    def limp(self, joint: int) -> None:
+        """Joint ``joint``'s motor off (a servo's torque off): it moves as gravity and
+        contacts push it, against the joint's damping only."""
+        self._p.setJointMotorControl2(
+            self.body, ARM[joint], self._p.VELOCITY_CONTROL, targetVelocity=0.0, force=0.0
+        )
+
+    def clamp(self, joints: Sequence[float]) -> tuple[float, ...]:
+        return tuple(
+            min(max(q, lo), hi) for q, lo, hi in zip(joints, self.lower, self.upper, strict=True)
+        )
+
+    # kinematics (poses in the arm's base frame)
+
+    def tcp(self) -> Transform:
+        state = self._p.getLinkState(self.body, TCP, computeForwardKinematics=True)
+        return self.base.inverse() @ Transform(tuple(state[4]), tuple(state[5]))
+
+    def forward(self, joints: Sequence[float]) -> Transform:
+        s = self._shadow
+        for j, q in zip(ARM, joints, strict=True):
+            s.resetJointState(self._shadow_body, j, q)
+        state = s.getLinkState(self._shadow_body, TCP, computeForwardKinematics=True)
+        return Transform(tuple(state[4]), tuple(state[5]))
+
+    def solve_ik(self, pose: Pose, seed: Sequence[float] | None = None) -> IKSolution:
+        """Joints that put the tool at ``pose`` within the limits (PyBullet's damped least
+        squares from ``seed``, clamped and solved again), checked by forward kinematics.
+        Five joints: an orientation out of the pan's plane is reached as nearly as it can."""
+        target = Transform.from_pose(pose)
+        joints = self.clamp(seed if seed is not None else self.joints())
+        best = IKSolution(joints, float("inf"), float("inf"))
+        for _ in range(4):
+            self.forward(joints)  # the solver starts from the shadow's joints
+            full = self._shadow.calculateInverseKinematics(
+                self._shadow_body,
+                TCP,
+                target.position,
+                target.rotation,
+                maxNumIterations=200,
+                residualThreshold=1e-6,
+            )
+            joints = self.clamp(full[: len(ARM)])
+            reached = self.forward(joints)
+            found = IKSolution(
+                joints,
+                math.dist(reached.position, target.position),
+                quat_angle(reached.rotation, target.rotation),
+            )
+            if found.residual + 0.05 * found.angle < best.residual + 0.05 * best.angle:
+                best = found
+            if found.residual < 1e-4 and found.angle < 1e-3:
+                break
+        return best
+
+    # the jaws
+
+    def width(self) -> float:
+        return float(self._p.getJointState(self.body, JAW)[0])
+
+    def finger_speed(self) -> float:
+        return abs(float(self._p.getJointState(self.body, JAW)[1]))
+
+    def grip(self, close: bool) -> None:
+        self.drive_jaw(0.0 if close else JAW_OPEN, 0.1)
+
+    def drive_jaw(self, opening: float, max_velocity: float) -> None:
+        """The moving jaw toward ``opening`` metres: closing it (narrower than it is) grips,
+        opening it (wider) lets go of what it held."""
+        opening = min(max(opening, 0.0), JAW_OPEN)
+        now = self.width()
+        if opening > now + 1e-3:
+            self.closed = False
+            self.release()
+        elif self.held is not None:
+            return  # shut on what it holds: it closes no further, and a hold keeps it so
+        elif opening < now - 1e-3:
+            self.closed = True
+        self._drive_jaw_motor(opening, max_velocity)
+
+    def _drive_jaw_motor(self, opening: float, max_velocity: float) -> None:
+        self._p.setJointMotorControl2(
+            self.body,
+            JAW,
+            self._p.POSITION_CONTROL,
+            targetPosition=opening,
+            force=JAW_FORCE,
+            maxVelocity=max(max_velocity, 1e-3),
+        )
+
+    def limp_jaw(self) -> None:
+        """The jaw's motor off; what it holds stays held (a limp jaw does not spring open)."""
+        self._p.setJointMotorControl2(
+            self.body, JAW, self._p.VELOCITY_CONTROL, targetVelocity=0.0, force=0.0
+        )
+
+    def pinched(self, candidates: Collection[tuple[int, int]]) -> tuple[int, int] | None:
+        """The candidate (body, link) both jaws press on, if any."""
+        pressed = []
+        for finger in FINGERS:
+            contacts = self._p.getContactPoints(bodyA=self.body, linkIndexA=finger)
+            pressed.append(
+                {
+                    (c[2], c[4])
+                    for c in contacts
+                    if c[9] >= GRIP_MIN_FORCE and (c[2], c[4]) in candidates
+                }
+            )
+        both = pressed[0] & pressed[1]
+        return min(both) if both else None
+
+    def weld(self, body: int, link: int = -1) -> None:
+        """Fix ``body`` (its ``link``; -1: its base) to the hand where it is now."""
+        hand = self._p.getLinkState(self.body, HAND)
+        if link < 0:
+            obj = self._p.getBasePositionAndOrientation(body)
+        else:
+            obj = self._p.getLinkState(body, link)[:2]
+        rel = Transform(tuple(hand[0]), tuple(hand[1])).inverse() @ Transform(
+            tuple(obj[0]), tuple(obj[1])
+        )
+        self._weld = int(
+            self._p.createConstraint(
+                self.body,
+                HAND,
+                body,
+                link,
+                self._p.JOINT_FIXED,
+                (0, 0, 0),
+                rel.position,
+                (0, 0, 0),
+                parentFrameOrientation=rel.rotation,
+                childFrameOrientation=(0, 0, 0, 1),
+            )
+        )
+        self._p.changeConstraint(self._weld, maxForce=50)
+        self.held, self.held_link = body, link
+        # the weld holds it now: the jaws' own contacts with it would only fight the weld
+        # (the jaw pressing into a body fixed to the hand), and could stall the wrist
+        self._jaw_contacts(body, link, False)
+        self._drive_jaw_motor(self.width(), 0.1)  # the jaw stays shut on it, as it stalls
+
+    def release(self) -> None:
+        if self._weld is not None:
+            self._p.removeConstraint(self._weld)
+            if self.held is not None:
+                self._jaw_contacts(self.held, self.held_link, True)
+        self._weld = None
+        self.held, self.held_link = None, -1
+
+    def _jaw_contacts(self, body: int, link: int, on: bool) -> None:
+        for finger in FINGERS:
+            self._p.setCollisionFilterPair(self.body, body, finger, link, int(on))
+
+
+def _box(size: Sequence[float], at: Sequence[float]) -> str:
+    xyz, dims = " ".join(f"{v:.5f}" for v in at), " ".join(f"{v:.5f}" for v in size)
+    shape = f'<origin xyz="{xyz}"/><geometry><box size="{dims}"/></geometry>'
+    return f"<visual>{shape}</visual><collision>{shape}</collision>"
+
+
+def _link(name: str, mass: float, size: Sequence[float] | None, at: Sequence[float]) -> str:
+    """A link: a box of ``size`` centred at ``at`` (None: no shape, a frame only)."""
+    inertia = mass * 1e-4  # small links: the motors, not the inertia, set how they move
+    xyz = " ".join(f"{v:.5f}" for v in at)
+    shape = _box(size, at) if size is not None else ""
+    return (
+        f'<link name="{name}"><inertial><origin xyz="{xyz}"/><mass value="{mass}"/>'
+        f'<inertia ixx="{inertia}" iyy="{inertia}" izz="{inertia}" ixy="0" ixz="0" iyz="0"/>'
+        f"</inertial>{shape}</link>"
+    )
+
+
+def _joint(
+    name: str, kind: str, parent: str, child: str, at: Sequence[float], axis: str = "0 0 1",
+    limits: tuple[float, float] | None = None, rpy: str = "0 0 0",
+) -> str:  # fmt: skip
+    xyz = " ".join(f"{v:.5f}" for v in at)
+    text = (
+        f'<joint name="{name}" type="{kind}"><parent link="{parent}"/><child link="{child}"/>'
+        f'<origin xyz="{xyz}" rpy="{rpy}"/><axis xyz="{axis}"/>'
+    )
+    if limits is not None:
+        effort = JAW_FORCE if kind == "prismatic" else JOINT_TORQUE
+        text += (
+            f'<limit lower="{limits[0]:.6f}" upper="{limits[1]:.6f}" effort="{effort}" '
+            f'velocity="{MAX_JOINT_SPEED:.4f}"/><dynamics damping="0.05"/>'
+        )
+    return text + "</joint>"
+
+
+def urdf_text(links: Links = LINKS) -> str:
+    """The SO-101's URDF, from ``links`` and the default calibration's joint limits."""
+    limits = [DEFAULT_CALIBRATION[name].limits() for name in JOINTS]
+    pan_at = 0.05  # the pan joint's height: the base housing below it
+    shoulder = links.base - pan_at
+    jaw_length = links.tool - ROLL_AT - PALM + TIP_PAST
+    jaw_mid = PALM + jaw_length / 2  # in the hand's (wrist_roll link's) frame
+    parts = [
+        _link("base", 0.0, (0.09, 0.08, pan_at), (0, 0, pan_at / 2)),
+        _link("shoulder", 0.1, (0.05, 0.05, shoulder), (0, 0, shoulder / 2)),
+        _link("upper_arm", 0.1, (0.03, 0.04, links.upper), (0, 0, links.upper / 2)),
+        _link("forearm", 0.08, (0.03, 0.03, links.fore), (0, 0, links.fore / 2)),
+        _link("wrist", 0.05, (0.03, 0.03, ROLL_AT), (0, 0, ROLL_AT / 2)),
+        _link("hand", 0.08, (0.03, 0.06, PALM), (0, 0, PALM / 2)),
+        _link("fixed_jaw", 0.02, (0.02, 0.008, jaw_length), (0, FACE + 0.004, jaw_mid)),
+        _link("jaw", 0.02, (0.02, 0.008, jaw_length), (0, -0.004, jaw_mid)),
+        _link("tool", 0.001, None, (0, 0, 0)),
+        _joint("shoulder_pan", "revolute", "base", "shoulder", (0, 0, pan_at), "0 0 1", limits[0]),
+        _joint("shoulder_lift", "revolute", "shoulder", "upper_arm", (0, 0, links.base - pan_at),
+               "0 1 0", limits[1]),
+        _joint("elbow_flex", "revolute", "upper_arm", "forearm", (0, 0, links.upper), "0 1 0",
+               limits[2]),
+        _joint("wrist_flex", "revolute", "forearm", "wrist", (0, 0, links.fore), "0 1 0",
+               limits[3]),
+        _joint("wrist_roll", "revolute", "wrist", "hand", (0, 0, ROLL_AT), "0 0 1", limits[4]),
+        _joint("fixed_jaw", "fixed", "hand", "fixed_jaw", (0, 0, 0)),
+        # the moving jaw's frame is on the fixed jaw's inner face; its joint value is the gap
+        _joint("jaw", "prismatic", "hand", "jaw", (0, FACE, 0), "0 -1 0", (0.0, JAW_OPEN)),
+        # the tool point, turned half a turn about z: with the arm pointing down it is rx = pi
+        _joint("tool", "fixed", "hand", "tool", (0, 0, links.tool - ROLL_AT), rpy=f"0 0 {math.pi}"),
+    ]  # fmt: skip
+    return '<?xml version="1.0"?><robot name="so101">' + "".join(parts) + "</robot>"
+
+
+@cache
+def so101_urdf(links: Links = LINKS) -> str:
+    """:func:`urdf_text` written once per process to the temporary folder; its path."""
+    text = urdf_text(links)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"onboard-twin-so101-{digest}.urdf"
+    if not path.exists():
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(path)
+    return str(path)
