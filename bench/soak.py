@@ -57,6 +57,7 @@ def main() -> int:
     first, last = (warm[0], warm[-1]) if warm else (None, None)
     growth = soak.rss_growth_per_100(args.warmup)
     fds, threads = soak.spread("fds", args.warmup), soak.spread("threads", args.warmup)
+    fd_growth, thread_growth = soak.growth("fds", args.warmup), soak.growth("threads", args.warmup)
     most = max((s.folder_bytes for s in soak.samples), default=0)
     bound = soak.quota_bytes + soak.largest_episode
     rows = [
@@ -67,9 +68,10 @@ def main() -> int:
          f"{first.rss_kb / 1024:.0f} -> {last.rss_kb / 1024:.0f}" if first and last else "-",
          "-", True),
         ("RSS growth per 100 episodes (MB, fit)", f"{growth:.2f}", "< 1", growth < 1.0),
-        ("open fds after warm-up (min-max)", f"{fds[0]}-{fds[1]}", "constant", fds[0] == fds[1]),
-        ("threads after warm-up (min-max)", f"{threads[0]}-{threads[1]}", "constant",
-         threads[0] == threads[1]),
+        ("open fds after warm-up: min-max, growth", f"{fds[0]}-{fds[1]}, {fd_growth:+d}",
+         "growth 0", fd_growth == 0),
+        ("threads after warm-up: min-max, growth",
+         f"{threads[0]}-{threads[1]}, {thread_growth:+d}", "growth 0", thread_growth == 0),
         ("recordings folder, largest sample (MB)", f"{most / 1e6:.2f}",
          f"<= quota {soak.quota_bytes / 1e6:.2f} + one episode", most <= bound),
         ("recordings indexed / rotated out / on disk",

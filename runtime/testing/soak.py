@@ -103,6 +103,14 @@ class Soak:
         )
         return slope * 100
 
+    def growth(self, key: str, warmup: int) -> int:
+        """How much ``key`` (fds, threads) grew after ``warmup``: the least of the last three
+        samples less the least of the first three. A leak accumulates; a descriptor or a
+        thread that happened to be open at one reading (an episode's stand-in server
+        starting) does not count."""
+        values = [getattr(s, key) for s in self.after(warmup)]
+        return min(values[-3:]) - min(values[:3]) if values else 0
+
     def spread(self, key: str, warmup: int) -> tuple[int, int]:
         values = [getattr(s, key) for s in self.after(warmup)]
         return (min(values), max(values)) if values else (0, 0)
