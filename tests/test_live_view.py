@@ -3,13 +3,10 @@ episode over Foxglove's WebSocket protocol on loopback, on the channels, with th
 bytes its MCAP recording holds, each message within 1 s of its record; a client that stops
 reading holds up neither the recorder nor the other clients.
 
-The client is written here from the protocol's public specification (foxglove/ws-protocol,
-docs/spec.md): the server's first text message is ``serverInfo``, then ``advertise`` lists
-its channels (again for each new one); the client sends ``subscribe`` with its own
-subscription ids; each message comes as a binary ``messageData`` frame, opcode 0x01, then
-the subscription id (u32), the log time (u64, ns) and the payload, little-endian. The
-foxglove-sdk server (0.30) names the protocol ``foxglove.sdk.v1`` in the WebSocket handshake,
-no longer ``foxglove.websocket.v1``: the client offers both. ``websockets`` does the framing.
+The client (onboard.testing.foxglove_client) is written from the protocol's public
+specification: serverInfo, advertise, subscribe with its own ids, binary message data (opcode
+0x01, u32 subscription id, u64 log time in ns, payload); the SDK's server names the protocol
+``foxglove.sdk.v1`` in the handshake, no longer ``foxglove.websocket.v1``.
 
 A code step (camera frames sent to the bots) run by ``onboard up`` in process against the
 stand-in on loopback, with the test's own recorder subscribers around the view's: one stamps
@@ -25,13 +22,9 @@ import contextlib
 import functools
 import hashlib
 import json
-import re
-import struct
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +32,7 @@ import pytest
 from mcap.reader import make_reader
 from test_cli import robot_copy
 from websockets.exceptions import ConnectionClosed, WebSocketException
-from websockets.sync.client import ClientConnection, connect
-from websockets.typing import Subprotocol
+from websockets.sync.client import connect
 
 from onboard.base.dropqueue import DropOldestQueue
 from onboard.base.errors import UsageError
@@ -49,9 +41,8 @@ from onboard.loop.channels import FOXGLOVE_CHANNELS, record_topic
 from onboard.loop.live import LiveView
 from onboard.loop.mcapfile import export_mcap
 from onboard.loop.recorder import Published, Recorder, read_recording, subscribe_every
+from onboard.testing.foxglove_client import SUBPROTOCOLS, Received, SpecClient
 
-SUBPROTOCOLS = [Subprotocol("foxglove.sdk.v1"), Subprotocol("foxglove.websocket.v1")]
-MESSAGE_DATA = 0x01
 #: a failure guard only: every wait below ends on the event it waits for
 GUARD = 30.0
 
@@ -65,97 +56,6 @@ goal = "I'm hungry."
 scene = "hungry"
 timeout = 300
 """
-
-
-@dataclass(frozen=True)
-class Received:
-    topic: str
-    subscription: int
-    ns: int
-    data: bytes
-    #: time.monotonic() when the frame was read
-    at: float
-
-
-class SpecClient:
-    """A Foxglove WebSocket client from the spec: it subscribes to every channel advertised
-    and keeps every message, read on its own thread."""
-
-    def __init__(self, url: str) -> None:
-        self._connection = contextlib.ExitStack()
-        self.ws: ClientConnection = self._connection.enter_context(
-            connect(url, subprotocols=SUBPROTOCOLS, max_size=None)
-        )
-        self.server_info = json.loads(self.ws.recv(timeout=GUARD))
-        #: each channel as advertised, by its id; the ids of the first advertise
-        self.channels: dict[int, dict[str, Any]] = {}
-        self.first_advertised: set[str] = set()
-        self.subscriptions: dict[int, int] = {}  # subscription id -> channel id
-        self.received: list[Received] = []
-        self.statuses: list[dict[str, Any]] = []
-        #: subscriptions the server refused for a channel it had just advertised
-        self.refused = 0
-        self._changed = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        with contextlib.suppress(ConnectionClosed):  # the server stopped: what came stays
-            self._frames()
-
-    def _frames(self) -> None:
-        for frame in self.ws:
-            at = time.monotonic()
-            if isinstance(frame, str):
-                message = json.loads(frame)
-                if message["op"] == "advertise":
-                    self._advertised(message["channels"])
-                elif message["op"] == "status":
-                    self.statuses.append(message)
-                    self._refused(message["message"])
-            elif frame[0] == MESSAGE_DATA:
-                subscription, ns = struct.unpack_from("<IQ", frame, 1)
-                topic = self.channels[self.subscriptions[subscription]]["topic"]
-                with self._changed:
-                    self.received.append(Received(topic, subscription, ns, frame[13:], at))
-            with self._changed:
-                self._changed.notify_all()
-
-    def _advertised(self, channels: list[dict[str, Any]]) -> None:
-        subscribe = []
-        for channel in channels:
-            if not self.channels:
-                self.first_advertised.update(c["topic"] for c in channels)
-            self.channels[channel["id"]] = channel
-            subscription = 100 + len(self.subscriptions)  # the client's own ids
-            self.subscriptions[subscription] = channel["id"]
-            subscribe.append({"id": subscription, "channelId": channel["id"]})
-        self.ws.send(json.dumps({"op": "subscribe", "subscriptions": subscribe}))
-
-    def _refused(self, status: str) -> None:
-        """The SDK's server sends an advertise before it can take a subscription to the
-        channel (foxglove-sdk 0.30.3, ConnectedClient::advertise_channels): a subscription
-        sent at once may come back as "Unknown channel ID: N". It is sent again."""
-        unknown = re.fullmatch(r"Unknown channel ID: (\d+)", status)
-        if unknown is None:
-            return
-        channel = int(unknown[1])
-        subscription = next(s for s, c in self.subscriptions.items() if c == channel)
-        self.refused += 1
-        again = {"id": subscription, "channelId": channel}
-        self.ws.send(json.dumps({"op": "subscribe", "subscriptions": [again]}))
-
-    def wait(self, done: Callable[[], bool]) -> bool:
-        with self._changed:
-            return self._changed.wait_for(done, GUARD)
-
-    def on(self, topic: str) -> list[Received]:
-        with self._changed:
-            return [r for r in self.received if r.topic == topic]
-
-    def close(self) -> None:
-        self._connection.close()
-        self._reader.join(GUARD)
 
 
 def until(done: Callable[[], bool]) -> bool:
