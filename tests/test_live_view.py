@@ -22,6 +22,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 from websockets.sync.client import connect
 
 from onboard.base.dropqueue import DropOldestQueue
-from onboard.base.errors import UsageError
+from onboard.base.errors import MissingExtraError, UsageError
 from onboard.cli.main import main
 from onboard.loop.channels import FOXGLOVE_CHANNELS, record_topic
 from onboard.loop.live import LiveView
@@ -276,7 +277,7 @@ def test_up_foxglove_serves_on_loopback_while_it_runs(
     # returns) closed before a first message
     with (
         pytest.raises((OSError, WebSocketException)),
-        connect(line.rpartition(" ")[2], subprotocols=SUBPROTOCOLS, open_timeout=5) as ws,
+        connect(line.rpartition(" ")[2], subprotocols=SUBPROTOCOLS, open_timeout=2) as ws,
     ):
         ws.recv(timeout=GUARD)
 
@@ -289,3 +290,14 @@ def test_a_foxglove_port_in_use_is_one_line() -> None:
         with pytest.raises(UsageError, match=rf"^--foxglove: cannot listen on 127\.0\.0\.1:"
                            rf"{port}: the port is in use"):  # fmt: skip
             LiveView(port)
+
+
+def test_without_foxglove_sdk_up_foxglove_is_one_line_naming_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "foxglove", None)  # makes the import fail
+    with pytest.raises(MissingExtraError, match=r"pip install 'onboard\[live\]'"):
+        LiveView(0)
+    code = main(["--robot", str(robot_copy(tmp_path)), "up", "--check", "--foxglove", "0"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "the live extra" in err, err
