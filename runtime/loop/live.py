@@ -31,7 +31,7 @@ from onboard.loop.channels import (
     ChannelSpec,
     RecordChannels,
 )
-from onboard.loop.recorder import Published
+from onboard.loop.recorder import Published, Subscriber
 
 if TYPE_CHECKING:
     import foxglove
@@ -94,7 +94,7 @@ class LiveView:
         """Records dropped because the worker fell behind the recordings."""
         return self._queue.dropped
 
-    def episode(self) -> _Feed:
+    def episode(self) -> Subscriber:
         """A subscriber for one more recording (``subscribe_every(view.episode)``): each
         recording needs its own, as a frame waits for its bytes within its recording."""
         return _Feed(self._queue, RecordChannels())
