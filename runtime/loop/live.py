@@ -77,6 +77,7 @@ class LiveView:
             self._channel(spec)
         self._queue: DropOldestQueue[tuple[RecordChannels, Published]] = DropOldestQueue(queue)
         self._warned = False
+        self._stopped = False
         self._worker = threading.Thread(target=self._run, name="onboard-live-view", daemon=True)
         self._worker.start()
 
@@ -144,7 +145,10 @@ class LiveView:
 
         The SDK's ``stop`` waits for every client's connection to close, and a client that
         stopped reading holds it until its own keepalive gives up (tens of seconds): past
-        ``timeout`` the server is left to finish stopping on a daemon thread."""
+        ``timeout`` the server is left to finish stopping on a daemon thread. Once only."""
+        if self._stopped:
+            return
+        self._stopped = True
         self._queue.close()
         self._worker.join(timeout)
         stopping = threading.Thread(target=self._server.stop, name="onboard-live-stop",
