@@ -12,6 +12,7 @@ and docs/commands.md repeats.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import traceback
@@ -353,6 +354,8 @@ def _parser() -> argparse.ArgumentParser:
                    "(0: every step succeeded, 1: one failed), not when stopped")  # fmt: skip
     p.add_argument("--metrics", type=int, metavar="PORT", help="serve Prometheus metrics of "
                    "each episode at http://127.0.0.1:PORT/metrics (the metrics extra)")  # fmt: skip
+    p.add_argument("--foxglove", type=int, metavar="PORT", help="serve each episode live to "
+                   "Foxglove at ws://127.0.0.1:PORT (the live extra)")  # fmt: skip
     p.add_argument("--status", action="store_true", help="print the state's missions and "
                    "steps (queue, verdicts, recordings), then exit; nothing moves")  # fmt: skip
     p.set_defaults(func=_up)
@@ -564,22 +567,26 @@ def _standin(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
+    from onboard.loop.recorder import subscribe_every
     from onboard.service.up import up_command
 
-    if args.metrics is None:
-        return up_command(_robot(args), _robot_path(args), args)
-    from onboard.loop.metrics import RecordMetrics, serve
-    from onboard.loop.recorder import subscribe_every
+    with contextlib.ExitStack() as watched:
+        if args.metrics is not None:
+            from onboard.loop.metrics import RecordMetrics, serve
 
-    metrics = RecordMetrics()
-    server = serve(metrics.registry, args.metrics)
-    print(f"onboard: metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
-    try:
-        with subscribe_every(metrics.episode):
-            return up_command(_robot(args), _robot_path(args), args)
-    finally:
-        server.shutdown()
-        server.server_close()
+            metrics = RecordMetrics()
+            server = serve(metrics.registry, args.metrics)
+            watched.callback(server.server_close)
+            watched.callback(server.shutdown)
+            print(f"onboard: metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
+            watched.enter_context(subscribe_every(metrics.episode))
+        if args.foxglove is not None:
+            from onboard.loop.live import LiveView
+
+            live = watched.enter_context(LiveView(args.foxglove))
+            print(f"onboard: Foxglove live view on {live.url}", flush=True)
+            watched.enter_context(subscribe_every(live.episode))
+        return up_command(_robot(args), _robot_path(args), args)
 
 
 def _init(args: argparse.Namespace) -> int:

@@ -10,6 +10,9 @@ An onboard MCAP file holds the recording twice over, once to give back and once 
   (``<sha256>.<ext>``, with its media type), written once;
 - what Foxglove draws (runtime/loop/foxglove.py): ``/camera``, ``/detections``, ``/tf``.
 
+The channels are runtime/loop/channels.py's table, which the live view (runtime/loop/live.py)
+serves too.
+
 So JSON lines -> MCAP -> JSON lines gives the same bytes, the images folder included
 (:func:`export_mcap`, :func:`export_jsonl`; ``onboard export``). A recording made as MCAP
 (``--record x.mcap``) is written unchunked and flushed per record, as JSON lines are: a crash
@@ -30,7 +33,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from onboard.base.errors import MissingExtraError, RecordingError
-from onboard.loop.foxglove import SCHEMAS, TOPICS, Projector, wall_ns
+from onboard.loop.channels import MESSAGE_ENCODING, SCHEMA_ENCODING, ChannelSpec, RecordChannels
+from onboard.loop.foxglove import wall_ns
 from onboard.loop.recorder import Published, is_mcap, load_image
 from onboard.loop.recording import IMAGE_REF, Image, image_file, images_dir
 
@@ -53,23 +57,6 @@ def _writer_class() -> type[Writer]:
     return Writer
 
 
-def _kind_schema(kind: str) -> dict[str, Any]:
-    return {
-        "title": f"onboard.{kind}",
-        "description": f"an onboard {kind!r} record (docs/recordings.md); the fields after "
-        "seq, t, wall and kind are the kind's own",
-        "type": "object",
-        "properties": {
-            "seq": {"type": "integer", "minimum": 0},
-            "t": {"type": ["number", "null"], "description": "the episode clock's time, s"},
-            "wall": {"type": "number", "description": "seconds since the epoch"},
-            "kind": {"const": kind},
-        },
-        "required": ["seq", "t", "wall", "kind"],
-        "additionalProperties": True,
-    }
-
-
 class McapWriter:
     """Writes records to an MCAP stream: a recorder subscriber (``writer(published)``)."""
 
@@ -79,9 +66,9 @@ class McapWriter:
         self._writer = _writer_class()(stream, use_chunking=chunked)
         self._writer.start(profile="", library="onboard")
         self._writer.add_metadata(METADATA, {"format": "json lines, one record per message"})
-        self._channels: dict[str, int] = {}
+        self._channels: dict[ChannelSpec, int] = {}
         self._attached: set[str] = set()
-        self._projector = Projector()
+        self._messages = RecordChannels()
         self._lines = 0
         self._finished = False
         stream.flush()
@@ -116,23 +103,18 @@ class McapWriter:
             if name not in self._attached:
                 self._attached.add(name)
                 self._writer.add_attachment(ns, ns, name, image.media_type, image.data)
-        kind = str(record.get("kind", ""))
-        channel = self._channel(f"/onboard/{kind}", f"onboard.{kind}", _kind_schema(kind),
-                                {"onboard.kind": kind})  # fmt: skip
-        self._writer.add_message(channel, ns, line.encode("utf-8"), ns, self._lines)
-        triples = [(i.sha256, i.media_type, i.data) for i in images]
-        for name, at, message in self._projector.feed(record, triples):
-            data = json.dumps(message, separators=(",", ":")).encode("utf-8")
-            foxglove = self._channel(TOPICS[name], name, SCHEMAS[name], {})
-            self._writer.add_message(foxglove, at, data, at, self._lines)
+        for message in self._messages.messages(line, record, images):
+            channel = self._channel(message.channel)
+            self._writer.add_message(channel, message.ns, message.data, message.ns, self._lines)
         self._lines += 1
 
-    def _channel(self, topic: str, name: str, schema: dict[str, Any], meta: dict[str, str]) -> int:
-        if topic not in self._channels:
-            data = json.dumps(schema).encode("utf-8")
-            schema_id = self._writer.register_schema(name, "jsonschema", data)
-            self._channels[topic] = self._writer.register_channel(topic, "json", schema_id, meta)
-        return self._channels[topic]
+    def _channel(self, spec: ChannelSpec) -> int:
+        if spec not in self._channels:
+            schema_id = self._writer.register_schema(spec.schema_name, SCHEMA_ENCODING, spec.schema)
+            self._channels[spec] = self._writer.register_channel(
+                spec.topic, MESSAGE_ENCODING, schema_id, dict(spec.metadata)
+            )
+        return self._channels[spec]
 
     def sync(self) -> None:
         self._stream.flush()
