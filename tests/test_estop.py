@@ -386,12 +386,23 @@ def test_the_operator_page_shows_a_change_within_a_second_and_its_button_stops_t
     print(f"operator page screenshot: {shot}")
 
 
+#: the page's canvas holds a picture: many sampled pixels differ from its grey background
+PAINTED = """() => {
+  const c = document.getElementById('frame');
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let n = 0;
+  for (let i = 0; i < d.length; i += 4 * 97) if (d[i] !== 0x33 || d[i + 1] !== 0x33) n++;
+  return n > 200;
+}"""
+
+
 def test_the_operator_page_shows_the_steps_state_prompt_reply_scores_and_detections(
     tmp_path: Path,
 ) -> None:
     """A tidy step on the twin (the stand-in LLM, the virtual clock) queued through the
     service; the page then shows its mission, state, last prompt and reply, its checks'
-    scores and the last look's detections, read from its recording. A second screenshot."""
+    scores and the last look's detections, read from its recording, over the camera's last
+    frame. A second screenshot."""
     assert CHROMIUM, "Debian's chromium is needed (tools/system-packages.sh installs it)"
     from playwright.sync_api import sync_playwright
 
@@ -426,6 +437,11 @@ def test_the_operator_page_shows_the_steps_state_prompt_reply_scores_and_detecti
                     assert (page.text_content("#reply") or "–") != "–"
                     assert page.locator("#scores tr").count() > 1  # a header, then scores
                     assert "block" in (page.text_content("#detections") or "")
+                    # the camera's last look, drawn under its boxes: not the bare background
+                    page.wait_for_function(PAINTED, timeout=WAIT * 1000)
+                    shown = httpx.get(url + "/api/frame", timeout=WAIT)
+                    assert shown.headers["content-type"] == "image/jpeg"
+                    assert shown.content[:2] == b"\xff\xd8" and len(shown.content) > 5_000
                     page.wait_for_function(
                         "document.querySelectorAll('#episodes tr').length > 1", timeout=WAIT * 1000
                     )

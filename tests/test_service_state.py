@@ -111,7 +111,7 @@ def test_a_step_a_crash_cut_short_is_interrupted_and_run_again_as_its_mission_sa
         "run 1: greet done",
         f"  hello #1: interrupted, interrupted  {recording.name}",
     ]
-    assert shown[3].startswith("  hello #2: finished, success  greet-hello-2-")
+    assert shown[3].startswith("  hello #2: finished, success  greet-1-hello-2-")
     # a start after a clean stop queues the mission files again
     assert main(["--robot", str(robot), *UP, "--mission", str(mission)]) == 0
     events = _events(capsys.readouterr().out)

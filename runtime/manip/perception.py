@@ -8,6 +8,7 @@ from onboard.drivers.camera.base import Camera
 from onboard.llm.content import png_bytes
 from onboard.manip.observation import SceneObservation
 from onboard.perception.detector import Detector
+from onboard.perception.latest import LATEST
 from onboard.perception.scene_observer import SceneObserver
 
 __all__ = ["ScenePerception"]
@@ -39,9 +40,12 @@ class ScenePerception:
         """A look; a frame too dark or too blurred to trust (runtime/perception/view.py) is
         taken once more before the look says so (the loop sees the second)."""
         frame = self.camera.read()
-        scene = self.observer.observe(self.detector.detect(frame.color), frame)
+        detections = self.detector.detect(frame.color)
+        scene = self.observer.observe(detections, frame)
         if scene.view is not None:
             frame = self.camera.read()
-            scene = self.observer.observe(self.detector.detect(frame.color), frame)
+            detections = self.detector.detect(frame.color)
+            scene = self.observer.observe(detections, frame)
+        LATEST.offer(frame.color, detections)
         png = png_bytes(frame.color) if self.images else None
         return SceneObservation(self.now(), scene, self.holding(), frame.index, png)

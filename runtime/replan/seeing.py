@@ -17,6 +17,7 @@ import numpy.typing as npt
 from onboard.base.errors import CameraError
 from onboard.drivers.camera.base import Camera, Frame
 from onboard.perception.detector import Detection, Detector
+from onboard.perception.latest import LATEST
 from onboard.perception.pose import HandEye, centre_region, locate
 from onboard.perception.scene_observer import SceneObserver
 from onboard.replan.tracking import Point, Seen, Tracker
@@ -82,6 +83,7 @@ class Eyes:
         frame = self.camera.read()
         time = self.now()
         detections = self.detector.detect(frame.color)
+        LATEST.offer(frame.color, detections)
         parts = [d for d in detections if d.label in PARTS]
         scene = self.observer.observe([d for d in detections if d.label not in PARTS], frame)
         labels = [o.label for o in scene.objects]

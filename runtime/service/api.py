@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onboard.base.errors import ConfigError, OnboardError, Problem
-from onboard.loop.paths import safe_name
+from onboard.perception.latest import LATEST
 from onboard.service.heartbeat import Heartbeats
 from onboard.service.mission import check_mission, mission_files
 from onboard.service.settings import ServiceConfig, is_loopback
@@ -97,6 +97,15 @@ def make_app(service: "Service", token: str | None, beats: Heartbeats | None = N
     def status() -> dict[str, Any]:
         return status_of(service, beats)
 
+    @app.get("/api/frame")
+    def frame() -> Response:
+        latest = LATEST.jpeg()
+        if latest is None:
+            raise HTTPException(404, "no look yet")
+        index, jpeg = latest
+        headers = {"X-Onboard-Look": str(index), "Cache-Control": "no-store"}
+        return Response(jpeg, media_type="image/jpeg", headers=headers)
+
     @app.get("/api/episodes")
     def episodes(limit: int = 20) -> list[dict[str, Any]]:
         return list(reversed(list(service.recent)))[: max(0, limit)]
@@ -161,7 +170,7 @@ def status_of(service: "Service", beats: Heartbeats | None) -> dict[str, Any]:
     current = dict(service.current) if service.current else None
     path = None
     if current is not None and service._in_step:
-        path = _recording(service, current)
+        path = _recording(current)
     elif service.recent and service.recent[-1]["recording"]:  # the last step's, once ended
         path = Path(service.recent[-1]["recording"])
     view = episode_view(path) if path is not None and path.is_file() else None
@@ -173,6 +182,7 @@ def status_of(service: "Service", beats: Heartbeats | None) -> dict[str, Any]:
         "in_step": service._in_step,
         "paused": service.paused,
         "operator": _waiting(service),
+        "look": LATEST.about(),
         "queue": service.queued(),
         "estop": service.estop.status(),
         "heartbeats": beats.status() if beats is not None else None,
@@ -191,14 +201,10 @@ def _waiting(service: "Service") -> dict[str, Any] | None:
             "attempt": attempt, "why": why, "decisions": ["retry", "skip", "abort"]}  # fmt: skip
 
 
-def _recording(service: "Service", current: dict[str, Any]) -> Path | None:
-    """The running step's recording (steps.py names it MISSION-STEP-ATTEMPT-STAMP.jsonl)."""
-    prefix = f"{safe_name(current['mission'])}-{safe_name(current['step'])}-{current['attempt']}-"
-    folder = service.robot.recordings_dir
-    found = [
-        p for p in folder.glob(prefix + "*.jsonl") if p.stat().st_mtime >= current["started"] - 1
-    ]
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+def _recording(current: dict[str, Any]) -> Path | None:
+    """The running step's recording, once its episode has begun writing it."""
+    path = Path(current["recording"]) if current.get("recording") else None
+    return path if path is not None and path.exists() else None
 
 
 def episode_view(path: Path) -> dict[str, Any]:

@@ -347,7 +347,8 @@ class Service:
             self.log.event("step_held", mission=run.name, run=run.id, step=step.name, why=why)
             self._held = lambda: self._step(run, index, attempt)
             return
-        record = recording_path(self.robot, run.name, step, attempt)
+        record = recording_path(self.robot, run.name, step, attempt, run.id)
+        self.current["recording"] = str(record)
         attempt_id = self.store.step_started(run, index, attempt, record)
         self.log.event("step_start", mission=run.name, run=run.id, step=step.name,
                        skill=step.skill, attempt=attempt, **step.parameters())  # fmt: skip

@@ -43,13 +43,19 @@ class StepResult:
         return self.verdict == "success"
 
 
-def recording_path(robot: RobotConfig, mission: str, step: Step, attempt: int) -> Path:
-    """Where the attempt's episode records: ``MISSION-STEP-ATTEMPT-STAMP.jsonl`` in the
-    recordings folder (made if missing), with ``-2``, ``-3``... if that file exists."""
+def recording_path(
+    robot: RobotConfig, mission: str, step: Step, attempt: int, run: int | None = None
+) -> Path:
+    """Where the attempt's episode records: ``MISSION-RUN-STEP-ATTEMPT-STAMP.jsonl`` in the
+    recordings folder (made if missing), with ``-2``, ``-3``... if that file exists. ``run``
+    is the mission run's id in the service's state: with it a name is never given twice, even
+    to a file the recordings quota has since deleted (a repeating mission makes many runs of
+    one step a second)."""
     folder = robot.recordings_dir
     folder.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = f"{safe_name(mission)}-{safe_name(step.name)}-{attempt}-{stamp}"
+    which = "" if run is None else f"{run}-"
+    base = f"{safe_name(mission)}-{which}{safe_name(step.name)}-{attempt}-{stamp}"
     name, n = f"{base}.jsonl", 1
     while (folder / name).exists():
         n += 1
