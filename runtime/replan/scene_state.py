@@ -15,6 +15,10 @@ would, so its form is fixed here and tested::
     - yellow block at (0.420, 0.200, 0.060), on the red block
     - apple at (0.550, -0.300, 0.060), in the box
     The gripper holds: nothing.
+
+then, when the look cannot tell everything (runtime/perception/unknown.py), one line each::
+
+    Not sure: the camera cannot tell all of what is in the box.
 """
 
 from __future__ import annotations
