@@ -264,7 +264,7 @@ class SceneObserver:
         labels = [o.label for o in objects]
         found = faint([(_words(d.label), d.score) for d in dim], labels, threshold)
         loose = [(o.name, o.position, o.size) for o in objects if o.label not in _CONTAINERS]
-        found += stacks(loose, self.table)
+        found += stacks(loose, self.table, {o.name for o in objects if o.related("on")})
         found += [inside(o.name) for o in objects if o.label in _CONTAINERS]
         return found
 

@@ -17,7 +17,7 @@ the robot looks again and then says it could not verify: never success, never "n
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -77,9 +77,14 @@ def faint(labels: Sequence[tuple[str, float]], seen: Sequence[str], conf: float)
 Vec = npt.NDArray[np.float64]
 
 
-def stacks(objects: Sequence[tuple[str, Vec, float]], table: float | None = None) -> list[Unknown]:
+def stacks(
+    objects: Sequence[tuple[str, Vec, float]],
+    table: float | None = None,
+    supported: Collection[str] = (),
+) -> list[Unknown]:
     """Unsure stacks among ``objects`` ((name, centre (x, y, z) with z up, width)): two at one
-    place, or, with ``table`` (its height), one resting raised with nothing seen under it."""
+    place, or, with ``table`` (its height), one resting raised with nothing seen under it
+    (``supported``: those seen resting on something, a container or a belt)."""
     found: list[Unknown] = []
     done: set[str] = set()
     for i, (a, pa, sa) in enumerate(objects):
@@ -95,7 +100,7 @@ def stacks(objects: Sequence[tuple[str, Vec, float]], table: float | None = None
     if table is None:
         return found
     for name, p, size in objects:
-        if name in done or float(p[2]) - table < RAISED * size:
+        if name in done or name in supported or float(p[2]) - table < RAISED * size:
             continue
         below = [o for o, q, _ in objects if o != name and np.hypot(*(q[:2] - p[:2])) < size
                  and float(q[2]) < float(p[2])]  # fmt: skip

@@ -120,7 +120,8 @@ def _unknown(look: Look, objects: list[ObjectState], held: str | None) -> list[U
     found = faint(list(look.faint), [o.kind for o in objects], look.threshold)
     loose = [(o.name, np.array(o.position), o.size[0] if o.size else 0.04) for o in objects
              if o.kind not in CONTAINERS and o.name != held]  # fmt: skip
-    found += stacks(loose, table=0.0)
+    resting = {o.name for o in objects if o.inside is not None or o.on not in (None, "table")}
+    found += stacks(loose, table=0.0, supported=resting)
     for o in objects:
         if o.kind == "box":
             found.append(inside(o.name))
