@@ -54,7 +54,8 @@ EDGE = (2.0, 98.0)
 CONVEYOR_EXTENT = (0.8, 0.2, 0.05)
 #: metres a footprint is widened by: what stands at its rim is in it
 RIM = 0.01
-#: metres a drawer must stand open for the camera to see what is in it
+#: metres a drawer must stand open, as measured (runtime/replan/drawer.py: it reads 1-2 cm
+#: short at a few cm open), for the camera to see what is in it
 OPEN = 0.05
 
 
