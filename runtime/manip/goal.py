@@ -49,6 +49,7 @@ from onboard.loop.skill import Skill
 from onboard.manip.observation import SceneObservation
 from onboard.manip.resolve import ObjectResolver
 from onboard.manip.verify import HANDED, Effect, Geometry
+from onboard.perception.unknown import why_unknown
 
 __all__ = [
     "GOAL_PROMPT",
@@ -287,8 +288,9 @@ class SceneGoal:
         raised = any(
             float(o.position[2]) > table + float(o.size) and seen.holding != o.name
             for o in seen.scene.objects
-        )
-        return [k for k in self.known if k not in seen.names()] if raised else []
+        )  # or the look says something may hide it (runtime/perception/unknown.py)
+        hiding = raised or bool(seen.scene.unknown)
+        return [k for k in self.known if k not in seen.names()] if hiding else []
 
     def _not_there(self, phrase: str, names: list[str], regions: list[str]) -> str:
         seen, places = ", ".join(sorted(names)) or "nothing", ", ".join(regions)
@@ -371,6 +373,35 @@ class SceneGoal:
             return Verdict(False, "not yet: " + "; ".join(missing), 0.0)
         return Verdict(True, score=1.0)
 
+    def unknown(self, observation: Observation) -> str | None:
+        """Why what the goal needs cannot be told from ``observation``, or None: the view
+        cannot be trusted, or a relation that does not hold names an object not seen that may
+        be hidden (runtime/perception/unknown.py), or one in an unsure stack (on, off); a
+        judged goal: an object of the first look not seen now may be hidden."""
+        if not isinstance(observation, SceneObservation):
+            return None
+        scene = observation.scene
+        if scene.view is not None:
+            return f"the view is {scene.view}"
+        regions = self.geometry.scene.regions
+        if self.judged or self.goal is None:
+            first = self.first
+            if first is None:
+                return None
+            gone = [o.name for o in first.scene.objects if observation.find(o.name) is None]
+            missing = [n for n in gone if observation.holding != n]
+            return why_unknown(None, scene.unknown, missing, [], "in") if missing else None
+        for r in self.goal.relations:
+            if self._holds(r, observation):
+                continue
+            names = [n for n in (r.subject, r.other) if n is not None and n not in regions]
+            seen = [n for n in names
+                    if observation.find(n) is not None or observation.holding == n]  # fmt: skip
+            why = why_unknown(None, scene.unknown, names, seen, r.kind)
+            if why is not None:
+                return why
+        return None
+
     def _holds(self, r: Relation, seen: SceneObservation) -> bool:
         held = seen.holding == r.subject
         if r.kind == "held":
@@ -408,10 +439,10 @@ class GoalCheck:
     def check(self, steps: Sequence[Step], observation: Observation) -> Verdict:
         if not any(step.action == self.skill.end for step in steps):
             return Verdict(True)
-        view = observation.scene.view if isinstance(observation, SceneObservation) else None
-        if view is not None:  # what it does not show is unknown: never met, nor missing
-            return Verdict(False, f"goal not verified: could not see: the view is {view}", 0.0,
-                           final=True)  # fmt: skip
+        unknown = self.goal.unknown(observation)
+        if unknown is not None:  # what the look cannot tell: never met, nor missing
+            return Verdict(False, f"goal not verified: could not see: {unknown} (looked at twice)",
+                           0.0, final=True)  # fmt: skip
         if self.goal.judged:
             first = self.goal.first
             if first is not None and not _changes(first, observation, moved_only=True):

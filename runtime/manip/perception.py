@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from onboard.drivers.camera.base import Camera
+from onboard.drivers.camera.base import Camera, Frame
 from onboard.llm.content import png_bytes
 from onboard.manip.observation import SceneObservation
 from onboard.perception.detector import Detector
 from onboard.perception.latest import LATEST
-from onboard.perception.scene_observer import SceneObserver
+from onboard.perception.scene_observer import SceneObserver, SceneState
+from onboard.perception.unknown import FAINT
 
 __all__ = ["ScenePerception"]
 
@@ -37,15 +38,19 @@ class ScenePerception:
         self.images = images
 
     def look(self) -> SceneObservation:
-        """A look; a frame too dark or too blurred to trust (runtime/perception/view.py) is
-        taken once more before the look says so (the loop sees the second)."""
-        frame = self.camera.read()
-        detections = self.detector.detect(frame.color)
-        scene = self.observer.observe(detections, frame)
-        if scene.view is not None:
-            frame = self.camera.read()
-            detections = self.detector.detect(frame.color)
-            scene = self.observer.observe(detections, frame)
-        LATEST.offer(frame.color, detections)
+        """A look; one that cannot tell everything (a frame too dark or too blurred to trust:
+        runtime/perception/view.py; a faint box, an unsure stack, a container:
+        runtime/perception/unknown.py) is taken once more before the look says so (the loop
+        sees the second). The skill's arm moves only by its steps: the second look is from
+        the same pose."""
+        frame, scene = self._look()
+        if scene.view is not None or scene.unknown:
+            frame, scene = self._look()
         png = png_bytes(frame.color) if self.images else None
         return SceneObservation(self.now(), scene, self.holding(), frame.index, png)
+
+    def _look(self) -> tuple[Frame, SceneState]:
+        frame = self.camera.read()
+        found, dim = self.detector.detect_faint(frame.color, FAINT)
+        LATEST.offer(frame.color, found)
+        return frame, self.observer.observe(found, frame, dim, self.detector.conf)

@@ -147,10 +147,11 @@ def run_scene_episode(
         arm.home()
         if twin is not None:
             keep_time(clock, twin, virtual)
+        table = None if skill.scene is None else skill.scene.table
         perception = ScenePerception(
             found.camera,
             detector,
-            SceneObserver(hand_eye, sides="base"),
+            SceneObserver(hand_eye, sides="base", table=table),
             clock.now,
             holding=lambda: arm.holding,
             images=skill.prompt.images,

@@ -484,9 +484,12 @@ class Detector:
             raise self._layout_error(f"the output has shape {list(out.shape)}")
         return out
 
-    def postprocess(self, output: FloatArray, box: Letterbox) -> list[Detection]:
-        """Decode, NMS and map the boxes back to the original image."""
-        boxes, scores, class_ids = decode(output, self.conf)
+    def postprocess(
+        self, output: FloatArray, box: Letterbox, conf: float | None = None
+    ) -> list[Detection]:
+        """Decode (down to ``conf``, else the detector's threshold), NMS and map the boxes
+        back to the original image."""
+        boxes, scores, class_ids = decode(output, self.conf if conf is None else conf)
         kept = nms(boxes, scores, class_ids, self.iou, self.max_det)
         mapped = box.to_source(boxes[kept])
         return [
@@ -498,6 +501,15 @@ class Detector:
         """Objects in one (H, W, 3) uint8 RGB image, best score first."""
         tensor, box = self.preprocess(image)
         return self.postprocess(self.infer(tensor), box)
+
+    def detect_faint(
+        self, image: ImageArray, floor: float
+    ) -> tuple[list[Detection], list[Detection]]:
+        """The objects (as :meth:`detect` finds them) and the boxes scored from ``floor`` up
+        to the threshold that no better box of their class overlaps (NMS over both)."""
+        tensor, box = self.preprocess(image)
+        found = self.postprocess(self.infer(tensor), box, min(floor, self.conf))
+        return [d for d in found if d.score >= self.conf], [d for d in found if d.score < self.conf]
 
     __call__ = detect
 

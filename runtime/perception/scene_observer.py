@@ -26,6 +26,7 @@ import numpy.typing as npt
 from onboard.base.errors import CameraError
 from onboard.drivers.camera.base import Frame
 from onboard.perception.pose import Box, HandEye, Located, locate
+from onboard.perception.unknown import Unknown, faint, inside, stacks
 from onboard.perception.view import view_problem
 
 if TYPE_CHECKING:
@@ -110,6 +111,9 @@ class SceneState:
     #: why the frame cannot be trusted ("too dark (...)", runtime/perception/view.py), or
     #: None: what such a view does not show is unknown, not absent
     view: str | None = None
+    #: what else the look cannot tell (runtime/perception/unknown.py): an object not seen
+    #: that one of these may hide is unknown, not absent
+    unknown: tuple[Unknown, ...] = ()
 
     def get(self, name: str) -> SeenObject:
         for obj in self.objects:
@@ -135,7 +139,7 @@ class SceneState:
         if self.view is not None:
             unsure = f"The view is {self.view}: what is not seen may be there."
             return unsure if not self.objects else f"{unsure}\n{self._lines()}"
-        if not self.objects and not self.unlocated:
+        if not self.objects and not self.unlocated and not self.unknown:
             return "No objects are seen."
         return self._lines()
 
@@ -145,6 +149,7 @@ class SceneState:
         lines += [
             f"{_article(label)} {label} (position unknown: no depth)" for label in self.unlocated
         ]
+        lines += [f"Not sure: {u.why}." for u in self.unknown]
         return "\n".join(lines)
 
     def _line(self, obj: SeenObject, counts: Counter[str]) -> str:
@@ -163,6 +168,7 @@ class SceneState:
             "objects": [obj.to_record() for obj in self.objects],
             "unlocated": list(self.unlocated),
             **({"view": self.view} if self.view is not None else {}),
+            **({"unknown": [u.to_record() for u in self.unknown]} if self.unknown else {}),
         }
 
     @classmethod
@@ -173,6 +179,7 @@ class SceneState:
             unlocated=tuple(str(x) for x in record.get("unlocated", [])),
             frame="camera" if frame == "camera" else "base",
             view=None if record.get("view") is None else str(record["view"]),
+            unknown=tuple(Unknown.from_record(u) for u in record.get("unknown", [])),
         )
 
 
@@ -196,9 +203,10 @@ class SceneObserver:
     ``near``: the largest gap (m) between two objects' surfaces that counts as near;
     ``min_score``: detections below it are ignored; ``centre``: the fraction of each box whose
     median depth places it; ``sides``: left and right as the camera sees them, or as the robot
-    does (base frame, +y left; needs the hand-eye). Positions are the visible surface at the box
-    centre pushed back by half the object's width along the viewing ray: an estimate of the
-    object's centre.
+    does (base frame, +y left; needs the hand-eye); ``table``: the table's height in the base
+    frame, which tells an object resting raised with nothing seen under it (an unsure stack).
+    Positions are the visible surface at the box centre pushed back by half the object's width
+    along the viewing ray: an estimate of the object's centre.
     """
 
     def __init__(
@@ -208,6 +216,7 @@ class SceneObserver:
         min_score: float = 0.0,
         centre: float = 0.5,
         sides: Literal["camera", "base"] = "camera",
+        table: float | None = None,
     ) -> None:
         if sides == "base" and hand_eye is None:
             raise ValueError('sides = "base" needs the hand-eye transform')
@@ -216,9 +225,18 @@ class SceneObserver:
         self.near = near
         self.min_score = min_score
         self.centre = centre
+        self.table = table
 
-    def observe(self, detections: Iterable[Detection], frame: Frame) -> SceneState:
-        """Locate each detection; labels read as words ("red_block" becomes "red block")."""
+    def observe(
+        self,
+        detections: Iterable[Detection],
+        frame: Frame,
+        faint: Sequence[Detection] = (),
+        threshold: float = 0.25,
+    ) -> SceneState:
+        """Locate each detection; labels read as words ("red_block" becomes "red block").
+        ``faint``: boxes the detector scored under its ``threshold`` (unknowns, never
+        objects)."""
         kept = [d for d in detections if d.score >= self.min_score]
         names = _names([_words(d.label) for d in kept])
         objects: list[SeenObject] = []
@@ -234,7 +252,21 @@ class SceneObserver:
         up = np.array([0.0, 0.0, 1.0]) if based else np.array([0.0, -1.0, 0.0])
         frame_name: Literal["base", "camera"] = "base" if based else "camera"
         related = relate(objects, up, self.near, self.sides)
-        return SceneState(related, tuple(unlocated), frame_name, view_problem(frame.color))
+        unknown = self._unknown(related, faint, threshold) if based else ()
+        view = view_problem(frame.color)
+        return SceneState(related, tuple(unlocated), frame_name, view, tuple(unknown))
+
+    def _unknown(
+        self, objects: Sequence[SeenObject], dim: Sequence[Detection], threshold: float
+    ) -> list[Unknown]:
+        """What this look cannot tell: faint classes, unsure stacks, containers (a drawer's
+        opening is not measured here: what is in one is unknown)."""
+        labels = [o.label for o in objects]
+        found = faint([(_words(d.label), d.score) for d in dim], labels, threshold)
+        loose = [(o.name, o.position, o.size) for o in objects if o.label not in _CONTAINERS]
+        found += stacks(loose, self.table, {o.name for o in objects if o.related("on")})
+        found += [inside(o.name) for o in objects if o.label in _CONTAINERS]
+        return found
 
     def _object(self, name: str, det: Detection, seen: Located) -> SeenObject:
         width = seen.size[0]
@@ -243,6 +275,10 @@ class SceneObserver:
         box = (float(det.box[0]), float(det.box[1]), float(det.box[2]), float(det.box[3]))
         label = _words(det.label)
         return SeenObject(name, label, float(det.score), box, position, camera, width)
+
+
+#: the classes (as words) of containers the camera cannot see all of the inside of
+_CONTAINERS = frozenset({"box", "drawer"})
 
 
 def _words(label: str) -> str:

@@ -34,7 +34,7 @@ from onboard.loop.kind import Observation, Step
 from onboard.replan import prompts
 from onboard.replan.allowlist import check as allowlist_check
 from onboard.replan.bots import Ask
-from onboard.replan.goal import CodeGoal
+from onboard.replan.goal import CodeGoal, hidden_since
 from onboard.replan.kind import RUN, CodeKind, CodeObservation, proposal_of
 from onboard.replan.names import API_NAMES
 from onboard.replan.sandbox import RunResult
@@ -263,9 +263,9 @@ class GoalVerify:
         if proposal_of(step) is None:
             return Verdict(True)
         last = _code_observation(after).state
-        if last.view is not None:  # what it does not show is unknown: never done, nor not done
-            why = f"could not verify: the view is {last.view}, looked at twice"
-            return refusal("goal", why, final=True)
+        unknown = self.goal.unknown(last)
+        if unknown is not None:  # what the look cannot tell: never done, nor not done
+            return refusal("goal", f"could not verify: {unknown}, looked at twice", final=True)
         if self.goal.judged:
             first = self.goal.first
             if first is not None and not changes(first, last):
@@ -302,6 +302,9 @@ class ExtraVerify:
         if self.goal is not None and not self.goal.judged:
             return Verdict(True, DECIDED)
         first, last = _code_observation(before), _code_observation(after)
+        unknown = hidden_since(first.state, last.state)
+        if unknown is not None:  # the Extra Bot would judge what the look cannot tell
+            return refusal("extra", f"could not verify: {unknown}, looked at twice", final=True)
         ended = self.runs.ended
         messages = prompts.extra_messages(
             self.instruction,

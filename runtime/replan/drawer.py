@@ -20,7 +20,7 @@ from onboard.manip.motions import Motions
 from onboard.replan.seeing import Look
 from onboard.replan.tracking import Point, Seen
 
-__all__ = ["DrawerMotions"]
+__all__ = ["DrawerMotions", "centre", "opening"]
 
 #: metres in front of the handle the tool lines up before it moves in
 STANDOFF = 0.12
@@ -73,32 +73,40 @@ class DrawerMotions:
         return handle[0] - out[0] * depth, handle[1] - out[1] * depth
 
     def centre(self, drawer: Seen, look: Look) -> Point:
-        """Where the cabinet's middle is, across the line its drawer slides on: the middle of
-        its top as the camera sees it (robust to a box the image's border cuts off, which
-        pulls the observer's estimate aside), else the observer's estimate."""
-        cabinet = _top_of(drawer, look)
-        if len(cabinet) == 0:
-            return drawer.position
-        x, y = (float(v) for v in np.median(cabinet[:, :2], axis=0))
-        return (x, y, drawer.position[2])
+        return centre(drawer, look)
 
     def opening(self, handle: Point, drawer: Seen, look: Look) -> float:
-        """How far the drawer stands open, as the camera sees it: from its front panel (behind
-        the handle) to the front edge of the cabinet's top."""
-        cabinet = _top_of(drawer, look)
-        if len(cabinet) == 0:
-            raise ArmError(f"no depth on {drawer.name}: cannot tell how far it is open")
-        centre = self.centre(drawer, look)
-        out = _outward(handle, centre)
-        c = np.asarray(centre[:2])
-        # the front edge straight behind the handle (a corner of the top, seen along a
-        # slightly skewed line, would stand further out)
-        rel = cabinet[:, :2] - np.asarray(handle[:2])
-        behind = cabinet[np.abs(rel[:, 0] * out[1] - rel[:, 1] * out[0]) <= FRONT_BAND]
-        edge = behind if len(behind) else cabinet
-        front = float(np.max((edge[:, :2] - c) @ out))
-        panel = float((np.asarray(handle[:2]) - c) @ out) - HANDLE_TO_PANEL
-        return max(0.0, panel - front - SHUT_MARGIN)
+        return opening(handle, drawer, look)
+
+
+def centre(drawer: Seen, look: Look) -> Point:
+    """Where the cabinet's middle is, across the line its drawer slides on: the middle of
+    its top as the camera sees it (robust to a box the image's border cuts off, which
+    pulls the observer's estimate aside), else the observer's estimate."""
+    cabinet = _top_of(drawer, look)
+    if len(cabinet) == 0:
+        return drawer.position
+    x, y = (float(v) for v in np.median(cabinet[:, :2], axis=0))
+    return (x, y, drawer.position[2])
+
+
+def opening(handle: Point, drawer: Seen, look: Look) -> float:
+    """How far the drawer stands open, as the camera sees it: from its front panel (behind
+    the handle) to the front edge of the cabinet's top."""
+    cabinet = _top_of(drawer, look)
+    if len(cabinet) == 0:
+        raise ArmError(f"no depth on {drawer.name}: cannot tell how far it is open")
+    middle = centre(drawer, look)
+    out = _outward(handle, middle)
+    c = np.asarray(middle[:2])
+    # the front edge straight behind the handle (a corner of the top, seen along a
+    # slightly skewed line, would stand further out)
+    rel = cabinet[:, :2] - np.asarray(handle[:2])
+    behind = cabinet[np.abs(rel[:, 0] * out[1] - rel[:, 1] * out[0]) <= FRONT_BAND]
+    edge = behind if len(behind) else cabinet
+    front = float(np.max((edge[:, :2] - c) @ out))
+    panel = float((np.asarray(handle[:2]) - c) @ out) - HANDLE_TO_PANEL
+    return max(0.0, panel - front - SHUT_MARGIN)
 
 
 def _top_of(drawer: Seen, look: Look) -> np.ndarray:

@@ -21,6 +21,7 @@ robot's time and reads the episode back as a :class:`CodeOutcome` (the tables' t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import time
@@ -34,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from onboard import bundled
+from onboard.base.errors import ArmError
 from onboard.config import RobotConfig
 from onboard.llm.content import encode_image
 from onboard.llm.types import ChatResult, Message
@@ -142,12 +144,23 @@ class RobotWorld:
         self._stopped = False
 
     def look(self) -> tuple[npt.NDArray[np.uint8] | None, SceneState]:
-        """A look; a frame too dark or too blurred to trust is taken once more before the
-        look says so (the loop sees the second)."""
+        """A look; one that cannot tell everything (a frame too dark or too blurred to trust,
+        a faint box, an unsure stack: runtime/perception/view.py, unknown.py; a box or a closed
+        drawer while something seen before is missing) is taken once more before the look
+        says so (the loop sees the second). With something missing, the gripper empty and the
+        arm free to move (not stopped after an early end), the arm goes to its home pose
+        first: it may have hidden what is missing (as ``RobotAPI`` looks again for a name it
+        lost)."""
         from onboard.replan.perceive import perceive, scene_image
 
         state = perceive(self.api, self.fixtures)
-        if state.view is not None:
+        lost = [n for n in self.api.eyes.tracker.tracks
+                if state.named(n) is None and state.held != n]  # fmt: skip
+        unsure = any(u.kind != "inside" for u in state.unknown) or (lost and state.unknown)
+        if state.view is not None or unsure:
+            if lost and state.held is None and not self._stopped:
+                with contextlib.suppress(ArmError):  # else it looks from where it is
+                    self.api.motions.home()
             state = perceive(self.api, self.fixtures)
         return scene_image(self.api), state
 

@@ -33,10 +33,11 @@ from onboard.loop.engine import Verdict
 from onboard.loop.kind import Observation
 from onboard.loop.skill import Skill
 from onboard.manip.goal import cued, mention_phrase, request_words
+from onboard.perception.unknown import why_unknown
 from onboard.replan import prompts
 from onboard.replan.scene_state import SceneState
 
-__all__ = ["CodeGoal", "CodeRelation"]
+__all__ = ["CodeGoal", "CodeRelation", "hidden_since"]
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,26 @@ class CodeGoal:
             raise _Unread(f"nothing is asked of {', '.join(unused)}")
         return relations
 
+    def unknown(self, state: SceneState) -> str | None:
+        """Why what the goal needs cannot be told from ``state`` (runtime/perception/unknown.py),
+        or None: the view cannot be trusted; a relation that does not hold names an object not
+        seen that may be hidden (in a box, a closed drawer, a stack; seen only faintly), or
+        one in an unsure stack (on, off); a judged goal: an object seen when it was read is not
+        seen now and may be hidden."""
+        if state.view is not None:
+            return f"the view is {state.view}"
+        if self.judged:
+            return None if self.first is None else hidden_since(self.first, state)
+        for r in self.relations:
+            if r.holds(state):
+                continue
+            names = [n for n in (r.subject, r.other) if n is not None]
+            seen = [n for n in names if state.named(n) is not None or state.held == n]
+            why = why_unknown(None, state.unknown, names, seen, r.kind)
+            if why is not None:
+                return why
+        return None
+
     def met(self, observation: Observation) -> Verdict:
         """Every relation holds in what is seen; else what is missing. A judged goal is never
         met here: the Extra Bot judges it after a run."""
@@ -183,6 +204,17 @@ class CodeGoal:
 
     def judgement(self, text: str) -> Verdict:
         return Verdict(True)
+
+
+def hidden_since(before: SceneState, after: SceneState) -> str | None:
+    """Why an object seen ``before`` and not ``after`` (nor held) may still be there, or None
+    (every such object is gone, as seen, or none is missing)."""
+    missing = [
+        o.name for o in before.objects if after.named(o.name) is None and after.held != o.name
+    ]
+    if not missing:
+        return None
+    return why_unknown(after.view, after.unknown, missing, [], "in")
 
 
 class _Unread(Exception):

@@ -26,11 +26,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from onboard.base.errors import ArmError
 from onboard.drivers.rotations import quat_from_euler
 from onboard.drivers.twin.frames import Transform
 from onboard.drivers.twin.scene import Scene, find_scene, load_scene
+from onboard.perception.unknown import Unknown, faint, inside, stacks
 from onboard.perception.view import view_problem
 from onboard.replan.api import RobotAPI
+from onboard.replan.drawer import opening
 from onboard.replan.scene_state import ObjectState, SceneState
 from onboard.replan.seeing import Look
 from onboard.replan.tracking import Seen
@@ -51,6 +54,9 @@ EDGE = (2.0, 98.0)
 CONVEYOR_EXTENT = (0.8, 0.2, 0.05)
 #: metres a footprint is widened by: what stands at its rim is in it
 RIM = 0.01
+#: metres a drawer must stand open, as measured (runtime/replan/drawer.py: it reads 1-2 cm
+#: short at a few cm open), for the camera to see what is in it
+OPEN = 0.05
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,35 @@ def state_of(look: Look, held: str | None, belts: tuple[Footprint, ...] = ()) ->
         else:
             objects.append(_resting(seen, loose, [*shapes.values(), *belts]))
     view = None if look.frame is None else view_problem(look.frame.color)
-    return SceneState(tuple(objects), held, view=view)
+    return SceneState(tuple(objects), held, view=view, unknown=tuple(_unknown(look, objects, held)))
+
+
+def _unknown(look: Look, objects: list[ObjectState], held: str | None) -> list[Unknown]:
+    """What this look cannot tell (runtime/perception/unknown.py): classes seen only faintly,
+    unsure stacks, a box (its rim hides some of what is in it), a drawer not seen open."""
+    found = faint(list(look.faint), [o.kind for o in objects], look.threshold)
+    loose = [(o.name, np.array(o.position), o.size[0] if o.size else 0.04) for o in objects
+             if o.kind not in CONTAINERS and o.name != held]  # fmt: skip
+    resting = {o.name for o in objects if o.inside is not None or o.on not in (None, "table")}
+    found += stacks(loose, table=0.0, supported=resting)
+    for o in objects:
+        if o.kind == "box":
+            found.append(inside(o.name))
+        elif o.kind == "drawer" and _drawn(look, o.name) < OPEN:
+            found.append(inside(o.name, closed=True))
+    return found
+
+
+def _drawn(look: Look, name: str) -> float:
+    """How far drawer ``name`` stands open as seen; 0 when no handle or no depth tells."""
+    seen = look.objects[name]
+    handles = sorted(look.handles, key=lambda h: math.dist(h[:2], seen.position[:2]))
+    if not handles:
+        return 0.0
+    try:
+        return opening(handles[0], seen, look)
+    except ArmError:
+        return 0.0
 
 
 def _container(seen: Seen, shape: Footprint) -> ObjectState:

@@ -21,6 +21,7 @@ from onboard.loop.recorder import Recorder, read_recording
 from onboard.loop.recording import images_dir, read_header
 from onboard.loop.replies import exchanges_of
 from onboard.loop.skill import load_skill_text
+from onboard.perception.unknown import Unknown
 from onboard.replan.bots import ROLES, Bots, RecordedBot
 from onboard.replan.episode import Corrections, run_code_episode
 from onboard.replan.names import CODE_COMMANDS
@@ -49,7 +50,10 @@ def state_from_record(record: Mapping[str, Any]) -> SceneState:
     )
     view = record.get("view")
     return SceneState(
-        objects=objects, held=record.get("held"), view=None if view is None else str(view)
+        objects=objects,
+        held=record.get("held"),
+        view=None if view is None else str(view),
+        unknown=tuple(Unknown.from_record(u) for u in record.get("unknown", [])),
     )
 
 

@@ -15,12 +15,18 @@ would, so its form is fixed here and tested::
     - yellow block at (0.420, 0.200, 0.060), on the red block
     - apple at (0.550, -0.300, 0.060), in the box
     The gripper holds: nothing.
+
+then, when the look cannot tell everything (runtime/perception/unknown.py), one line each::
+
+    Not sure: the camera cannot tell all of what is in the box.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+from onboard.perception.unknown import Unknown
 
 __all__ = ["ObjectState", "SceneState", "changes", "changes_text"]
 
@@ -73,6 +79,9 @@ class SceneState:
     #: why the frame cannot be trusted ("too dark (...)": runtime/perception/view.py), or
     #: None; what such a view does not show is unknown, not absent
     view: str | None = None
+    #: what else the look cannot tell (runtime/perception/unknown.py): an object not seen
+    #: that one of these may hide is unknown, not absent
+    unknown: tuple[Unknown, ...] = ()
 
     def named(self, name: str) -> ObjectState | None:
         return next((o for o in self.objects if o.name == name), None)
@@ -83,6 +92,7 @@ class SceneState:
         lines.append(f"The gripper holds: {self.held or 'nothing'}.")
         if self.view is not None:
             lines.append(f"The view is {self.view}: what is not seen may be there.")
+        lines += [f"Not sure: {u.why}." for u in self.unknown]
         return "\n".join(lines)
 
     def to_record(self) -> dict[str, object]:
@@ -90,7 +100,11 @@ class SceneState:
             "objects": [o.to_record() for o in self.objects],
             "held": self.held,
         }
-        return seen if self.view is None else {**seen, "view": self.view}
+        if self.view is not None:
+            seen["view"] = self.view
+        if self.unknown:
+            seen["unknown"] = [u.to_record() for u in self.unknown]
+        return seen
 
 
 def _rests(o: ObjectState) -> str:

@@ -20,6 +20,7 @@ from onboard.perception.detector import Detection, Detector
 from onboard.perception.latest import LATEST
 from onboard.perception.pose import HandEye, centre_region, locate
 from onboard.perception.scene_observer import SceneObserver
+from onboard.perception.unknown import FAINT
 from onboard.replan.tracking import Point, Seen, Tracker
 
 __all__ = ["PARTS", "Eyes", "Look"]
@@ -41,6 +42,10 @@ class Look:
     classes: frozenset[str] = frozenset()  # what the detector can see at all
     boxes: dict[str, tuple[float, float, float, float]] = field(default_factory=dict)
     frame: Frame | None = None
+    #: boxes scored under the detector's threshold (``threshold``) but at least
+    #: :data:`~onboard.perception.unknown.FAINT`: (class as words, score), never objects
+    faint: tuple[tuple[str, float], ...] = ()
+    threshold: float = 0.25
 
     def points(self, name: str) -> npt.NDArray[np.float64]:
         """The base-frame points (n, 3) the camera sees inside ``name``'s box."""
@@ -82,7 +87,7 @@ class Eyes:
     def look(self) -> Look:
         frame = self.camera.read()
         time = self.now()
-        detections = self.detector.detect(frame.color)
+        detections, dim = self.detector.detect_faint(frame.color, FAINT)
         LATEST.offer(frame.color, detections)
         parts = [d for d in detections if d.label in PARTS]
         scene = self.observer.observe([d for d in detections if d.label not in PARTS], frame)
@@ -109,6 +114,8 @@ class Eyes:
             frozenset(self.detector.classes),
             {n: o.box for n, o in zip(names, scene.objects, strict=True)},
             frame,
+            tuple((_words(d.label), d.score) for d in dim if d.label not in PARTS),
+            self.detector.conf,
             lambda rows, cols: self._cloud(frame, rows, cols),
         )
         return self.last
@@ -136,6 +143,10 @@ class Eyes:
         except CameraError:
             return None
         return _point(self.hand_eye.apply(seen.behind(HANDLE_DEPTH)))
+
+
+def _words(label: str) -> str:
+    return " ".join(label.replace("_", " ").split())
 
 
 def _point(v: npt.ArrayLike) -> Point:
