@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from service_harness import serve_beside, until
 
 from onboard import bundled
 from onboard.base.errors import ArmError, ConfigError
@@ -254,17 +255,6 @@ def _non_loopback_address() -> str:
     return address
 
 
-def _until(url: str, holds: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
-    """The first status (or list of episodes) that ``holds``; the service is polled."""
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        got = httpx.get(url, timeout=WAIT).json()
-        if holds(got):
-            return dict(got) if isinstance(got, dict) else {"items": got}
-        time.sleep(0.02)
-    raise AssertionError(f"never seen: {what}")
-
-
 def test_the_api_queues_a_mission_pauses_resumes_cancels_and_lists_the_episode(
     tmp_path: Path,
 ) -> None:
@@ -279,48 +269,31 @@ def test_the_api_queues_a_mission_pauses_resumes_cancels_and_lists_the_episode(
     out = io.StringIO()
     service = Service(robot, [], Options(once=False, llm="standin", clock="virtual"),
                       JsonLog(out), Notifier(""))  # fmt: skip
-    server = ApiServer(make_app(service, None), "127.0.0.1", 0)
-    server.start()
-    url = server.url
-    failed: list[BaseException] = []
 
-    def post(path: str) -> httpx.Response:
-        return httpx.post(url + path, headers=CONTROL, timeout=WAIT)
+    def drive(url: str) -> None:
+        def post(path: str) -> httpx.Response:
+            return httpx.post(url + path, headers=CONTROL, timeout=WAIT)
 
-    def drive() -> None:
-        try:
-            assert httpx.post(url + "/api/pause", timeout=WAIT).status_code == 403
-            assert post("/api/pause").json() == {"paused": True}
-            assert post("/api/missions/nothing").status_code == 404
-            assert httpx.get(url + "/api/missions", timeout=WAIT).json() == ["greet"]
-            assert post("/api/missions/greet").json() == {"queued": "greet"}
-            held = _until(url + "/api/status", lambda s: s["mission"] == "greet", "held step")
-            assert held["step"]["step"] == "hello" and held["paused"] and not held["in_step"]
-            assert post("/api/resume").json() == {"paused": False}
-            episodes = _until(url + "/api/episodes", lambda e: len(e) == 1, "the episode")
-            assert episodes["items"][0]["verdict"] == "success"
-            recording = Path(episodes["items"][0]["recording"])
-            view = episode_view(recording)  # what the page shows of a running step
-            assert view["state"] and view["prompt"] and view["reply"], view
-            post("/api/pause")
-            post("/api/missions/greet")
-            _until(url + "/api/status", lambda s: s["mission"] == "greet", "queued again")
-            post("/api/cancel")
-            _until(url + "/api/status", lambda s: s["mission"] is None, "cancelled")
-        except BaseException as exc:
-            failed.append(exc)
-        finally:
-            service.clock.stop()
+        assert httpx.post(url + "/api/pause", timeout=WAIT).status_code == 403
+        assert post("/api/pause").json() == {"paused": True}
+        assert post("/api/missions/nothing").status_code == 404
+        assert httpx.get(url + "/api/missions", timeout=WAIT).json() == ["greet"]
+        assert post("/api/missions/greet").json() == {"queued": "greet"}
+        held = until(url + "/api/status", lambda s: s["mission"] == "greet", "held step")
+        assert held["step"]["step"] == "hello" and held["paused"] and not held["in_step"]
+        assert post("/api/resume").json() == {"paused": False}
+        episodes = until(url + "/api/episodes", lambda e: len(e) == 1, "the episode")
+        assert episodes["items"][0]["verdict"] == "success"
+        recording = Path(episodes["items"][0]["recording"])
+        view = episode_view(recording)  # what the page shows of a running step
+        assert view["state"] and view["prompt"] and view["reply"], view
+        post("/api/pause")
+        post("/api/missions/greet")
+        until(url + "/api/status", lambda s: s["mission"] == "greet", "queued again")
+        post("/api/cancel")
+        until(url + "/api/status", lambda s: s["mission"] is None, "cancelled")
 
-    thread = threading.Thread(target=drive)
-    thread.start()
-    try:
-        service.run()
-    finally:
-        thread.join()
-        server.close()
-    if failed:
-        raise failed[0]
+    serve_beside(service, drive)
     events = [json.loads(line)["event"] for line in out.getvalue().splitlines()]
     assert events.count("step_end") == 1 and events.count("mission_queued") == 2
     ends = [json.loads(x) for x in out.getvalue().splitlines() if '"mission_end"' in x]

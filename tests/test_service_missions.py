@@ -17,12 +17,12 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import ValidationError
+from service_harness import CONTROL, WAIT, serve_beside, until
 
 from onboard import bundled
 from onboard.base.errors import ConfigError
 from onboard.cli.main import main
 from onboard.config import RobotConfig
-from onboard.service.api import ApiServer, make_app
 from onboard.service.log import JsonLog
 from onboard.service.mission import Schedule, check_mission, load_mission
 from onboard.service.notify import Notifier
@@ -31,8 +31,6 @@ from onboard.service.service import Options, Service
 from onboard.service.settings import ServiceConfig
 from onboard.service.store import Store
 
-WAIT = 120.0
-CONTROL = {"X-Onboard": "1"}
 BROKEN = """
 [[steps]]
 name = "broken"
@@ -163,44 +161,18 @@ def _serve(
     drive: Callable[[str, io.StringIO], None],
     call: Callable[[dict[str, Any]], None] | None = None,
 ) -> str:
-    """Run a service (not ``once``) on this thread with its control API, and ``drive(url,
-    log)`` on another; the service stops when ``drive`` returns. The log's text."""
+    """Run a service (not ``once``) with its control API, ``drive(url, log)`` beside it
+    (tests/service_harness.py); the log's text."""
     out = io.StringIO()
     missions = [load_mission(p)[0] for p in queue]
     service = Service(robot, missions, Options(llm="standin", clock="virtual",
                       call_operator=call), JsonLog(out), Notifier(""), store=store)  # fmt: skip
-    server = ApiServer(make_app(service, None), "127.0.0.1", 0)
-    server.start()
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            drive(server.url, out)
-        except BaseException as exc:
-            failed.append(exc)
-        finally:
-            service.clock.stop()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    try:
-        service.run()
-    finally:
-        thread.join()
-        server.close()
-    if failed:
-        raise failed[0]
+    serve_beside(service, lambda url: drive(url, out))
     return out.getvalue()
 
 
 def _until(url: str, holds: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
-    deadline = datetime.now() + timedelta(seconds=WAIT)
-    while datetime.now() < deadline:
-        status = httpx.get(url + "/api/status", timeout=WAIT).json()
-        if holds(status):
-            return dict(status)
-        threading.Event().wait(0.02)
-    raise AssertionError(f"never seen: {what}")
+    return until(url + "/api/status", holds, what)
 
 
 def _waiting(status: dict[str, Any]) -> bool:

@@ -139,16 +139,15 @@ def folder_bytes(folder: Path) -> int:
 
 
 def soak_robot(template: Path, folder: Path, quota_mb: float) -> Path:
-    """``template`` (the repository's robot.toml) with onboard's skills, its recordings in
-    ``folder/rec`` under a quota of ``quota_mb``, and the control API on any free port."""
-    from onboard import bundled
+    """:func:`~onboard.testing.crash.robot_file` (onboard's skills, the recordings in
+    ``folder/rec``, the control API on any free port) under a recordings quota of
+    ``quota_mb``."""
+    from onboard.testing.crash import robot_file
 
-    text = template.read_text(encoding="utf-8")
-    text = text.replace('skills = "skills"', f'skills = "{bundled.skills_dir()}"', 1)
-    text = text.replace('recordings = "recordings"', f'recordings = "{folder / "rec"}"\n'
-                        f"recordings_max_mb = {quota_mb}", 1)  # fmt: skip
-    text += "\n[service]\nport = 0\n"
-    path = folder / "robot.toml"
+    path = robot_file(template, folder)
+    text = path.read_text(encoding="utf-8")
+    key = f'recordings = "{folder / "rec"}"'
+    text = text.replace(key, f"{key}\nrecordings_max_mb = {quota_mb}", 1)
     path.write_text(text, encoding="utf-8")
     return path
 
