@@ -17,18 +17,15 @@ A grasp may also attach to a link of a fixed body (a drawer's handle): the candi
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
-import tempfile
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from onboard.drivers.arm.base import Pose
-from onboard.drivers.rotations import quat_angle, quat_from_euler
+from onboard.drivers.rotations import quat_from_euler
+from onboard.drivers.twin.arm_body import ArmBody, IKSolution, urdf_file
 from onboard.drivers.twin.engine import connect
 from onboard.drivers.twin.frames import Transform
 from onboard.drivers.twin.marker import HandMarker
@@ -42,19 +39,12 @@ FINGERS = (9, 10)
 HAND = 8  # panda_hand: the grasp constraint attaches here
 TCP = 11  # panda_grasptarget: between the finger tips, z along the fingers
 FINGER_OPEN = 0.04  # metres per finger
-GRIP_MIN_FORCE = 1.0  # newtons: both fingers must press this hard before a weld
 
 
-@dataclass(frozen=True)
-class IKSolution:
-    """Joint angles for a pose, with the forward-kinematics check of how well they reach it."""
+class Panda(ArmBody):
+    ARM, HAND, TCP, FINGERS = ARM, HAND, TCP, FINGERS
+    WELD_FORCE = 200.0
 
-    joints: tuple[float, ...]
-    residual: float  # metres between the reached and the asked position
-    angle: float  # radians between the reached and the asked orientation
-
-
-class Panda:
     def __init__(self, p: Any, spec: ArmSpec, data_path: str) -> None:
         self._p = p
         self.spec = spec
@@ -73,30 +63,14 @@ class Panda:
         self._shadow = connect()
         self._shadow.setAdditionalSearchPath(data_path)
         self._shadow_body = int(self._shadow.loadURDF(simple_urdf(data_path), useFixedBase=True))
-        self.closed = False
-        self._weld: int | None = None
-        self.held: int | None = None
-        self.held_link = -1  # the link of ``held`` the weld attaches to (-1: its base)
+        self._hold_nothing()
         self.marker: HandMarker | None = None
         self.reset(spec.home)
         if spec.marker is not None:
             self.marker = HandMarker(p, spec.marker, self.body, HAND, TCP)
 
-    def close(self) -> None:
-        self._shadow.disconnect()
-
-    # joints
-
-    def joints(self) -> tuple[float, ...]:
-        return tuple(float(s[0]) for s in self._p.getJointStates(self.body, ARM))
-
     def joint_velocities(self) -> tuple[float, ...]:
         return tuple(float(s[1]) for s in self._p.getJointStates(self.body, ARM))
-
-    def joint_states(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        """Positions and velocities of the 7 arm joints, in one query."""
-        states = self._p.getJointStates(self.body, ARM)
-        return tuple(float(s[0]) for s in states), tuple(float(s[1]) for s in states)
 
     def reset(self, joints: Sequence[float]) -> None:
         """Teleport to ``joints`` with the gripper open, and hold there."""
@@ -122,24 +96,6 @@ class Panda:
                 maxVelocity=min(max_velocity, self.max_velocity[j]),
             )
 
-    def clamp(self, joints: Sequence[float]) -> tuple[float, ...]:
-        return tuple(
-            min(max(q, lo), hi) for q, lo, hi in zip(joints, self.lower, self.upper, strict=True)
-        )
-
-    # kinematics (poses in the arm's base frame)
-
-    def tcp(self) -> Transform:
-        state = self._p.getLinkState(self.body, TCP, computeForwardKinematics=True)
-        return self.base.inverse() @ Transform(tuple(state[4]), tuple(state[5]))
-
-    def forward(self, joints: Sequence[float]) -> Transform:
-        s = self._shadow
-        for j, q in zip(ARM, joints, strict=True):
-            s.resetJointState(self._shadow_body, j, q)
-        state = s.getLinkState(self._shadow_body, TCP, computeForwardKinematics=True)
-        return Transform(tuple(state[4]), tuple(state[5]))
-
     def solve_ik(self, pose: Pose, seed: Sequence[float] | None = None) -> IKSolution:
         """Joints that put the tool at ``pose``, within the joint limits.
 
@@ -148,39 +104,11 @@ class Panda:
         with PyBullet's null-space variant, which keeps to the limits but is less exact.
         """
         target = Transform.from_pose(pose)
-        best = self._refine(target, seed if seed is not None else self.joints(), False)
+        best = self._refine(target, seed if seed is not None else self.joints(), 3, 100)
         if best.residual > 1e-4 or best.angle > 1e-3:
-            other = self._refine(target, self.spec.home, True)
+            other = self._refine(target, self.spec.home, 3, 100, **self._null_space())
             if other.residual + 0.05 * other.angle < best.residual + 0.05 * best.angle:
                 best = other
-        return best
-
-    def _refine(self, target: Transform, seed: Sequence[float], null_space: bool) -> IKSolution:
-        """Solve, clamp to the limits, and re-solve from the clamped answer, a few times."""
-        joints = self.clamp(seed)
-        best = IKSolution(joints, float("inf"), float("inf"))
-        for _ in range(3):
-            self.forward(joints)  # the solver starts from the shadow's joints
-            full = self._shadow.calculateInverseKinematics(
-                self._shadow_body,
-                TCP,
-                target.position,
-                target.rotation,
-                maxNumIterations=100,
-                residualThreshold=1e-6,
-                **(self._null_space() if null_space else {}),
-            )
-            joints = self.clamp(full[: len(ARM)])
-            reached = self.forward(joints)
-            solution = IKSolution(
-                joints,
-                math.dist(reached.position, target.position),
-                quat_angle(reached.rotation, target.rotation),
-            )
-            if solution.residual + 0.05 * solution.angle < best.residual + 0.05 * best.angle:
-                best = solution
-            if solution.residual < 1e-4 and solution.angle < 1e-3:
-                break
         return best
 
     def _null_space(self) -> dict[str, list[float]]:
@@ -217,55 +145,6 @@ class Panda:
                 maxVelocity=0.1,
             )
 
-    def pinched(self, candidates: Collection[tuple[int, int]]) -> tuple[int, int] | None:
-        """The candidate (body, link) both fingers press on, if any."""
-        pressed = []
-        for finger in FINGERS:
-            contacts = self._p.getContactPoints(bodyA=self.body, linkIndexA=finger)
-            pressed.append(
-                {
-                    (c[2], c[4])
-                    for c in contacts
-                    if c[9] >= GRIP_MIN_FORCE and (c[2], c[4]) in candidates
-                }
-            )
-        both = pressed[0] & pressed[1]
-        return min(both) if both else None
-
-    def weld(self, body: int, link: int = -1) -> None:
-        """Fix ``body`` (its ``link``; -1: its base) to the hand where it is now."""
-        hand = self._p.getLinkState(self.body, HAND)
-        if link < 0:
-            obj = self._p.getBasePositionAndOrientation(body)
-        else:
-            obj = self._p.getLinkState(body, link)[:2]  # its centre of mass, as the base's
-        # constraint frames are relative to each link's centre of mass
-        rel = Transform(tuple(hand[0]), tuple(hand[1])).inverse() @ Transform(
-            tuple(obj[0]), tuple(obj[1])
-        )
-        self._weld = int(
-            self._p.createConstraint(
-                self.body,
-                HAND,
-                body,
-                link,
-                self._p.JOINT_FIXED,
-                (0, 0, 0),
-                rel.position,
-                (0, 0, 0),
-                parentFrameOrientation=rel.rotation,
-                childFrameOrientation=(0, 0, 0, 1),
-            )
-        )
-        self._p.changeConstraint(self._weld, maxForce=200)
-        self.held, self.held_link = body, link
-
-    def release(self) -> None:
-        if self._weld is not None:
-            self._p.removeConstraint(self._weld)
-        self._weld = None
-        self.held, self.held_link = None, -1
-
 
 @cache
 def simple_urdf(data_path: str) -> str:
@@ -275,10 +154,4 @@ def simple_urdf(data_path: str) -> str:
     text = (Path(data_path) / URDF).read_text(encoding="utf-8")
     for folder in ("visual", "collision"):
         text = text.replace(f"package://meshes/{folder}/", f"{meshes.as_posix()}/")
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    path = Path(tempfile.gettempdir()) / f"onboard-twin-panda-{digest}.urdf"
-    if not path.exists():
-        partial = path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(text, encoding="utf-8")
-        partial.replace(path)
-    return str(path)
+    return urdf_file(text, "panda")

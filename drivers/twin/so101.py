@@ -22,22 +22,18 @@ shadow copy, as the Panda's does.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
-import tempfile
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from onboard.drivers.arm.base import Pose
 from onboard.drivers.arm.so101_kinematics import DEFAULT_CALIBRATION, JOINTS, LINKS, Links
-from onboard.drivers.rotations import quat_angle, quat_from_euler
+from onboard.drivers.rotations import quat_from_euler
+from onboard.drivers.twin.arm_body import ArmBody, IKSolution, urdf_file
 from onboard.drivers.twin.engine import connect
 from onboard.drivers.twin.frames import Transform
 from onboard.drivers.twin.marker import HandMarker
-from onboard.drivers.twin.panda import IKSolution
 from onboard.drivers.twin.scene import ArmSpec
 
 __all__ = ["JAW_OPEN", "So101Body", "so101_urdf", "urdf_text"]
@@ -51,14 +47,16 @@ JAW_FORCE = 10.0  # newtons the moving jaw closes with
 #: N m each joint's motor may apply (an STS3215 stalls at about 3 N m at 12 V)
 JOINT_TORQUE = 3.0
 MAX_JOINT_SPEED = 3000 * 2 * math.pi / 4096  # rad/s: the servo's top speed, 3000 steps/s
-GRIP_MIN_FORCE = 1.0  # newtons: both jaws must press this hard before a weld
 #: metres from the wrist_roll joint to the palm, and the palm's depth; the jaws run from the
 #: palm to 5 mm past the tool point; the fixed jaw's inner face is this far off the tool axis
 ROLL_AT, PALM, TIP_PAST, FACE = 0.03, 0.02, 0.005, 0.022
 
 
-class So101Body:
+class So101Body(ArmBody):
     """The SO-101 of an ``[arm] model = "so101"`` scene, at ``spec.position`` turned by yaw."""
+
+    ARM, HAND, TCP, FINGERS = ARM, HAND, TCP, FINGERS
+    WELD_FORCE = 50.0
 
     def __init__(self, p: Any, spec: ArmSpec, links: Links = LINKS) -> None:
         self._p = p
@@ -80,26 +78,11 @@ class So101Body:
         self.max_velocity = tuple(MAX_JOINT_SPEED for _ in ARM)
         self._shadow = connect()
         self._shadow_body = int(self._shadow.loadURDF(urdf, useFixedBase=True))
-        self.closed = False
-        self._weld: int | None = None
-        self.held: int | None = None
-        self.held_link = -1
+        self._hold_nothing()
         self.marker: HandMarker | None = None
         self.reset(spec.home)
         if spec.marker is not None:
             self.marker = HandMarker(p, spec.marker, self.body, HAND, TCP)
-
-    def close(self) -> None:
-        self._shadow.disconnect()
-
-    # joints
-
-    def joints(self) -> tuple[float, ...]:
-        return tuple(float(s[0]) for s in self._p.getJointStates(self.body, ARM))
-
-    def joint_states(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        states = self._p.getJointStates(self.body, ARM)
-        return tuple(float(s[0]) for s in states), tuple(float(s[1]) for s in states)
 
     def reset(self, joints: Sequence[float]) -> None:
         """Teleport to ``joints`` with the jaws open, and hold there."""
@@ -135,53 +118,12 @@ class So101Body:
             self.body, ARM[joint], self._p.VELOCITY_CONTROL, targetVelocity=0.0, force=0.0
         )
 
-    def clamp(self, joints: Sequence[float]) -> tuple[float, ...]:
-        return tuple(
-            min(max(q, lo), hi) for q, lo, hi in zip(joints, self.lower, self.upper, strict=True)
-        )
-
-    # kinematics (poses in the arm's base frame)
-
-    def tcp(self) -> Transform:
-        state = self._p.getLinkState(self.body, TCP, computeForwardKinematics=True)
-        return self.base.inverse() @ Transform(tuple(state[4]), tuple(state[5]))
-
-    def forward(self, joints: Sequence[float]) -> Transform:
-        s = self._shadow
-        for j, q in zip(ARM, joints, strict=True):
-            s.resetJointState(self._shadow_body, j, q)
-        state = s.getLinkState(self._shadow_body, TCP, computeForwardKinematics=True)
-        return Transform(tuple(state[4]), tuple(state[5]))
-
     def solve_ik(self, pose: Pose, seed: Sequence[float] | None = None) -> IKSolution:
         """Joints that put the tool at ``pose`` within the limits (PyBullet's damped least
         squares from ``seed``, clamped and solved again), checked by forward kinematics.
         Five joints: an orientation out of the pan's plane is reached as nearly as it can."""
         target = Transform.from_pose(pose)
-        joints = self.clamp(seed if seed is not None else self.joints())
-        best = IKSolution(joints, float("inf"), float("inf"))
-        for _ in range(4):
-            self.forward(joints)  # the solver starts from the shadow's joints
-            full = self._shadow.calculateInverseKinematics(
-                self._shadow_body,
-                TCP,
-                target.position,
-                target.rotation,
-                maxNumIterations=200,
-                residualThreshold=1e-6,
-            )
-            joints = self.clamp(full[: len(ARM)])
-            reached = self.forward(joints)
-            found = IKSolution(
-                joints,
-                math.dist(reached.position, target.position),
-                quat_angle(reached.rotation, target.rotation),
-            )
-            if found.residual + 0.05 * found.angle < best.residual + 0.05 * best.angle:
-                best = found
-            if found.residual < 1e-4 and found.angle < 1e-3:
-                break
-        return best
+        return self._refine(target, seed if seed is not None else self.joints(), 4, 200)
 
     # the jaws
 
@@ -224,59 +166,18 @@ class So101Body:
             self.body, JAW, self._p.VELOCITY_CONTROL, targetVelocity=0.0, force=0.0
         )
 
-    def pinched(self, candidates: Collection[tuple[int, int]]) -> tuple[int, int] | None:
-        """The candidate (body, link) both jaws press on, if any."""
-        pressed = []
-        for finger in FINGERS:
-            contacts = self._p.getContactPoints(bodyA=self.body, linkIndexA=finger)
-            pressed.append(
-                {
-                    (c[2], c[4])
-                    for c in contacts
-                    if c[9] >= GRIP_MIN_FORCE and (c[2], c[4]) in candidates
-                }
-            )
-        both = pressed[0] & pressed[1]
-        return min(both) if both else None
-
     def weld(self, body: int, link: int = -1) -> None:
-        """Fix ``body`` (its ``link``; -1: its base) to the hand where it is now."""
-        hand = self._p.getLinkState(self.body, HAND)
-        if link < 0:
-            obj = self._p.getBasePositionAndOrientation(body)
-        else:
-            obj = self._p.getLinkState(body, link)[:2]
-        rel = Transform(tuple(hand[0]), tuple(hand[1])).inverse() @ Transform(
-            tuple(obj[0]), tuple(obj[1])
-        )
-        self._weld = int(
-            self._p.createConstraint(
-                self.body,
-                HAND,
-                body,
-                link,
-                self._p.JOINT_FIXED,
-                (0, 0, 0),
-                rel.position,
-                (0, 0, 0),
-                parentFrameOrientation=rel.rotation,
-                childFrameOrientation=(0, 0, 0, 1),
-            )
-        )
-        self._p.changeConstraint(self._weld, maxForce=50)
-        self.held, self.held_link = body, link
-        # the weld holds it now: the jaws' own contacts with it would only fight the weld
-        # (the jaw pressing into a body fixed to the hand), and could stall the wrist
+        """Fix ``body`` to the hand where it is now (:meth:`ArmBody.weld`); the jaws' own
+        contacts with it would only fight the weld (the jaw pressing into a body fixed to
+        the hand), and could stall the wrist: they are off while it is held."""
+        super().weld(body, link)
         self._jaw_contacts(body, link, False)
         self._drive_jaw_motor(self.width(), 0.1)  # the jaw stays shut on it, as it stalls
 
     def release(self) -> None:
-        if self._weld is not None:
-            self._p.removeConstraint(self._weld)
-            if self.held is not None:
-                self._jaw_contacts(self.held, self.held_link, True)
-        self._weld = None
-        self.held, self.held_link = None, -1
+        if self._weld is not None and self.held is not None:
+            self._jaw_contacts(self.held, self.held_link, True)
+        super().release()
 
     def _jaw_contacts(self, body: int, link: int, on: bool) -> None:
         for finger in FINGERS:
@@ -356,11 +257,4 @@ def urdf_text(links: Links = LINKS) -> str:
 @cache
 def so101_urdf(links: Links = LINKS) -> str:
     """:func:`urdf_text` written once per process to the temporary folder; its path."""
-    text = urdf_text(links)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    path = Path(tempfile.gettempdir()) / f"onboard-twin-so101-{digest}.urdf"
-    if not path.exists():
-        partial = path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(text, encoding="utf-8")
-        partial.replace(path)
-    return str(path)
+    return urdf_file(urdf_text(links), "so101")
