@@ -6,6 +6,8 @@ twin's truth by runtime/evaluation/tidy_judge.py, which the robot's code never i
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import re
@@ -371,8 +373,51 @@ quaternion_xyzw = {list(robot.hand_eye.quaternion_xyzw or ())}
         assert len(said.err.strip().splitlines()) == 1
 
 
+def _tidy_on_served(
+    tmp_path: Path, served: Any, llm: str, arm: str, camera: list[float], quaternion: list[float]
+) -> Any:
+    """``onboard run tidy`` (stack red on blue) with robot.toml naming ``arm`` (its
+    ``[drivers.arm]`` lines) and sim serve's camera seen from ``camera`` (hand-eye); the
+    truth port's objects before and after, once the run said it placed and finished."""
+    from onboard.drivers.emulators.truth_client import TruthClient
+
+    host, port = served.camera
+    path = tmp_path / "robot.toml"
+    path.write_text(f"""
+name = "served-tidy"
+skills = "{bundled.skills_dir()}"
+recordings = "{tmp_path / "recordings"}"
+[llm]
+base_url = "{llm}"
+[drivers.arm]
+{arm}
+[drivers.camera]
+kind = "sim-serve"
+host = "{host}"
+port = {port}
+[hand_eye]
+translation = {camera}
+quaternion_xyzw = {quaternion}
+""", encoding="utf-8")  # fmt: skip
+    with TruthClient(*served.truth) as truth_port:
+        before = truth_port.truth().objects
+    goal = "put the red block on the blue block"
+    args = ["--robot", str(path), "run", "tidy", "--goal", goal, "--clock", "virtual"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(args)
+    assert code == 0, out.getvalue()
+    assert "-> place@" in out.getvalue() and "-> done@" in out.getvalue()
+    with TruthClient(*served.truth) as truth_port:
+        after = truth_port.truth().objects
+    red, blue = after["red block"].base, after["blue block"].base
+    across = math.dist(red.position[:2], blue.position[:2])
+    assert across < 0.03 and red.position[2] > blue.position[2] + 0.02
+    return before, after
+
+
 def test_the_same_run_drives_a_joint_space_gcode_arm_and_succeeds(
-    robot: RobotConfig, tmp_path: Path, server: StandInServer, capsys: pytest.CaptureFixture[str]
+    robot: RobotConfig, tmp_path: Path, server: StandInServer
 ) -> None:
     """``onboard run tidy`` with robot.toml naming a joint-space G-code arm: sim serve's Marlin
     in joint space, its axes X Y Z A B C U the twin's Panda joints, onboard doing the
@@ -380,7 +425,6 @@ def test_the_same_run_drives_a_joint_space_gcode_arm_and_succeeds(
     from test_sim_serve_camera import serving
 
     from onboard.drivers.emulators.panda_joints import panda_config
-    from onboard.drivers.emulators.truth_client import TruthClient
 
     assert robot.hand_eye is not None
     with serving("blocks", gcode=True) as (served, _stop):
@@ -392,40 +436,13 @@ def test_the_same_run_drives_a_joint_space_gcode_arm_and_succeeds(
             for j in arm.pop("joints")
         )
         keys = "".join(f"{k} = {json.dumps(v)}\n" for k, v in arm.items())
-        camera_host, camera_port = served.camera
-        toml = f"""
-name = "joint-space-tidy"
-skills = "{bundled.skills_dir()}"
-recordings = "{tmp_path / "recordings"}"
-[llm]
-base_url = "{server.base_url}"
-[drivers.arm]
-{keys}grip_settle = 0.0
-{joints}
-[drivers.camera]
-kind = "sim-serve"
-host = "{camera_host}"
-port = {camera_port}
-[hand_eye]
-translation = {list(robot.hand_eye.translation)}
-quaternion_xyzw = {list(robot.hand_eye.quaternion_xyzw or ())}
-"""
-        path = tmp_path / "robot.toml"
-        path.write_text(toml, encoding="utf-8")
-        goal = "put the red block on the blue block"
-        args = ["--robot", str(path), "run", "tidy", "--goal", goal, "--clock", "virtual"]
-        assert main(args) == 0, capsys.readouterr()
-        out = capsys.readouterr().out
-        assert "-> place@" in out and "-> done@" in out
-        with TruthClient(*served.truth) as truth_port:
-            now = truth_port.truth()
-        red, blue = now.objects["red block"].base, now.objects["blue block"].base
-        across = math.dist(red.position[:2], blue.position[:2])
-        assert across < 0.03 and red.position[2] > blue.position[2] + 0.02
+        _tidy_on_served(tmp_path, served, server.base_url, f"{keys}grip_settle = 0.0\n{joints}",
+                        list(robot.hand_eye.translation),
+                        list(robot.hand_eye.quaternion_xyzw or ()))  # fmt: skip
 
 
 def test_the_same_run_drives_the_so101_servo_bus_on_the_twin_and_succeeds(
-    robot: RobotConfig, tmp_path: Path, server: StandInServer, capsys: pytest.CaptureFixture[str]
+    robot: RobotConfig, tmp_path: Path, server: StandInServer
 ) -> None:
     """``onboard run tidy`` with robot.toml naming the SO-101 on sim serve's servo bus: on the
     so101_blocks scene its servos move the twin's SO-101 (the goals onboard writes drive the
@@ -433,7 +450,6 @@ def test_the_same_run_drives_the_so101_servo_bus_on_the_twin_and_succeeds(
     blocks it moves, and the judge reads the truth port."""
     from test_sim_serve_camera import serving
 
-    from onboard.drivers.emulators.truth_client import TruthClient
     from onboard.drivers.twin.scene import find_scene, load_scene
 
     assert robot.hand_eye is not None
@@ -442,40 +458,11 @@ def test_the_same_run_drives_the_so101_servo_bus_on_the_twin_and_succeeds(
     camera = [a - b for a, b in zip(robot.hand_eye.translation, base, strict=True)]
     with serving("so101_blocks") as (served, _stop):
         assert served.so101 is not None and served.jaka is None
-        camera_host, camera_port = served.camera
-        toml = f"""
-name = "so101-tidy"
-skills = "{bundled.skills_dir()}"
-recordings = "{tmp_path / "recordings"}"
-[llm]
-base_url = "{server.base_url}"
-[drivers.arm]
-kind = "so101"
-url = "{served.so101}"
-timeout = 1.0
-[drivers.camera]
-kind = "sim-serve"
-host = "{camera_host}"
-port = {camera_port}
-[hand_eye]
-translation = {camera}
-quaternion_xyzw = {list(robot.hand_eye.quaternion_xyzw or ())}
-"""
-        path = tmp_path / "robot.toml"
-        path.write_text(toml, encoding="utf-8")
-        with TruthClient(*served.truth) as truth_port:
-            before = truth_port.truth().objects["red block"].base
-        goal = "put the red block on the blue block"
-        args = ["--robot", str(path), "run", "tidy", "--goal", goal, "--clock", "virtual"]
-        assert main(args) == 0, capsys.readouterr()
-        out = capsys.readouterr().out
-        assert "-> place@" in out and "-> done@" in out
-        with TruthClient(*served.truth) as truth_port:
-            now = truth_port.truth()
-        red, blue = now.objects["red block"].base, now.objects["blue block"].base
-        assert math.dist(red.position, before.position) > 0.1  # the twin's arm moved it
-        across = math.dist(red.position[:2], blue.position[:2])
-        assert across < 0.03 and red.position[2] > blue.position[2] + 0.02
+        arm = f'kind = "so101"\nurl = "{served.so101}"\ntimeout = 1.0'
+        before, after = _tidy_on_served(tmp_path, served, server.base_url, arm, camera,
+                                        list(robot.hand_eye.quaternion_xyzw or ()))  # fmt: skip
+        moved = math.dist(after["red block"].base.position, before["red block"].base.position)
+        assert moved > 0.1  # the twin's arm moved it
 
 
 def test_a_recorded_tidy_trial_and_a_recorded_run_replay(
