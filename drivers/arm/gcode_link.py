@@ -137,7 +137,7 @@ class SerialLink:
         self.on_status = on_status
         self.on_alarm = on_alarm
         self.on_boot = on_boot
-        #: told each line answered ``ok`` (reader thread), after its waiter is woken
+        #: told each line answered ``ok`` (reader thread), before its waiter is woken
         self.on_answer = on_answer
         self.resync = resync
         self.name = name
@@ -454,14 +454,18 @@ class SerialLink:
                     self.stray_answers += 1
                     log.warning("%s: an answer with no line awaiting it: %r", self.name, line)
                 return
-            self._fifo.popleft()
-            self._bytes -= len(head.wire)
-            self._room.notify_all()
+        if error is None and not head.internal:
+            # before the line leaves the window: what on_answer writes (a second stop) is on
+            # the wire before any line a sender or its caller writes once this one is answered
+            self.on_answer(head.line)
+        with self._room:
+            if self._fifo and self._fifo[0] is head:  # not failed meanwhile (fail_all)
+                self._fifo.popleft()
+                self._bytes -= len(head.wire)
+                self._room.notify_all()
         if error is not None:
             head.error = error or "error"
         head.done.set()
-        if error is None and not head.internal:
-            self.on_answer(head.line)
 
     def _resend(self, text: str) -> None:
         """``Resend: N``: write the resync line and line N again now, if N is the line in

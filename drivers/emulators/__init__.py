@@ -120,6 +120,12 @@ class BackendWorker:
             return self._started
 
     @property
+    def waiting(self) -> int:
+        """How many jobs are queued behind the one under way (at most :attr:`capacity`)."""
+        with self._cond:
+            return len(self._jobs)
+
+    @property
     def stops(self) -> int:
         """How many times :meth:`stop` was called: a job that raised while this changed was
         cut short by it."""

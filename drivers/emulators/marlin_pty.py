@@ -1123,32 +1123,32 @@ class MarlinEmulator(PtyController):
                 self._idle()
                 return
 
-    def _plan(self, job: Job) -> None:
+    def _plan(self, job: Job, *, move: bool = False) -> None:
         """planner.buffer_line(): wait (in idle()) while the planner is full. A stop by the
         emergency parser empties the worker at once, but the room it frees is not this
         block's until the quickstop has run in idle() (Planner::quick_stop runs there, in
-        Temperature::task): the block is planned after it, as Marlin plans it."""
-        self._release_held()  # the planner keeps its order
+        Temperature::task): the block is planned after it, as Marlin plans it. A ``move``
+        planned into an empty planner is held (see the module docstring, "The first move")."""
         while True:
+            if move and self._hold(job):
+                return
+            self._release_held()  # the planner keeps its order
             if self.worker.submit(job, timeout=_POLL, stops=self._stops_seen):
                 return
             self._idle()
             if self.worker.stops != self._stops_seen and not self._ep_quickstop:
                 self._stops_seen = self.worker.stops  # a stop no quickstop follows
 
-    def _plan_move(self, job: Job) -> None:
-        """A move's block: held while it is among the first in an empty planner (see the
-        module docstring, "The first move"), else planned."""
+    def _hold(self, job: Job) -> bool:
+        """Hold ``job`` if the planner is empty but for held moves (True: it is planned)."""
         with self._held_lock:
-            hold = self.worker.stops == self._stops_seen and (self._held or self.worker.idle)
-            if hold:
-                self._held.append((self._stops_seen, job))
-                if len(self._held) < FIRST_MOVE_BLOCKS:
-                    return
-        if hold:
-            self._release_held()
-        else:
-            self._plan(job)
+            if self.worker.stops != self._stops_seen or not (self._held or self.worker.idle):
+                return False
+            self._held.append((self._stops_seen, job))
+            if len(self._held) < FIRST_MOVE_BLOCKS:
+                return True
+        self._release_held()  # three moves: the first is delivered at once
+        return True
 
     def _release_held(self) -> None:
         """Hand the held moves to the steppers, unless a stop has dropped them since."""
@@ -1291,10 +1291,10 @@ class MarlinEmulator(PtyController):
         target = {a: dest[a] + self._offset[a] for a in self.axes}
         if cartesian:
             mm = (target["X"], target["Y"], target["Z"])
-            self._plan_move(_linear_move(mm, self._feedrate, self.orientation))
+            self._plan(_linear_move(mm, self._feedrate, self.orientation), move=True)
         if rotary:
             degrees = {i: target[a] for i, a in enumerate(self.joint_axes)}
-            self._plan_move(_joint_move(degrees, self._feedrate))
+            self._plan(_joint_move(degrees, self._feedrate), move=True)
         self._native = dest
         return []
 
