@@ -235,9 +235,11 @@ def test_marlin_stop_while_the_planner_is_full_leaves_no_move_to_run(backend: Si
             mover.start()
             wait_until(
                 lambda: (
-                    worker.waiting == worker.capacity and any("G1" in q for q in emulator.queued)
+                    gate.reached
+                    and worker.waiting == worker.capacity
+                    and any("G1" in q for q in emulator.queued)
                 ),
-                "a waypoint waits for room in the full planner",
+                f"the twin at step {gate.at} and a waypoint waiting for room in the full planner",
             )
             arm.stop()
             require(backend.wait_stopped(BOUND), "the twin's arm latched the stop")
