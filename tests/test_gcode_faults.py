@@ -28,7 +28,16 @@ from typing import Any
 
 import pytest
 import serial
-from arm_harness import BOUND, Behind, Mover, interrupt, require, twin_arm, wait_until
+from arm_harness import (
+    BOUND,
+    HOLD_AFTER,
+    Behind,
+    Mover,
+    interrupt,
+    require,
+    twin_arm,
+    wait_until,
+)
 
 from onboard.base.errors import ArmError, ArmTimeout, ConfigError
 from onboard.config import load_robot
@@ -38,6 +47,7 @@ from onboard.drivers.arm.gcode import GcodeArm
 from onboard.drivers.arm.twin_arm import SimArm
 from onboard.drivers.emulators.grbl_pty import GrblEmulator
 from onboard.drivers.emulators.marlin_pty import MarlinEmulator
+from onboard.drivers.emulators.panda_joints import panda_config
 
 #: homing on (GRBL boots in alarm), max rates of an arm rather than GRBL's 500 mm/min
 GRBL = {22: 1.0, 110: 12000.0, 111: 12000.0, 112: 12000.0}
@@ -204,6 +214,44 @@ def test_marlin_m410_mid_motion_requires_homing(backend: SimArm) -> None:
         arm.home()
         assert arm.state().error is None
         down(arm)
+
+
+def test_marlin_stop_while_the_planner_is_full_leaves_no_move_to_run(backend: SimArm) -> None:
+    """A joint-space stream fills Marlin's planner (its motion held at a physics step) and
+    the next waypoint waits for room when M410 comes: Marlin plans that G1 once the stop's
+    second is over. The driver's second M410, sent the moment its ok is read, drops it before
+    it moves; nothing runs after the stop, the host's later lines included."""
+    twin = backend.twin
+    emulator = MarlinEmulator(
+        backend, emergency_parser=True, rotary_axes="ABCU", joint_space=True, quickstop_clean=0.05
+    )
+    with emulator, GcodeArm(panda_config(emulator.path, timeout=BOUND, grip_settle=0.0)) as arm:
+        arm.home()
+        here = arm.state().pose
+        far = replace(here, y=here.y + 0.15)  # 30 waypoints of 5 mm
+        worker = emulator.worker
+        with twin.hold_at(twin.snapshot.step + HOLD_AFTER) as gate:
+            mover = Mover(lambda: arm.move_to(far, 0.01))
+            mover.start()
+            wait_until(
+                lambda: (
+                    gate.reached
+                    and worker.waiting == worker.capacity
+                    and any("G1" in q for q in emulator.queued)
+                ),
+                f"the twin at step {gate.at} and a waypoint waiting for room in the full planner",
+            )
+            arm.stop()
+            require(backend.wait_stopped(BOUND), "the twin's arm latched the stop")
+            gate.release()
+        mover.join(BOUND)
+        assert isinstance(mover.raised, ArmError) and "stop()" in str(mover.raised)
+        began, step = worker.started, twin.snapshot.step
+        assert step == gate.at
+        arm.state()  # M114: the host's next line
+        require(worker.wait_idle(BOUND), "the emulator's motions ended")
+        assert worker.started == began and twin.snapshot.step == step, "a move ran after the stop"
+        assert sent(emulator).count("M410") == 2
 
 
 def test_marlin_m410_at_rest_keeps_the_position(backend: SimArm) -> None:

@@ -376,6 +376,36 @@ def test_with_emergency_parser_m410_stops_the_move_and_the_board_goes_on(
         assert z_mm(backend) == pytest.approx(start, abs=3)
 
 
+def test_a_move_read_before_m410_is_planned_after_it_and_waits_for_the_hosts_next_line(
+    backend: SimArm,
+) -> None:
+    """M410 leaves the command queue alone (planner.cpp quick_stop): a G1 queued behind the
+    M400 is planned once the stop is over, alone in the planner, where it waits (Marlin:
+    BLOCK_DELAY_FOR_1ST_MOVE) until the host's next line; a second M410 sent at its ok drops
+    it, so nothing moves after the first stop. Without that M410, the next line starts it."""
+    twin = backend.twin
+    with board(backend, emergency_parser=True, quickstop_clean=0.05) as (emulator, host):
+        start = z_mm(backend)
+        with m400_held(backend, host) as release:
+            host.send(f"G1 Z{start - 30:.2f} F600", "M410")
+            require(backend.wait_stopped(BOUND), "the arm stopped while its move was held")
+            release()
+        assert host.answer() == []  # M400
+        began, step = emulator.worker.started, twin.snapshot.step
+        assert host.answer() == []  # the queued G1: planned after the stop
+        assert host.answer() == []  # M410 itself, in its turn
+        assert emulator.worker.started == began and twin.snapshot.step == step  # held
+        host.send("M410", "M400")  # the driver's second stop, at the G1's ok
+        assert host.answer() == [] and host.answer() == []
+        assert emulator.worker.started == began and twin.snapshot.step == step
+        host.send(f"G1 Z{start - 30:.2f} F3000")
+        assert host.answer() == []
+        assert emulator.worker.started == began  # alone: it waits for the next line
+        host.send("M114")
+        host.answer()
+        require(emulator.worker.wait_started(began + 1, BOUND), "the next line started it")
+
+
 # -- reports ----------------------------------------------------------------------------------
 
 

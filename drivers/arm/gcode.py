@@ -138,6 +138,7 @@ class GcodeArm(Device):
             on_status=self.dialect.on_status,
             on_alarm=self.dialect.on_alarm,
             on_boot=self._on_boot,
+            on_answer=self._on_answer,
             resync=self.dialect.resync if config.numbered else None,
             port=port,
         )
@@ -181,6 +182,13 @@ class GcodeArm(Device):
         expected, self.dialect.resetting = self.dialect.resetting, False
         if not (expected or self._connecting):
             self._home_first = "the controller restarted: its position is lost"
+
+    def _on_answer(self, line: str) -> None:
+        """(the link's reader) A move answered while a stop is latched was written before the
+        stop (none is written after it), and the firmware may have planned it after the stop:
+        stop again at once, whichever thread is waiting for what."""
+        if self._latched.is_set() and _head(line) in ("G0", "G1"):
+            self.dialect.stop_again()
 
     # -- link -----------------------------------------------------------------------------
 
@@ -531,19 +539,20 @@ class GcodeArm(Device):
         with self._counter_lock:
             self._motions += moving
         try:
-            pending = [self.link.send(line, slow, guard) for line in lines]
+            window = self.dialect.motion_window
+            pending = [
+                self.link.send(line, slow, guard, window if _head(line) in _MOVES else None)
+                for line in lines
+            ]
             info: list[str] = []
             for p in pending:
-                head = _head(p.line)
-                blocking = head in self.dialect.blocking
+                blocking = _head(p.line) in self.dialect.blocking
                 info += self.link.wait(
                     p,
                     slow if blocking else each,
                     deadline=deadline,
                     silence=silence if blocking else None,
                 )
-                if moving and head in ("G0", "G1") and self._stop_count != stops:
-                    self.dialect.stop_again()
             if moving:
                 left = slow if deadline is None else max(0.0, deadline - time.monotonic())
                 self.dialect.after_sync(min(slow, left))

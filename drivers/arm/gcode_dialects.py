@@ -176,7 +176,10 @@ class Dialect:
         self.stop()
 
     def stop_again(self) -> None:
-        """A motion line was taken after a stop had been sent: stop what it started."""
+        """A motion line was answered after a stop had been sent: stop what it started."""
+
+    #: motion lines awaiting their answer at once, at most (None: the link's ``in_flight``)
+    motion_window: int | None = None
 
     def emergency_stop(self) -> None:
         raise NotImplementedError
@@ -286,9 +289,17 @@ class Marlin(Dialect):
                 log.warning("GcodeArm: M410 not sent: %s", exc)
 
     def stop_again(self) -> None:
-        # M410 empties the planner, not the command queue (planner.cpp quick_stop): a G1
-        # still queued when the first M410 came is planned after it; its ok says so
+        # M410 empties the planner, not the command queue (planner.cpp quick_stop): a G1 the
+        # board had read when the first M410 came is planned once that stop's second is over
+        # (quickstop_stepper synchronizes), and its ok says so. Alone in the planner it waits
+        # BLOCK_DELAY_FOR_1ST_MOVE (100 ms) before it moves: this M410 is sent by the link's
+        # reader the moment that ok is read, so it lands first
         self.stop()
+
+    # one G1 awaiting its ok: a stop then leaves at most one move the board will plan after
+    # it, alone in the planner and so held back (three or more planned at once would start
+    # at once, before the second M410)
+    motion_window = 1
 
     def on_timeout(self) -> None:
         # the answers are out of step (reconnect() resets the board); stop it regardless

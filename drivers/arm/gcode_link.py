@@ -124,6 +124,7 @@ class SerialLink:
         on_status: Callable[[str], None] = lambda _text: None,
         on_alarm: Callable[[str], None] = lambda _text: None,
         on_boot: Callable[[], None] = lambda: None,
+        on_answer: Callable[[str], None] = lambda _line: None,
         resync: str | None = None,
         port: serial.SerialBase | None = None,
         name: str = "GcodeArm",
@@ -136,6 +137,8 @@ class SerialLink:
         self.on_status = on_status
         self.on_alarm = on_alarm
         self.on_boot = on_boot
+        #: told each line answered ``ok`` (reader thread), before its waiter is woken
+        self.on_answer = on_answer
         self.resync = resync
         self.name = name
         self._port = port
@@ -217,13 +220,21 @@ class SerialLink:
         number a ``M110 N<number>`` set); None: send lines bare."""
         self._number = number
 
-    def send(self, line: str, timeout: float, guard: Callable[[], None] | None = None) -> Pending:
-        """Write ``line`` once there is room for it; ``guard`` runs under the write lock just
+    def send(
+        self,
+        line: str,
+        timeout: float,
+        guard: Callable[[], None] | None = None,
+        window: int | None = None,
+    ) -> Pending:
+        """Write ``line`` once there is room for it (at most ``window`` lines awaiting an
+        answer with it, if fewer than ``in_flight``); ``guard`` runs under the write lock just
         before the write and may raise to refuse it (the stop latch)."""
         pending = Pending(line, b"")
         self.check()
         # room first, outside the write lock, so a stop's bytes are never held behind it
-        self._wait_for_room(len(self._wire(line, self._number)), timeout, line)
+        size = len(self._wire(line, self._number))
+        self._wait_for_room(size, timeout, line, min(self.in_flight, window or self.in_flight))
         with self._write_lock:  # numbered lines reach the wire in number order
             self.check()
             if guard is not None:
@@ -264,11 +275,11 @@ class SerialLink:
         text = f"N{number} {line}"
         return f"{text}*{checksum(text)}\n".encode()
 
-    def _wait_for_room(self, size: int, timeout: float, line: str) -> None:
+    def _wait_for_room(self, size: int, timeout: float, line: str, in_flight: int) -> None:
         def room() -> bool:
             if not self._fifo:
                 return True  # one line always goes, however long
-            return len(self._fifo) < self.in_flight and self._bytes + size <= self.rx_buffer
+            return len(self._fifo) < in_flight and self._bytes + size <= self.rx_buffer
 
         with self._room:
             if not self._room.wait_for(lambda: room() or not self._running.is_set(), timeout):
@@ -443,9 +454,15 @@ class SerialLink:
                     self.stray_answers += 1
                     log.warning("%s: an answer with no line awaiting it: %r", self.name, line)
                 return
-            self._fifo.popleft()
-            self._bytes -= len(head.wire)
-            self._room.notify_all()
+        if error is None and not head.internal:
+            # before the line leaves the window: what on_answer writes (a second stop) is on
+            # the wire before any line a sender or its caller writes once this one is answered
+            self.on_answer(head.line)
+        with self._room:
+            if self._fifo and self._fifo[0] is head:  # not failed meanwhile (fail_all)
+                self._fifo.popleft()
+                self._bytes -= len(head.wire)
+                self._room.notify_all()
         if error is not None:
             head.error = error or "error"
         head.done.set()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Annotated
@@ -34,6 +35,8 @@ from onboard.drivers.twin.world import DT, Twin
 __all__ = ["SimArm", "SimArmConfig"]
 
 Speed = Annotated[float, Field(gt=0)]
+STILL = 0.01  # rad/s: a joint slower than this is still
+STILL_WINDOW = 48  # physics steps (0.2 s): a joint's average speed over them counts too
 
 
 class SimArm(Device):
@@ -195,9 +198,20 @@ class SimArm(Device):
         self._step()
 
     def _settle(self, error: Callable[[], float]) -> None:
-        """Step until ``error()`` is within tolerance and the joints are still."""
+        """Step until ``error()`` is within tolerance and the joints are still: each slower
+        than STILL as the engine reports it, or on average over the last STILL_WINDOW. A
+        joint pressed against a constraint (the wrist of a hand holding a drawer's handle,
+        the grasp's weld against its motor) can turn to and fro a fraction of a milliradian
+        every few steps for ever; by its reported velocity alone the arm then never settles,
+        and whether a push ends in such a cycle turns on a tenth of a millimetre in where
+        the handle was seen."""
+        window: deque[tuple[float, ...]] = deque(maxlen=STILL_WINDOW + 1)
         for _ in range(math.ceil(self.config.settle_timeout / DT)):
-            still = max(abs(v) for v in self.twin.joint_velocities(self.arm)) < 0.01
+            window.append(self.twin.joints(self.arm))
+            still = max(abs(v) for v in self.twin.joint_velocities(self.arm)) < STILL
+            if not still and len(window) == window.maxlen:
+                moved = max(abs(a - b) for a, b in zip(window[-1], window[0], strict=True))
+                still = moved < STILL * STILL_WINDOW * DT
             if still and error() <= self.config.reach_tolerance:
                 return
             self._check_stop()

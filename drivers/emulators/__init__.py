@@ -71,14 +71,22 @@ class BackendWorker:
         self._thread = threading.Thread(target=self._loop, name="backend-worker", daemon=True)
         self._thread.start()
 
-    def submit(self, job: Job, timeout: float | None = None) -> bool:
-        """Queue ``job``; blocks while the queue is full. False if it timed out or closed."""
+    def submit(self, job: Job, timeout: float | None = None, *, stops: int | None = None) -> bool:
+        """Queue ``job``; blocks while the queue is full. False if it timed out or closed,
+        or, with ``stops`` (the :attr:`stops` count the caller has dealt with), at once if
+        :meth:`stop` has been called since: a controller then finishes its own stop first
+        (the room a stop frees must not let a waiting move in ahead of it)."""
         with self._cond:
             if not self._cond.wait_for(
-                lambda: self._closed or len(self._jobs) < self.capacity, timeout
+                lambda: (
+                    self._closed
+                    or (stops is not None and stops != self._generation)
+                    or len(self._jobs) < self.capacity
+                ),
+                timeout,
             ):
                 return False
-            if self._closed:
+            if self._closed or (stops is not None and stops != self._generation):
                 return False
             self._jobs.append((self._generation, job))
             self._cond.notify_all()
@@ -111,6 +119,12 @@ class BackendWorker:
         """How many jobs have begun on the arm so far."""
         with self._cond:
             return self._started
+
+    @property
+    def waiting(self) -> int:
+        """How many jobs are queued behind the one under way (at most :attr:`capacity`)."""
+        with self._cond:
+            return len(self._jobs)
 
     @property
     def stops(self) -> int:

@@ -17,6 +17,13 @@ below names the source it follows; paths are in that repository):
   (Marlin/src/gcode/queue.cpp ``GCodeQueue::get_serial_commands``, ``gcode_line_error``,
   ``flush_and_request_resend``). A line error empties the serial buffer (the lines sent after
   the bad one are lost too).
+- **The first move.** A move planned into an empty planner waits (``delay_before_delivering``,
+  BLOCK_DELAY_FOR_1ST_MOVE: 100 ms in ``Planner::get_current_block``) until three moves are
+  planned or the delay is over. Here the delay ends at the host's next line, or when the
+  board synchronizes (M400, G4, G28...), instead of after 100 ms: a host answers an ``ok``
+  well within that, and so a stop sent at a move's ``ok`` (onboard's driver sends ``M410``
+  again then) is ordered before the move by events, not by how loaded the machine is. A host
+  that sends one move and then nothing sees it start at its next line.
 - **Answers.** ``ok`` when a command is done; a move is done when it is in the planner of
   ``block_buffer_size`` (16) blocks, so its ``ok`` is held while the planner is full
   (Marlin/src/gcode/gcode.cpp ``GcodeSuite::process_parsed_command``: ``queue.ok_to_send()``
@@ -28,7 +35,10 @@ below names the source it follows; paths are in that repository):
 - **Stops.** ``M112`` kills (``echo:M112 Shutdown``, ``Error:Printer halted. kill() called!``,
   then nothing until a reset: Marlin/src/MarlinCore.cpp ``kill``, ``minkill``); ``M410`` empties
   the planner, not the command queue (Marlin/src/module/motion.cpp ``quickstop_stepper``,
-  Marlin/src/module/planner.cpp ``Planner::quick_stop``). Without ``emergency_parser`` both are
+  Marlin/src/module/planner.cpp ``Planner::quick_stop``): a move the board had read before it
+  (in the command queue, or waiting for room in the planner) is planned once the stop's second
+  is over (``quickstop_stepper`` synchronizes, and ``Planner::busy`` counts
+  ``cleaning_buffer_counter``), and runs. Without ``emergency_parser`` both are
   acted on when the line is *read* if it starts with ``M`` (no line number), and in order
   otherwise (queue.cpp "Process critical commands early"); with it, the moment the line ends,
   whatever the board is doing (Marlin/src/feature/e_parser.cpp ``EmergencyParser::update``,
@@ -103,6 +113,7 @@ DEFAULT_FEEDRATE_MM_M = 4000.0  # Marlin/src/module/motion.cpp
 DEFAULT_STEPS_PER_UNIT = {"X": 80.0, "Y": 80.0, "Z": 400.0, "E": 500.0}  # { 80, 80, 400, 500 }
 ROTARY_NAMES = "ABCUVW"  # AXIS4_NAME ... AXIS9_NAME: ['A', 'B', 'C', 'U', 'V', 'W']
 QUICKSTOP_CLEAN = 1.0  # s: cleaning_buffer_counter = TEMP_TIMER_FREQUENCY ticks (1 kHz)
+FIRST_MOVE_BLOCKS = 3  # get_current_block: "If the number of movements queued is less than 3"
 
 
 class _Interrupt(Exception):
@@ -513,6 +524,12 @@ class MarlinEmulator(PtyController):
         self._spindle_on = False
         self._quickstops = 0
         self._backend_errors = 0
+        #: the worker's stop count this board has dealt with (its quickstop ran since)
+        self._stops_seen = 0
+        #: moves planned into an empty planner, not yet handed to the steppers (see the
+        #: module docstring, "The first move"), each with the stop count it was planned in
+        self._held: list[tuple[int, Job]] = []
+        self._held_lock = threading.Lock()
         self.block_buffer_size = block_buffer_size
         self._table = self._handlers()
         self._reset_state()
@@ -618,6 +635,7 @@ class MarlinEmulator(PtyController):
             self._reset_pending = True
             self.halted = False  # the reset wakes a killed board too
             self._rx_cond.notify_all()
+        self._drop_held()
         self.worker.stop()  # the MCU resets: the steppers stop at once
 
     # -- the serial side (reader thread) --------------------------------------------------------
@@ -813,9 +831,11 @@ class MarlinEmulator(PtyController):
         elif eol:  # M108 / M112 / M410 stay until the end of the line, whatever follows
             if s == "M112":
                 self._ep_kill = True  # killed_by_M112
+                self._drop_held()
                 self.worker.stop()
             elif s == "M410":
                 self._ep_quickstop = True  # quickstop_by_M410
+                self._drop_held()
                 self.worker.stop()
             self._rx_cond.notify_all()
             s = "RESET"
@@ -884,6 +904,8 @@ class MarlinEmulator(PtyController):
         self._busy = False
         self._in_task = False
         self._ep_kill = self._ep_quickstop = False
+        self._drop_held()
+        self._stops_seen = self.worker.stops
         self._interval = self.keepalive
         self._native = {a: self._home[a] for a in self.axes}
         self._shift = dict.fromkeys(self.axes, 0.0)
@@ -1012,6 +1034,9 @@ class MarlinEmulator(PtyController):
 
     def _take_line(self, line: str) -> None:
         command = line.lstrip(" ")
+        early = not self.emergency_parser and command[:1] == "M" and command[1:4] in ("112", "410")
+        if not early:
+            self._release_held()  # the host's next line ends a first move's delay (see above)
         if command[:1] == "N":
             m110 = "M110" in command
             npos = command
@@ -1062,6 +1087,7 @@ class MarlinEmulator(PtyController):
     def _kill(self) -> None:
         """kill(M112_KILL_STR, nullptr, true) then minkill(): steppers off, interrupts off,
         nothing more (no "ok") until the board is reset."""
+        self._drop_held()
         self.worker.stop()
         self.halted = True
         self._ep_kill = False
@@ -1071,7 +1097,9 @@ class MarlinEmulator(PtyController):
     def _quickstop(self) -> None:
         """quickstop_stepper(): drop the planned blocks and stop now, wait (the planner then
         refuses moves for a second, and synchronize() waits that out), and take the position
-        from where the steppers are. The command queue is left as it is."""
+        from where the steppers are. The command queue is left as it is: a move in it (or
+        waiting for room in the planner) is planned after this, as in Marlin."""
+        self._drop_held()
         self.worker.stop()
         self._quickstops += 1
         self._synchronize()
@@ -1082,23 +1110,58 @@ class MarlinEmulator(PtyController):
         state = self.arm.state()
         actual = self._actual(state.pose, state.joints)
         self._native = {a: actual[a] - self._offset[a] for a in self.axes}
+        self._stops_seen = self.worker.stops
 
     # -- waiting -----------------------------------------------------------------------------------
 
     def _synchronize(self) -> None:
         """planner.synchronize(): idle() until every planned block is done."""
+        self._release_held()  # Marlin waits the first move's delay out
         while True:
             self._idle()
             if self.worker.wait_idle(_POLL):
                 self._idle()
                 return
 
-    def _plan(self, job: Job) -> None:
-        """planner.buffer_line(): wait (in idle()) while the planner is full."""
+    def _plan(self, job: Job, *, move: bool = False) -> None:
+        """planner.buffer_line(): wait (in idle()) while the planner is full. A stop by the
+        emergency parser empties the worker at once, but the room it frees is not this
+        block's until the quickstop has run in idle() (Planner::quick_stop runs there, in
+        Temperature::task): the block is planned after it, as Marlin plans it. A ``move``
+        planned into an empty planner is held (see the module docstring, "The first move")."""
         while True:
-            if self.worker.submit(job, timeout=_POLL):
+            if move and self._hold(job):
+                return
+            self._release_held()  # the planner keeps its order
+            if self.worker.submit(job, timeout=_POLL, stops=self._stops_seen):
                 return
             self._idle()
+            if self.worker.stops != self._stops_seen and not self._ep_quickstop:
+                self._stops_seen = self.worker.stops  # a stop no quickstop follows
+
+    def _hold(self, job: Job) -> bool:
+        """Hold ``job`` if the planner is empty but for held moves (True: it is planned)."""
+        with self._held_lock:
+            if self.worker.stops != self._stops_seen or not (self._held or self.worker.idle):
+                return False
+            self._held.append((self._stops_seen, job))
+            if len(self._held) < FIRST_MOVE_BLOCKS:
+                return True
+        self._release_held()  # three moves: the first is delivered at once
+        return True
+
+    def _release_held(self) -> None:
+        """Hand the held moves to the steppers, unless a stop has dropped them since."""
+        with self._held_lock:
+            held, self._held = self._held, []
+        for stops, job in held:
+            if not self.worker.submit(job, timeout=_POLL, stops=stops):
+                return  # stopped since (or closing): the planner was emptied
+
+    def _drop_held(self) -> None:
+        """Planner::quick_stop and a reset empty the planner: held moves too."""
+        with self._held_lock:
+            self._held.clear()
 
     def _dwell(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -1228,10 +1291,10 @@ class MarlinEmulator(PtyController):
         target = {a: dest[a] + self._offset[a] for a in self.axes}
         if cartesian:
             mm = (target["X"], target["Y"], target["Z"])
-            self._plan(_linear_move(mm, self._feedrate, self.orientation))
+            self._plan(_linear_move(mm, self._feedrate, self.orientation), move=True)
         if rotary:
             degrees = {i: target[a] for i, a in enumerate(self.joint_axes)}
-            self._plan(_joint_move(degrees, self._feedrate))
+            self._plan(_joint_move(degrees, self._feedrate), move=True)
         self._native = dest
         return []
 
@@ -1474,7 +1537,7 @@ class MarlinEmulator(PtyController):
         closed = self._grip_state()
         if closed is None or closed == self.gripper_closed:
             return
-        if not synchronous and not self.worker.idle:
+        if not synchronous and (self._held or not self.worker.idle):
             # Marlin switches the output now, while the arm still moves; the backend can only
             # do one thing at a time, so the grip runs after the planned moves here
             self.outputs_during_motion += 1
