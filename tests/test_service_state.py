@@ -188,7 +188,9 @@ def test_up_first_stops_the_motion_a_killed_host_left_going_on_a_marlin_board(
         with MarlinEmulator(backend, auto_reset=False) as emulator:
             start = backend.state().pose
             port = os.open(emulator.path, os.O_RDWR | os.O_NOCTTY)
-            os.write(port, b"G91\nG1 Y120 F120\n")  # 120 mm at 2 mm/s: a minute
+            # 120 mm at 2 mm/s, a minute; then a position query, as state() sends (the board
+            # holds a lone first move until the host's next line, as Marlin does for 100 ms)
+            os.write(port, b"G91\nG1 Y120 F120\nM114\n")
             require(emulator.worker.wait_started(1, BOUND), "the board began the move")
             os.close(port)  # the host is gone (kill -9 closes its port); the move goes on
             robot = robot_file(ROOT / "robot.toml", tmp_path)

@@ -113,6 +113,9 @@ DEFAULT_FEEDRATE_MM_M = 4000.0  # Marlin/src/module/motion.cpp
 DEFAULT_STEPS_PER_UNIT = {"X": 80.0, "Y": 80.0, "Z": 400.0, "E": 500.0}  # { 80, 80, 400, 500 }
 ROTARY_NAMES = "ABCUVW"  # AXIS4_NAME ... AXIS9_NAME: ['A', 'B', 'C', 'U', 'V', 'W']
 QUICKSTOP_CLEAN = 1.0  # s: cleaning_buffer_counter = TEMP_TIMER_FREQUENCY ticks (1 kHz)
+#: lines that do not end a held first move's delay: moves (held with it, up to three) and
+#: the stops, which drop it
+_KEEPS_HELD = (("G", 0), ("G", 1), ("M", 410), ("M", 112))
 FIRST_MOVE_BLOCKS = 3  # get_current_block: "If the number of movements queued is less than 3"
 
 
@@ -1180,6 +1183,10 @@ class MarlinEmulator(PtyController):
             message, self._fail_next = self._fail_next, None
             return self.error_lines(message)
         cmd = parse_command(line)
+        if (cmd.letter, cmd.code) not in _KEEPS_HELD:
+            # the host's next line ends a first move's delay when the board comes to it too,
+            # not only when it is read (the reader may take it before the move is planned)
+            self._release_held()
         self._busy = True  # KEEPALIVE_STATE(IN_HANDLER)
         try:
             out = self._dispatch(cmd)
