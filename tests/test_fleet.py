@@ -1,0 +1,122 @@
+"""A fleet over Zenoh (docs/fleet.md), in separate processes on loopback, scouting off, explicit
+endpoints: the world (the twin's three arms, each behind its own JAKA controller), three
+controller processes, and the coordinator (``onboard fleet run``, in this process). Bob's
+controller reaches the coordinator through a TCP proxy the test owns.
+
+- Sort Cubes by ReAd-J and ReAd-S (the critic) succeeds over the fleet as in one process:
+  the same joint actions, step by step, and every cube on its target in physics;
+- a partition (the proxy cut while Bob's arm runs an action): Bob's controller stops its arm
+  within its heartbeat timeout, the coordinator names Bob lost, the others are stopped (the
+  task file's ``on_lost = "stop"``);
+- the rejoin: with the link back, Bob is heard again but latched, a run is refused naming
+  it; ``onboard fleet reset`` clears the latches and the next episode succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from onboard.cli.main import main
+from onboard.loop.recorder import read_recording
+from onboard.testing.fleet_rig import FleetRig
+
+pytest.importorskip("zenoh")
+
+LEVEL = "level1"
+
+
+@pytest.fixture(scope="module")
+def rig() -> Iterator[FleetRig]:
+    with FleetRig(fleet="test", through="Bob") as fleet:
+        yield fleet
+
+
+def joints(path: Path) -> list[dict[str, str]]:
+    return [dict(r["joint"]) for r in read_recording(path) if r["kind"] == "env_step"]
+
+
+def fleet_run(
+    rig: FleetRig, method: str, record: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, dict]:
+    code = main(["fleet", "run", "sort_cubes", "--level", LEVEL, "--method", method,
+                 "--truth", rig.truth, "--record", str(record), "--json", *rig.args()])  # fmt: skip
+    out = capsys.readouterr().out.strip().splitlines()
+    return code, json.loads(out[-1])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("method", ["read_j", "read_s"])
+def test_sort_over_the_fleet_as_in_one_process(
+    rig: FleetRig, method: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one = tmp_path / "one.jsonl"
+    assert main(["task", "run", "sort_cubes", "--level", LEVEL, "--method", method,
+                 "--record", str(one)]) == 0  # fmt: skip
+    capsys.readouterr()
+    code, figures = fleet_run(rig, method, tmp_path / "fleet.jsonl", capsys)
+    assert code == 0, figures
+    assert figures["success"] and figures["on_target"]
+    assert figures["physics"] == {"blue_square": "panel2", "pink_polygon": "panel4",
+                                  "yellow_trapezoid": "panel6"}  # fmt: skip
+    assert joints(tmp_path / "fleet.jsonl") == joints(one)
+    # each arm ran its own actions, and only those: its controller's log against the steps
+    steps = [r for r in read_recording(tmp_path / "fleet.jsonl") if r["kind"] == "env_step"]
+    for agent in ("Alice", "Bob", "Chad"):
+        ran = [s["joint"][agent] for s in steps
+               if s["joint"].get(agent, "WAIT") != "WAIT" and not s["feedback"][agent]]  # fmt: skip
+        acted = [e["action"] for e in rig.drain(agent) if e["event"] == "action"]
+        assert acted == ran, agent
+
+
+@pytest.mark.timeout(300)
+def test_partition_stops_the_cut_off_arm_and_the_others(
+    rig: FleetRig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ended: dict[str, int] = {}
+
+    def coordinate() -> None:
+        ended["code"] = main(["fleet", "run", "sort_cubes", "--level", LEVEL, "--method",
+                              "read_s", "--truth", rig.truth, "--json", *rig.args()])  # fmt: skip
+
+    coordinator = threading.Thread(target=coordinate)
+    coordinator.start()
+    try:
+        rig.wait_event("Bob", "action", timeout=120.0)  # Bob's arm is running an action
+        cut = rig.proxy.cut()
+        stopped = rig.wait_event("Bob", "stopped", timeout=30.0)
+    finally:
+        coordinator.join(timeout=120.0)
+    assert "coordinator heartbeat lost" in stopped["reason"]
+    # within its timeout: the watchdog looks every half period; the guard is generous
+    assert rig.timeout < stopped["silent"] < 2 * rig.timeout
+    assert stopped["t"] > cut
+    assert ended["code"] == 4  # incomplete: the episode ended without a verdict
+    captured = capsys.readouterr()
+    report = json.loads(captured.out.strip().splitlines()[-1])
+    assert report["lost"] == "Bob" and sorted(report["stopped"]) == ["Alice", "Chad"]
+    assert "Bob lost at step" in captured.err and "on_lost = stop" in captured.err
+    for agent in ("Alice", "Chad"):  # the task file says stop: the others stopped, latched
+        event = rig.wait_event(agent, "stopped", timeout=30.0)
+        assert "stopped by the coordinator: Bob lost" in event["reason"]
+
+
+@pytest.mark.timeout(300)
+def test_rejoin_is_refused_while_latched_then_reset(
+    rig: FleetRig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rig.proxy.heal()
+    code = main(["fleet", "run", "sort_cubes", "--level", LEVEL, "--method", "read_j",
+                 "--truth", rig.truth, *rig.args()])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 4
+    assert "stopped and latched: Alice: stopped by the coordinator: Bob lost" in err
+    assert "Bob: coordinator heartbeat lost" in err
+    assert main(["fleet", "reset", "Alice", "Bob", "Chad", *rig.args()]) == 0
+    assert capsys.readouterr().out.splitlines() == ["Alice: reset", "Bob: reset", "Chad: reset"]
+    code, figures = fleet_run(rig, "read_j", tmp_path / "again.jsonl", capsys)
+    assert code == 0 and figures["on_target"], figures
