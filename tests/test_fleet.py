@@ -120,3 +120,36 @@ def test_rejoin_is_refused_while_latched_then_reset(
     assert capsys.readouterr().out.splitlines() == ["Alice: reset", "Bob: reset", "Chad: reset"]
     code, figures = fleet_run(rig, "read_j", tmp_path / "again.jsonl", capsys)
     assert code == 0 and figures["on_target"], figures
+
+
+@pytest.mark.timeout(300)
+def test_on_lost_continue_lets_the_others_go_on(
+    rig: FleetRig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shipped = Path(__file__).resolve().parent.parent / "tasks" / "sort_cubes.toml"
+    task = tmp_path / "sort_cubes.toml"
+    task.write_text(shipped.read_text() + '\n[fleet]\non_lost = "continue"\n')
+    ended: dict[str, int] = {}
+
+    def coordinate() -> None:
+        ended["code"] = main(["fleet", "run", str(task), "--level", LEVEL, "--method", "read_j",
+                              "--truth", rig.truth, "--json", *rig.args()])  # fmt: skip
+
+    for agent in ("Alice", "Bob", "Chad"):
+        rig.drain(agent)
+    coordinator = threading.Thread(target=coordinate)
+    coordinator.start()
+    try:
+        rig.wait_event("Bob", "action", timeout=120.0)
+        rig.proxy.cut()
+        rig.wait_event("Bob", "stopped", timeout=30.0)
+    finally:
+        coordinator.join(timeout=240.0)
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert list(report["lost"]) == ["Bob"]
+    assert ended["code"] == 1 and not report["success"]  # Bob's panels are his alone
+    for agent in ("Alice", "Chad"):  # not stopped: they went on acting after Bob was lost
+        events = rig.drain(agent)
+        assert not [e for e in events if e["event"] == "stopped"], agent
+    rig.proxy.heal()
+    assert main(["fleet", "reset", "Bob", *rig.args()]) == 0

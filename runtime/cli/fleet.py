@@ -15,6 +15,7 @@ owning one arm, and a coordinator running a team skill across them (docs/fleet.m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import threading
@@ -140,10 +141,7 @@ def controller_command(args: argparse.Namespace) -> int:
 
 
 def run_command(robot: Any, args: argparse.Namespace) -> int:
-    import tempfile
-
-    from onboard.cli.task import Endpoints, _settings
-    from onboard.collab.evaluate import Cell, Critics, env_seed, run_one
+    from onboard.cli.task import _settings
     from onboard.collab.methods import method
     from onboard.collab.taskfile import SORT_TARGETS, find_team_task
     from onboard.collab.twin_sort import SceneFrames, scene_panels
@@ -163,7 +161,7 @@ def run_command(robot: Any, args: argparse.Namespace) -> int:
     level = args.level or next(iter(task.levels))
     task.level(level)
     name = args.method or ("read_s" if task.critic.mode == "sequential" else "read_j")
-    chosen = method(name)
+    method(name)  # an unknown method: one line before anything starts
     host, port = _hostport(args.truth, "--truth", 2)
     panels = scene_panels(SceneFrames(load_scene(find_scene(args.scene))))
     args.constrained = False
@@ -172,40 +170,26 @@ def run_command(robot: Any, args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    with (
-        open_bus(args.listen, args.connect) as bus,
-        TruthClient(host, int(port)) as truth,
-        Endpoints(robot, settings) as llms,
-        tempfile.TemporaryDirectory(prefix="onboard-critic-") as scratch,
-    ):
+    with contextlib.ExitStack() as stack:
+        bus = stack.enter_context(open_bus(args.listen, args.connect))
         link = FleetLink(bus, args.fleet, task.agent_names, period=args.period,
                          timeout=args.timeout, say=say).start()  # fmt: skip
+        stack.callback(link.close)
+        link.wait_ready(args.ready_timeout)
+        truth = stack.enter_context(TruthClient(host, int(port)))
+        env = FleetSort(task, level, link, lambda start: lay_out(truth, panels, start))
+        wall = time.perf_counter()
         try:
-            link.wait_ready(args.ready_timeout)
-            env = FleetSort(task, level, link, lambda start: lay_out(truth, panels, start))
-            env.starts = "held_out"
-            critic = None
-            if chosen.critic is not None:
-                critic = Critics(args.critics, Path(scratch), args.seed).get(task, level, "trained")
-            cell = Cell(task.name, level, name)
-            with llms.open(cell, task.name) as (llm, label, constrained):
-                wall = time.perf_counter()
-                try:
-                    episode = run_one(task, level, name, llm, label, critic,
-                                      seed=env_seed(args.seed, task.name, level, 0),
-                                      constrained=constrained, record=args.record, robot=robot,
-                                      env=env)  # fmt: skip
-                except AgentLost as exc:
-                    stopped = [a for a in task.agent_names if a != exc.agent]
-                    say(f"fleet {args.fleet}: {exc.agent} lost at step {env.steps}: {exc}; "
-                        f"{', '.join(stopped)} stopped (task file: on_lost = stop)")  # fmt: skip
-                    if args.json:
-                        print(json.dumps({"lost": exc.agent, "step": env.steps, "error": str(exc),
-                                          "stopped": stopped}))  # fmt: skip
-                    return ExitCode.INCOMPLETE
-                wall = time.perf_counter() - wall
-        finally:
-            link.close()
+            episode = fleet_episode(robot, settings, env, name, record=args.record)
+        except AgentLost as exc:
+            stopped = [a for a in task.agent_names if a != exc.agent]
+            say(f"fleet {args.fleet}: {exc.agent} lost at step {env.steps}: {exc}; "
+                f"{', '.join(stopped)} stopped (task file: on_lost = stop)")  # fmt: skip
+            if args.json:
+                print(json.dumps({"lost": exc.agent, "step": env.steps, "error": str(exc),
+                                  "stopped": stopped}))  # fmt: skip
+            return ExitCode.INCOMPLETE
+        wall = time.perf_counter() - wall
         physics = panels_now(truth, panels)
     on_target = all(physics[c] == t for c, t in SORT_TARGETS.items())
     success = episode.success and on_target
@@ -228,6 +212,34 @@ def run_command(robot: Any, args: argparse.Namespace) -> int:
     if not args.json:
         print(f"exit {int(code)}: {TABLE[code][0]}")
     return code
+
+
+def fleet_episode(
+    robot: Any, settings: Any, env: Any, method_name: str, record: Path | None = None
+) -> Any:
+    """One episode of ``method_name`` on ``env`` (a FleetSort: its steps on a fleet's arms),
+    its LLM as ``settings`` say (EvalSettings), its critic the task file's; the Episode.
+    AgentLost when an agent is lost and the task file says stop."""
+    import tempfile
+
+    from onboard.cli.task import Endpoints
+    from onboard.collab.evaluate import Cell, Critics, env_seed, run_one
+    from onboard.collab.methods import method
+
+    task, level = env.task, env.level
+    env.starts = "held_out"  # as onboard task run draws its start
+    with (
+        Endpoints(robot, settings) as llms,
+        tempfile.TemporaryDirectory(prefix="onboard-critic-") as scratch,
+    ):
+        critic = None
+        if method(method_name).critic is not None:
+            critics = Critics(settings.critics_root, Path(scratch), settings.seed)
+            critic = critics.get(task, level, "trained")
+        with llms.open(Cell(task.name, level, method_name), task.name) as (llm, label, strict):
+            return run_one(task, level, method_name, llm, label, critic,
+                           seed=env_seed(settings.seed, task.name, level, 0), constrained=strict,
+                           record=record, robot=robot, env=env)  # fmt: skip
 
 
 def reset_command(args: argparse.Namespace) -> int:

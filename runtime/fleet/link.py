@@ -67,6 +67,8 @@ class FleetLink:
         self._ids = itertools.count()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
+        #: per action: seconds from its put to its controller taking it (one host, one clock)
+        self.hops: list[float] = []
 
     def start(self) -> FleetLink:
         for topic, handler in (("heartbeat", self._on_heartbeat), ("state", self._on_state),
@@ -220,4 +222,6 @@ class FleetLink:
                     self.say(f"fleet: {why}: lost")
                     raise AgentLost(agent, f"fleet {self.fleet}: {why}: lost")
                 self._cond.wait(self.period / 2)
-            return known.results.pop(ident)
+            result = known.results.pop(ident)
+        self.hops.append(result.received - message.sent)
+        return result
