@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from onboard.cli.main import main
+from onboard.fleet.bus import open_bus
+from onboard.fleet.wire import Action, encode, key
 from onboard.loop.recorder import read_recording
 from onboard.testing.fleet_rig import FleetRig
 
@@ -34,6 +37,30 @@ LEVEL = "level1"
 def rig() -> Iterator[FleetRig]:
     with FleetRig(fleet="test", through="Bob") as fleet:
         yield fleet
+
+
+def test_a_bad_message_is_one_logged_line_and_the_controller_reads_on(rig: FleetRig) -> None:
+    with open_bus([rig.endpoint]) as bus:
+        action = key(rig.fleet, "Alice", "action")
+        heartbeat = key(rig.fleet, "coordinator", "heartbeat")
+        # the controller may not be connected yet: the guard is the wait, the put repeats
+        for data, where, line in (
+            (b"\x00garbled{", action, f"{action}: payload: Invalid JSON"),
+            (b'{"v": 2, "sender": "coordinator", "sent": 0, "seq": 0, "period": 0.1}',
+             heartbeat, f"{heartbeat}: payload version 2, this reader reads v1"),
+        ):  # fmt: skip
+            event = None
+            for _ in range(100):
+                bus.put(where, data)
+                try:
+                    event = rig.wait_event("Alice", "bad_payload", timeout=0.2)
+                    break
+                except AssertionError:
+                    continue
+            assert event is not None and event["error"].startswith(line)
+        reset = Action(sender="coordinator", sent=time.time(), id=1, command="reset")
+        bus.put(action, encode(reset))
+        assert rig.wait_event("Alice", "result", lambda e: e["id"] == 1)["ok"]
 
 
 def joints(path: Path) -> list[dict[str, str]]:
