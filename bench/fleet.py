@@ -6,8 +6,10 @@ step (or the layout) to the step's first action arriving at its arm's executor. 
 whole team decision of the step (ReAd-J: one joint request; ReAd-S: one request per agent,
 each scored by the critic, refinements included) and, across processes, the Zenoh hop to the
 controller (the hop alone, from the action's put to the controller taking it, is its own
-column). In process the same env (``FleetSort``) runs the same episodes, seeds and
-stand-in, its actions called on the twin's arms in this process (no Zenoh, no JAKA link);
+column). With no arms, the same env's actions are done as they are asked (the decision's
+cost alone, no physics in the process). In process the same env (``FleetSort``) runs the
+same episodes, seeds and stand-in, its actions called on the twin's arms in this process
+(no Zenoh, no JAKA link);
 across processes they go to three ``onboard fleet controller`` processes, each driving its arm
 over JAKA TCP of ``onboard fleet world``. The arrival is the controller's own clock
 (``Result.received``): one host, one clock.
@@ -59,6 +61,24 @@ class LocalDone:
     error: str
     received: float
     placed: dict[str, Point] = field(default_factory=dict)
+
+
+class NoArms:
+    """No arm at all: an action is done as it is asked (the decision's cost alone)."""
+
+    def act(self, agent: str, action: str, cubes: Mapping[str, Point]) -> LocalDone:
+        received = time.time()
+        cube = action.split()[1]
+        return LocalDone(True, "", received, {cube: (0.0, 0.0, 0.0)})
+
+    def lost(self, agent: str) -> str | None:
+        return None
+
+    def stop_all(self, reason: str, but: str = "") -> list[str]:
+        return []
+
+    def lay_out(self, start: dict[str, str]) -> dict[str, Point]:
+        return {cube: (0.0, 0.0, 0.0) for cube in start}
 
 
 class LocalArms:
@@ -176,6 +196,7 @@ def main() -> int:
     settings = EvalSettings(trials=1, seed=0, llm="standin")
     began = time.perf_counter()
     local: dict[str, list[dict[str, Any]]] = {name: [] for name in args.methods}
+    bare: dict[str, list[dict[str, Any]]] = {name: [] for name in args.methods}
     remote: dict[str, list[dict[str, Any]]] = {name: [] for name in args.methods}
     with (
         Twin(SCENE) as twin,
@@ -186,24 +207,28 @@ def main() -> int:
     ):
         for repeat in range(args.repeats):  # interleaved: neither side gets the warm caches
             for name in args.methods:
+                bare[name].append(in_process(NoArms(), task, args.level, name, settings))
                 local[name].append(in_process(LocalArms(arms), task, args.level, name, settings))
                 remote[name].append(across(rig, bus, truth, task, args.level, name, settings))
                 here, there = local[name][-1]["decisions"], remote[name][-1]["decisions"]
-                print(f"repeat {repeat + 1}, {name}: in process {_ms(here)} ms, across "
+                print(f"repeat {repeat + 1}, {name}: no arms {_ms(bare[name][-1]['decisions'])} "
+                      f"ms, in process {_ms(here)} ms, across "
                       f"{_ms(there)} ms (median per step)", flush=True)  # fmt: skip
     with FleetRig(fleet="bench", through="Bob") as rig:
         cuts = partitions(rig, task, args.level, args.partitions, settings)
     table = Table(title=f"fleet: sort_cubes {args.level}, the stand-in; decision latency "
                   "(median ms per step, every step of every repeat)")  # fmt: skip
-    for column in ("method", "steps", "in process", "across processes", "ratio", "Zenoh hop",
-                   "success"):  # fmt: skip
+    for column in ("method", "steps", "no arms", "in process", "across processes", "ratio",
+                   "Zenoh hop", "success"):  # fmt: skip
         table.add_column(column, justify="right")
     rows = {}
     for name in args.methods:
         a = [d for run in local[name] for d in run["decisions"]]
         b = [d for run in remote[name] for d in run["decisions"]]
+        z = [d for run in bare[name] for d in run["decisions"]]
         ratio = statistics.median(b) / statistics.median(a) if a and b else float("nan")
-        rows[name] = {"in_process": local[name], "across": remote[name],
+        rows[name] = {"in_process": local[name], "across": remote[name], "no_arms": bare[name],
+                      "median_no_arms_s": statistics.median(z) if z else None,
                       "median_in_process_s": statistics.median(a) if a else None,
                       "median_across_s": statistics.median(b) if b else None,
                       "ratio": ratio,
@@ -213,7 +238,7 @@ def main() -> int:
         won = (f"{sum(r['success'] for r in local[name])} / "
                f"{sum(r['success'] for r in remote[name])} of {args.repeats}")  # fmt: skip
         hop = f"{rows[name]['median_hop_s'] * 1000:.2f}"
-        table.add_row(name, steps, _ms(a), _ms(b), f"{ratio:.2f}", hop, won)
+        table.add_row(name, steps, _ms(z), _ms(a), _ms(b), f"{ratio:.2f}", hop, won)
     console = Console()
     console.print(table)
     stops = [c["stop_s"] for c in cuts]

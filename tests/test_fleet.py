@@ -169,14 +169,18 @@ def test_on_lost_continue_lets_the_others_go_on(
     try:
         rig.wait_event("Bob", "action", timeout=120.0)
         rig.proxy.cut()
-        rig.wait_event("Bob", "stopped", timeout=30.0)
+        stopped = rig.wait_event("Bob", "stopped", timeout=30.0)
     finally:
         coordinator.join(timeout=240.0)
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert list(report["lost"]) == ["Bob"]
     assert ended["code"] == 1 and not report["success"]  # Bob's panels are his alone
+    assert report["steps"] > report["lost_at"]["Bob"]  # the episode went on
+    later = []
     for agent in ("Alice", "Chad"):  # not stopped: they went on acting after Bob was lost
         events = rig.drain(agent)
         assert not [e for e in events if e["event"] == "stopped"], agent
+        later += [e for e in events if e["event"] == "result" and e["t"] > stopped["t"]]
+    assert later and all(e["ok"] for e in later)
     rig.proxy.heal()
     assert main(["fleet", "reset", "Bob", *rig.args()]) == 0

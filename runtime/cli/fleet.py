@@ -194,7 +194,8 @@ def run_command(robot: Any, args: argparse.Namespace) -> int:
     on_target = all(physics[c] == t for c, t in SORT_TARGETS.items())
     success = episode.success and on_target
     figures = {**episode.to_json(), "fleet": args.fleet, "physics": physics,
-               "on_target": on_target, "lost": dict(env.gone), "decisions": env.decisions,
+               "on_target": on_target, "lost": dict(env.gone), "lost_at": dict(env.lost_at),
+               "decisions": env.decisions,
                "wall_seconds": round(wall, 2)}  # fmt: skip
     if args.json:
         print(json.dumps(figures, sort_keys=True))

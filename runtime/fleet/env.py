@@ -65,8 +65,9 @@ class FleetSort(SortCubes):
         super().__init__(task, level)
         self.link, self.layout = link, layout
         self.where: dict[str, Point] = {}
-        #: agent -> why it was lost (``continue``: refused from then on)
+        #: agent -> why it was lost (``continue``: refused from then on), and at which step
         self.gone: dict[str, str] = {}
+        self.lost_at: dict[str, int] = {}
         #: per step that ran an action: seconds from the previous step's end (or the layout)
         #: to the first action's arrival at its controller (the decision, over the wire)
         self.decisions: list[float] = []
@@ -75,6 +76,7 @@ class FleetSort(SortCubes):
     def reset(self, seed: int) -> None:
         super().reset(seed)
         self.gone.clear()
+        self.lost_at.clear()
         start = {c: PANELS[p] for c, p in zip(CUBES, self.state.panel, strict=True)}
         self.where = dict(self.layout(start))
         self._ready = time.time()
@@ -100,7 +102,7 @@ class FleetSort(SortCubes):
                 if self.task.fleet.on_lost == "stop":
                     self.link.stop_all(f"{agent} lost: {exc}", but=agent)
                     raise
-                self.gone[agent] = str(exc)
+                self.gone[agent], self.lost_at[agent] = str(exc), self.steps
                 failed[agent] = f"{action} failed: {agent} is lost ({exc})"
                 continue
             if first:
