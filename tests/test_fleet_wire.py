@@ -103,3 +103,26 @@ def test_without_the_extra_the_command_names_it() -> None:
     assert done.stderr.strip().splitlines()[-1] == (
         "onboard: error: a fleet needs Zenoh: pip install -e '.[fleet]' (eclipse-zenoh)"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["controller", "Bob", "--arm", "127.0.0.1:1:2", "--timeout", "0.1"],
+         "--period 0.1 --timeout 0.1: the period must be above 0 and the timeout at least two"),
+        (["controller", "Bob", "--arm", "127.0.0.1:10001"],
+         "--arm '127.0.0.1:10001': expected HOST:PORT:PORT"),
+        (["controller", "coordinator", "--arm", "127.0.0.1:1:2"],
+         "agent 'coordinator': the coordinator's name in key expressions"),
+        (["run", "sweep_floor", "--truth", "127.0.0.1:9"],
+         "task 'sweep_floor': a fleet runs sort_cubes only"),
+        (["reset", "Bob", "--fleet", "a/b"], "--fleet 'a/b': letters, digits, _ and - only"),
+    ],
+)  # fmt: skip
+def test_a_bad_command_line_is_one_line(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from onboard.cli.main import main
+
+    assert main(["fleet", *argv]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"onboard: error: {line}")

@@ -84,6 +84,14 @@ def add_parsers(fleet: Any) -> None:
     _endpoint_args(q)
 
 
+def _check_beat(args: argparse.Namespace) -> None:
+    """A heartbeat period above 0 and a timeout of at least two periods (one late heartbeat
+    is not a loss)."""
+    if not args.period > 0 or not args.timeout >= 2 * args.period:  # nan too
+        raise UsageError(f"--period {args.period} --timeout {args.timeout}: the period must be "
+                         "above 0 and the timeout at least two periods")  # fmt: skip
+
+
 def _hostport(text: str, flag: str, n: int) -> tuple[str, ...]:
     parts = text.rsplit(":", n - 1)
     if len(parts) != n or not all(p.isdigit() for p in parts[1:]) or not parts[0]:
@@ -115,6 +123,7 @@ def controller_command(args: argparse.Namespace) -> int:
     from onboard.fleet.wire import COORDINATOR, check_name
 
     check_name(args.fleet, "--fleet")
+    _check_beat(args)
     if check_name(args.agent, "agent") == COORDINATOR:
         raise UsageError(f"agent {args.agent!r}: the coordinator's name in key expressions")
     task = find_team_task(args.task)
@@ -155,6 +164,7 @@ def run_command(robot: Any, args: argparse.Namespace) -> int:
     from onboard.loop.exitcodes import TABLE, ExitCode
 
     check_name(args.fleet, "--fleet")
+    _check_beat(args)
     task = find_team_task(args.task)
     if task.env != "sort_cubes":
         raise UsageError(f"task {args.task!r}: a fleet runs sort_cubes only")
@@ -246,7 +256,12 @@ def fleet_episode(
 def reset_command(args: argparse.Namespace) -> int:
     from onboard.fleet.bus import open_bus
     from onboard.fleet.link import FleetLink
+    from onboard.fleet.wire import check_name
 
+    check_name(args.fleet, "--fleet")
+    for agent in args.agents:
+        check_name(agent, "agent")
+    _check_beat(args)
     with open_bus(args.listen, args.connect) as bus:
         link = FleetLink(bus, args.fleet, args.agents, period=args.period, timeout=args.timeout)
         link.start()
