@@ -9,7 +9,11 @@ controller reaches the coordinator through a TCP proxy the test owns.
   within its heartbeat timeout, the coordinator names Bob lost, the others are stopped (the
   task file's ``on_lost = "stop"``);
 - the rejoin: with the link back, Bob is heard again but latched, a run is refused naming
-  it; ``onboard fleet reset`` clears the latches and the next episode succeeds.
+  it; ``onboard fleet reset`` clears the latches and the next episode succeeds;
+- ``on_lost = "continue"``: Bob lost, the others go on acting, the episode ends failed;
+- a garbled payload or another version is one logged line; the controller reads on.
+
+Each test starts from a healed link and unlatched arms (any order: ``make stress``).
 """
 
 from __future__ import annotations
@@ -63,6 +67,17 @@ def test_a_bad_message_is_one_logged_line_and_the_controller_reads_on(rig: Fleet
         assert rig.wait_event("Alice", "result", lambda e: e["id"] == 1)["ok"]
 
 
+def ready(rig: FleetRig, capsys: pytest.CaptureFixture[str]) -> None:
+    """Whatever an earlier test left (in any order): the link healed, every arm unlatched
+    (a reset: gripper opened, arm homed; harmless on an arm that was not stopped)."""
+    rig.proxy.heal()
+    code = main(["fleet", "reset", "Alice", "Bob", "Chad", *rig.args()])
+    assert code == 0, capsys.readouterr()
+    capsys.readouterr()
+    for agent in ("Alice", "Bob", "Chad"):
+        rig.drain(agent)
+
+
 def joints(path: Path) -> list[dict[str, str]]:
     return [dict(r["joint"]) for r in read_recording(path) if r["kind"] == "env_step"]
 
@@ -81,6 +96,7 @@ def fleet_run(
 def test_sort_over_the_fleet_as_in_one_process(
     rig: FleetRig, method: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    ready(rig, capsys)
     one = tmp_path / "one.jsonl"
     assert main(["task", "run", "sort_cubes", "--level", LEVEL, "--method", method,
                  "--record", str(one)]) == 0  # fmt: skip
@@ -100,10 +116,11 @@ def test_sort_over_the_fleet_as_in_one_process(
         assert acted == ran, agent
 
 
-@pytest.mark.timeout(300)
-def test_partition_stops_the_cut_off_arm_and_the_others(
+@pytest.mark.timeout(400)
+def test_a_partition_stops_the_arms_then_a_rejoin_is_reset(
     rig: FleetRig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    ready(rig, capsys)
     ended: dict[str, int] = {}
 
     def coordinate() -> None:
@@ -130,12 +147,7 @@ def test_partition_stops_the_cut_off_arm_and_the_others(
     for agent in ("Alice", "Chad"):  # the task file says stop: the others stopped, latched
         event = rig.wait_event(agent, "stopped", timeout=30.0)
         assert "stopped by the coordinator: Bob lost" in event["reason"]
-
-
-@pytest.mark.timeout(300)
-def test_rejoin_is_refused_while_latched_then_reset(
-    rig: FleetRig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+    # the rejoin: the link back, Bob is heard again, latched; a run is refused until a reset
     rig.proxy.heal()
     code = main(["fleet", "run", "sort_cubes", "--level", LEVEL, "--method", "read_j",
                  "--truth", rig.truth, *rig.args()])  # fmt: skip
@@ -162,8 +174,7 @@ def test_on_lost_continue_lets_the_others_go_on(
         ended["code"] = main(["fleet", "run", str(task), "--level", LEVEL, "--method", "read_j",
                               "--truth", rig.truth, "--json", *rig.args()])  # fmt: skip
 
-    for agent in ("Alice", "Bob", "Chad"):
-        rig.drain(agent)
+    ready(rig, capsys)
     coordinator = threading.Thread(target=coordinate)
     coordinator.start()
     try:
@@ -181,6 +192,10 @@ def test_on_lost_continue_lets_the_others_go_on(
         events = rig.drain(agent)
         assert not [e for e in events if e["event"] == "stopped"], agent
         later += [e for e in events if e["event"] == "result" and e["t"] > stopped["t"]]
-    assert later and all(e["ok"] for e in later)
+    # they acted; an action may fail in physics (Bob's arm stopped where it was, maybe over
+    # a shared panel, holding a cube): its controller says so in one line, nothing believed
+    assert later
+    assert all(e["ok"] or e["error"].startswith(e["agent"] + ": PICK ") for e in later)
+    assert all("\n" not in e["error"] for e in later)
     rig.proxy.heal()
     assert main(["fleet", "reset", "Bob", *rig.args()]) == 0

@@ -254,9 +254,12 @@ def fleet_episode(
 
 
 def reset_command(args: argparse.Namespace) -> int:
+    """Exit 0 when every agent was reset; 4 when one was not (its controller's error
+    printed: the arm stopped again, latched)."""
     from onboard.fleet.bus import open_bus
     from onboard.fleet.link import FleetLink
     from onboard.fleet.wire import check_name
+    from onboard.loop.exitcodes import ExitCode
 
     check_name(args.fleet, "--fleet")
     for agent in args.agents:
@@ -265,11 +268,13 @@ def reset_command(args: argparse.Namespace) -> int:
     with open_bus(args.listen, args.connect) as bus:
         link = FleetLink(bus, args.fleet, args.agents, period=args.period, timeout=args.timeout)
         link.start()
+        failed = False
         try:
             link.wait_ready(args.ready_timeout, latched_ok=True)
             for agent in args.agents:
                 result = link.command(agent, "reset", "onboard fleet reset")
                 print(f"{agent}: {'reset' if result.ok else result.error}")
+                failed |= not result.ok
         finally:
             link.close()
-    return 0
+    return ExitCode.INCOMPLETE if failed else ExitCode.SUCCESS
