@@ -85,7 +85,7 @@ def test_a_bad_payload_is_one_line_naming_the_key(data: bytes, line: str) -> Non
 
 def test_endpoints_are_tcp_host_port() -> None:
     assert check_endpoint("tcp/127.0.0.1:7447") == "tcp/127.0.0.1:7447"
-    for bad in ("udp/127.0.0.1:7447", "tcp/127.0.0.1", "127.0.0.1:7447", "tcp/:1", "tcp/h:0"):
+    for bad in ("udp/127.0.0.1:7447", "tcp/127.0.0.1", "127.0.0.1:7447", "tcp/:1", "tcp/h:65536"):
         with pytest.raises(UsageError, match="tcp/HOST:PORT"):
             check_endpoint(bad)
 

@@ -20,10 +20,11 @@ EXTRA = "pip install -e '.[fleet]' (eclipse-zenoh)"
 
 
 def check_endpoint(endpoint: str) -> str:
-    """``tcp/HOST:PORT``: the one kind of locator a fleet uses."""
+    """``tcp/HOST:PORT``: the one kind of locator a fleet uses (port 0 listens on a free
+    port)."""
     proto, _, address = endpoint.partition("/")
     host, _, port = address.rpartition(":")
-    if proto != "tcp" or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if proto != "tcp" or not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise UsageError(f"endpoint {endpoint!r}: a fleet endpoint is tcp/HOST:PORT "
                          "(tcp/127.0.0.1:7447)")  # fmt: skip
     return endpoint
@@ -96,4 +97,6 @@ def open_bus(listen: Sequence[str] = (), connect: Sequence[str] = ()) -> Bus:
     try:
         return Bus(zenoh.open(config))
     except Exception as exc:  # zenoh.ZError: a port in use, a bad endpoint
-        raise UsageError(f"zenoh: {exc}".splitlines()[0]) from None
+        # its text names the Rust source it came from (" at /root/.cargo/..."): cut there
+        reason = str(exc).splitlines()[0].split(" at /")[0].replace("[", "").strip(" .")
+        raise UsageError(f"zenoh: {reason}") from None
