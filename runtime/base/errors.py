@@ -24,8 +24,10 @@ translated at the boundary that meets them, with ``raise ... from exc``.
     │   │   ├── ArmTimeout     ... did not answer in time          (also a TimeoutError)
     │   │   ├── LinkLost       ... the serial line or socket dropped (also a ConnectionError)
     │   │   └── SafetyError    ... a command outside the safety limits was refused
-    │   └── CameraError        the camera failed
-    │       └── StaleFrame     ... no frame fresh enough             (also a TimeoutError)
+    │   ├── CameraError        the camera failed
+    │   │   └── StaleFrame     ... no frame fresh enough             (also a TimeoutError)
+    │   └── FleetError         a fleet over Zenoh cannot run an action (docs/fleet.md)
+    │       └── AgentLost      ... an agent's heartbeat stopped: its arm stopped itself
     ├── RecordingError         a recording cannot be read or written
     │   ├── RecordingWriteError  ... a write failed mid-episode (disk full): the robot stopped
     │   ├── IncompleteRecording  ... has no end record: its process was killed
@@ -47,6 +49,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = [
+    "AgentLost",
     "ArmError",
     "ArmTimeout",
     "CalibrationError",
@@ -58,6 +61,7 @@ __all__ = [
     "ConfigError",
     "CriticError",
     "DriverError",
+    "FleetError",
     "IncompleteRecording",
     "LLMError",
     "LLMRefused",
@@ -186,6 +190,19 @@ class CameraError(DriverError):
 
 class StaleFrame(CameraError, TimeoutError):
     """No frame fresh enough arrived in time."""
+
+
+class FleetError(DriverError):
+    """A fleet (docs/fleet.md) cannot run an action: an agent not there, or stopped."""
+
+
+class AgentLost(FleetError):
+    """An agent's heartbeat stopped (a partition, a crash): its controller stops its own arm
+    within its heartbeat timeout."""
+
+    def __init__(self, agent: str, message: str) -> None:
+        super().__init__(message)
+        self.agent = agent
 
 
 class RecordingError(OnboardError):

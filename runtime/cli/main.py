@@ -74,6 +74,7 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
         "simulation and test doubles",
         [
             ("sim", "sim serve: the physics twin behind the JAKA TCP and G-code protocols"),
+            ("fleet", "a fleet over Zenoh: the twin's arms, controllers, a team coordinator"),
             ("standin", "serve the stand-in LLM (a documented rule policy) on loopback"),
         ],
     ),
@@ -314,6 +315,16 @@ def _parser() -> argparse.ArgumentParser:
     task.choices["eval"].set_defaults(func=_task_eval)
     task.choices["twin"].set_defaults(func=_task_twin)
 
+    p = add("fleet")
+    fleet = p.add_subparsers(required=True, metavar="ACTION")
+    from onboard.cli.fleet import add_parsers as add_fleet
+
+    add_fleet(fleet)
+    fleet.choices["world"].set_defaults(func=_fleet_world)
+    fleet.choices["controller"].set_defaults(func=_fleet_controller)
+    fleet.choices["run"].set_defaults(func=_fleet_run)
+    fleet.choices["reset"].set_defaults(func=_fleet_reset)
+
     p = add("critic")
     critic = p.add_subparsers(required=True, metavar="ACTION")
     from onboard.cli.critic import add_parsers as add_critic
@@ -502,6 +513,30 @@ def _task_twin(args: argparse.Namespace) -> int:
     from onboard.cli.task_twin import twin_command
 
     return twin_command(args, _robot(args) if args.method else None)
+
+
+def _fleet_world(args: argparse.Namespace) -> int:
+    from onboard.cli.fleet import world_command
+
+    return world_command(args)
+
+
+def _fleet_controller(args: argparse.Namespace) -> int:
+    from onboard.cli.fleet import controller_command
+
+    return controller_command(args)
+
+
+def _fleet_run(args: argparse.Namespace) -> int:
+    from onboard.cli.fleet import run_command
+
+    return run_command(_robot(args), args)
+
+
+def _fleet_reset(args: argparse.Namespace) -> int:
+    from onboard.cli.fleet import reset_command
+
+    return reset_command(args)
 
 
 def _critic_check(args: argparse.Namespace) -> int:

@@ -243,12 +243,22 @@ class CriticSettings(_Strict):
     epsilon: float = 0.0
 
 
+class FleetSettings(_Strict):
+    """``[fleet]``: the task over a fleet of controllers (docs/fleet.md). ``on_lost``: what
+    the others do when an agent is lost mid-task: ``stop`` (every arm stops, the episode
+    ends with the lost agent named) or ``continue`` (the lost agent's actions are refused
+    as illegal, the others go on to success or the step limit)."""
+
+    on_lost: Literal["stop", "continue"] = "stop"
+
+
 class TaskFile(_Strict):
     task: TaskHeader
     agents: Annotated[list[TeamAgent], Field(min_length=1)]
     actions: Actions
     levels: Annotated[dict[str, dict[str, Any]], Field(min_length=1)]
     critic: CriticSettings
+    fleet: FleetSettings = FleetSettings()
 
 
 @dataclass(frozen=True)
@@ -265,6 +275,7 @@ class TeamTask:
     verbs: list[str]
     levels: dict[str, BaseModel]  # a shipped env's: a LevelModel
     critic: CriticSettings
+    fleet: FleetSettings = field(default_factory=FleetSettings)
 
     @property
     def agent_names(self) -> tuple[str, ...]:
@@ -328,6 +339,7 @@ def load_team_task(path: Path) -> TeamTask:
         verbs=list(raw.actions.verbs),
         levels=levels,
         critic=raw.critic,
+        fleet=raw.fleet,
     )
 
 

@@ -26,15 +26,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from types import TracebackType
+from typing import Protocol
 
 from onboard.base.errors import DriverError
 from onboard.collab.envs.base import WAIT
 from onboard.collab.taskfile import PANELS, TeamTask
-from onboard.drivers.arm.base import Pose
+from onboard.drivers.arm.base import Arm, Pose
 from onboard.drivers.arm.config import SimArmConfig
 from onboard.drivers.arm.safety import Box, SafeArm, SafetyLimits
 from onboard.drivers.arm.twin_arm import SimArm
+from onboard.drivers.rotations import Vec3, quat_from_euler
 from onboard.drivers.twin.bodies import KIND_DEFAULTS
+from onboard.drivers.twin.frames import Transform
+from onboard.drivers.twin.scene import Scene
 from onboard.drivers.twin.tasks import pick_and_place
 from onboard.drivers.twin.world import Twin
 
@@ -42,9 +46,13 @@ __all__ = [
     "CUBE",
     "SCENE",
     "SLOTS",
+    "Frames",
     "Panel",
+    "SceneFrames",
     "SortRig",
+    "free_slot",
     "grasp_pose",
+    "put",
     "reach_limits",
     "scene_panels",
 ]
@@ -78,7 +86,55 @@ class Panel:
         return (x + SLOTS[i], y, z + CUBE / 2)
 
 
-def scene_panels(twin: Twin) -> dict[str, Panel]:
+class Frames(Protocol):
+    """Where things are in a scene: its objects, each arm's base frame. The twin is one;
+    :class:`SceneFrames` is another, from the scene file alone (no physics), for a
+    controller that drives its arm over the arm's own link."""
+
+    @property
+    def scene(self) -> Scene: ...
+
+    def arm_names(self) -> list[str]: ...
+
+    def to_base(self, point: Vec3, arm: str | None = None) -> Vec3: ...
+
+    def to_world(self, point: Vec3, arm: str | None = None) -> Vec3: ...
+
+
+class SceneFrames:
+    """Implements :class:`Frames` from a scene's description: each arm's base at its
+    ``position``, turned by its ``yaw`` (as the twin places its Pandas)."""
+
+    def __init__(self, scene: Scene) -> None:
+        self._scene = scene
+        self._bases = {
+            name: Transform(spec.position, quat_from_euler(0.0, 0.0, math.radians(spec.yaw)))
+            for name, spec in scene.arm_specs().items()
+        }
+
+    @property
+    def scene(self) -> Scene:
+        return self._scene
+
+    def arm_names(self) -> list[str]:
+        return list(self._bases)
+
+    def _base(self, arm: str | None) -> Transform:
+        if arm is None:
+            return next(iter(self._bases.values()))
+        if arm not in self._bases:
+            raise DriverError(f"sort twin: the scene has no arm {arm!r} "
+                              f"(arms: {', '.join(self._bases)})")  # fmt: skip
+        return self._bases[arm]
+
+    def to_base(self, point: Vec3, arm: str | None = None) -> Vec3:
+        return self._base(arm).inverse().apply(point)
+
+    def to_world(self, point: Vec3, arm: str | None = None) -> Vec3:
+        return self._base(arm).apply(point)
+
+
+def scene_panels(twin: Frames) -> dict[str, Panel]:
     """The task's panels (panel1..panel7) as the twin's scene has them (kind ``panel``)."""
     specs = {o.name: o for o in twin.scene.objects if o.kind == "panel"}
     missing = [p for p in PANELS if p not in specs]
@@ -94,7 +150,7 @@ def scene_panels(twin: Twin) -> dict[str, Panel]:
     return panels
 
 
-def reach_limits(twin: Twin, arm: str, reach: tuple[str, ...] | list[str]) -> SafetyLimits:
+def reach_limits(twin: Frames, arm: str, reach: tuple[str, ...] | list[str]) -> SafetyLimits:
     """The SafetyLimits of ``arm`` (in its base frame) whose workspace covers exactly the
     ``reach`` panels: see the module's docstring."""
     panels = scene_panels(twin)
@@ -113,7 +169,7 @@ def reach_limits(twin: Twin, arm: str, reach: tuple[str, ...] | list[str]) -> Sa
     )
 
 
-def grasp_pose(twin: Twin, arm: str, point: tuple[float, float, float], yaw: float = 0.0) -> Pose:
+def grasp_pose(twin: Frames, arm: str, point: tuple[float, float, float], yaw: float = 0.0) -> Pose:
     """The tool pose that grasps (or puts down) a cube centred at ``point`` (world frame)
     from above, turned with the cube's ``yaw`` (radians, reduced to within 45 degrees)."""
     x, y, z = twin.to_base(point, arm)
@@ -185,31 +241,51 @@ class SortRig:
 
     def pick_place(self, agent: str, cube: str, panel: str) -> None:
         """``agent`` puts ``cube`` on a free slot of ``panel`` and goes home."""
-        arm = self.arms[agent]
-        if cube not in self.where:
-            raise DriverError(f"sort twin: where {cube} is was never told (SortRig.told)")
-        goal = self._free_slot(panel, cube)
-        pick = grasp_pose(self.twin, agent, self.where[cube])
-        place = grasp_pose(self.twin, agent, (goal[0], goal[1], goal[2] + 0.002))
-        # both ends are checked before the arm moves: a refused place leaves the cube be
+        put(self.twin, self.arms[agent], agent, self.panels, self.where, cube, panel)
+
+
+def put(
+    frames: Frames,
+    arm: Arm,
+    agent: str,
+    panels: Mapping[str, Panel],
+    where: dict[str, tuple[float, float, float]],
+    cube: str,
+    panel: str,
+) -> tuple[float, float, float]:
+    """``agent``'s ``arm`` puts ``cube`` from where ``where`` says it rests on a free slot of
+    ``panel``, and goes home; ``where`` is updated and the slot returned. Both ends are
+    checked against the arm's limits (a SafeArm's) before it moves: a refused place leaves
+    the cube be."""
+    if cube not in where:
+        raise DriverError(f"sort twin: where {cube} is was never told (SortRig.told)")
+    goal = free_slot(panels[panel], cube, where)
+    pick = grasp_pose(frames, agent, where[cube])
+    place = grasp_pose(frames, agent, (goal[0], goal[1], goal[2] + 0.002))
+    check = getattr(arm, "check_move", None)
+    if check is not None:
         for pose in (pick, place):
             for z in (pose.z, pose.z + APPROACH):
-                arm.check_move(Pose(pose.x, pose.y, z, pose.rx, pose.ry, pose.rz), None)
-        pick_and_place(arm, pick, place, approach_height=APPROACH, speed=SPEED)
-        self.where[cube] = goal
-        arm.home()
-
-    def _free_slot(self, panel: str, moving: str) -> tuple[float, float, float]:
-        """The first slot of ``panel`` no other cube is in (as the rig believes)."""
-        others = [p for c, p in self.where.items() if c != moving]
-        for i in range(len(SLOTS)):
-            x, y, z = self.panels[panel].slot(i)
-            if all(math.dist((x, y), o[:2]) > SLOT_CLEAR for o in others):
-                return (x, y, z)
-        raise DriverError(f"sort twin: {panel} has no free slot for {moving}")
+                check(Pose(pose.x, pose.y, z, pose.rx, pose.ry, pose.rz), None)
+    pick_and_place(arm, pick, place, approach_height=APPROACH, speed=SPEED)
+    where[cube] = goal
+    arm.home()
+    return goal
 
 
-def _yaw_vector(twin: Twin, arm: str) -> tuple[float, float]:
+def free_slot(
+    panel: Panel, moving: str, where: Mapping[str, tuple[float, float, float]]
+) -> tuple[float, float, float]:
+    """The first slot of ``panel`` no other cube is in (as ``where`` has them)."""
+    others = [p for c, p in where.items() if c != moving]
+    for i in range(len(SLOTS)):
+        x, y, z = panel.slot(i)
+        if all(math.dist((x, y), o[:2]) > SLOT_CLEAR for o in others):
+            return (x, y, z)
+    raise DriverError(f"sort twin: {panel.name} has no free slot for {moving}")
+
+
+def _yaw_vector(twin: Frames, arm: str) -> tuple[float, float]:
     """(sin, cos) of the arm base's yaw in the world."""
     ox, oy, _ = twin.to_world((0.0, 0.0, 0.0), arm)
     ux, uy, _ = twin.to_world((1.0, 0.0, 0.0), arm)
@@ -217,7 +293,7 @@ def _yaw_vector(twin: Twin, arm: str) -> tuple[float, float]:
 
 
 def _corners(
-    twin: Twin, arm: str, panel: Panel, margin: float, top: float
+    twin: Frames, arm: str, panel: Panel, margin: float, top: float
 ) -> list[tuple[float, float, float]]:
     """The corners of the space over ``panel`` (grown by ``margin`` in x and y) from the
     table up to ``top``, in ``arm``'s base frame."""
