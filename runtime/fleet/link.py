@@ -23,6 +23,7 @@ from onboard.fleet.wire import (
     Action,
     BadPayload,
     Heartbeat,
+    P,
     Point,
     Result,
     State,
@@ -100,15 +101,23 @@ class FleetLink:
         parts = where.split("/")
         return self.agents.get(parts[3]) if len(parts) == 5 else None
 
-    def _on_heartbeat(self, where: str, data: bytes) -> None:
+    def _heard(self, where: str, data: bytes, kind: type[P]) -> tuple[Agent, P] | None:
+        """The agent a message is from and its payload; None for the coordinator's own, an
+        agent of no concern here, or a payload that does not decode (said in one line)."""
         agent = self._agent(where)
         if agent is None:
-            return  # the coordinator's own, or an agent of no concern here
+            return None
         try:
-            beat = decode(Heartbeat, data, where)
+            return agent, decode(kind, data, where)
         except BadPayload as exc:
             self.say(f"fleet: {exc}")
+            return None
+
+    def _on_heartbeat(self, where: str, data: bytes) -> None:
+        heard = self._heard(where, data, Heartbeat)
+        if heard is None:
             return
+        agent, beat = heard
         with self._cond:
             agent.heard, agent.latched = time.monotonic(), beat.latched
             if agent.lost:
@@ -118,30 +127,18 @@ class FleetLink:
             self._cond.notify_all()
 
     def _on_state(self, where: str, data: bytes) -> None:
-        agent = self._agent(where)
-        if agent is None:
-            return
-        try:
-            state = decode(State, data, where)
-        except BadPayload as exc:
-            self.say(f"fleet: {exc}")
-            return
-        with self._cond:
-            agent.state = state
-            self._cond.notify_all()
+        heard = self._heard(where, data, State)
+        if heard is not None:
+            with self._cond:
+                heard[0].state = heard[1]
+                self._cond.notify_all()
 
     def _on_result(self, where: str, data: bytes) -> None:
-        agent = self._agent(where)
-        if agent is None:
-            return
-        try:
-            result = decode(Result, data, where)
-        except BadPayload as exc:
-            self.say(f"fleet: {exc}")
-            return
-        with self._cond:
-            agent.results[result.id] = result
-            self._cond.notify_all()
+        heard = self._heard(where, data, Result)
+        if heard is not None:
+            with self._cond:
+                heard[0].results[heard[1].id] = heard[1]
+                self._cond.notify_all()
 
     # -- asking ------------------------------------------------------------------------------
 
