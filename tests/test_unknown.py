@@ -109,6 +109,7 @@ def test_what_the_look_cannot_tell_is_never_done_nor_not_done(
     assert phase == "goal" and message.startswith("could not verify: "), message
     assert said in message and message.endswith(", looked at twice"), message
     assert not server.seen("extra")
+    assert outcome.failed == message  # not "not done after N replan(s)": none was tried
 
 
 def test_a_lost_object_is_looked_for_again_from_the_home_pose(

@@ -154,9 +154,8 @@ def run_command(robot: Any, args: argparse.Namespace) -> int:
     from onboard.collab.methods import method
     from onboard.collab.taskfile import SORT_TARGETS, find_team_task
     from onboard.collab.twin_sort import SceneFrames, scene_panels
-    from onboard.drivers.emulators.truth_client import TruthClient
     from onboard.drivers.twin.scene import find_scene, load_scene
-    from onboard.evaluation.fleet_sort import lay_out, panels_now
+    from onboard.evaluation.fleet_sort import lay_out, open_truth, panels_now
     from onboard.fleet.bus import open_bus
     from onboard.fleet.env import FleetSort
     from onboard.fleet.link import FleetLink
@@ -186,7 +185,7 @@ def run_command(robot: Any, args: argparse.Namespace) -> int:
                          timeout=args.timeout, say=say).start()  # fmt: skip
         stack.callback(link.close)
         link.wait_ready(args.ready_timeout)
-        truth = stack.enter_context(TruthClient(host, int(port)))
+        truth = stack.enter_context(open_truth(host, int(port)))
         env = FleetSort(task, level, link, lambda start: lay_out(truth, panels, start))
         wall = time.perf_counter()
         try:

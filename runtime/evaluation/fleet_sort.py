@@ -14,6 +14,12 @@ from onboard.evaluation.sort_twin import REST
 __all__ = ["lay_out", "panels_now"]
 
 
+def open_truth(host: str, port: int) -> TruthClient:
+    """The judge's connection to the simulated world's truth port (the robot's side of a
+    fleet never reads it: only this module, evaluation's judge, does)."""
+    return TruthClient(host, port)
+
+
 def lay_out(
     truth: TruthClient, panels: dict[str, Panel], start: dict[str, str]
 ) -> dict[str, tuple[float, float, float]]:

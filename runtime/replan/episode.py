@@ -415,6 +415,8 @@ def _failed(reason: str, ledger: _Ledger, corrections: Corrections) -> str:
         return "the proposal could not run"
     if last.phase == "extra" and last.message.startswith("the Extra Bot gave no verdict"):
         return last.message
+    if last.phase in ("extra", "goal") and "could not verify" in last.message:
+        return last.message  # the outer check could not see: no replan was tried
     if last.phase in ("extra", "goal"):
         return f"not done after {corrections.replans} replan(s)"
     if last.phase == "answer":
