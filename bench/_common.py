@@ -9,7 +9,7 @@ import platform
 import random
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +209,25 @@ def yes_probability(
                     mass[word] += math.exp(alt["logprob"])
             return mass["yes"] / (mass["yes"] + mass["no"])
     return None
+
+
+#: the episodes the recording benches write again, one of each kind (the stand-in, virtual)
+RECORDED_EPISODES = {
+    "person": ["run", "engage", "--llm", "standin", "--clock", "virtual"],
+    "scene": ["run", "tidy", "--goal", "put the red block on the blue block", "--llm",
+              "standin", "--clock", "virtual"],
+    "code": ["code", "do", "--task", "1", "--llm", "standin"],
+}  # fmt: skip
+
+
+def recorded_episodes(folder: Path) -> Iterator[tuple[str, Path, list[Any]]]:
+    """Each of :data:`RECORDED_EPISODES` run and recorded in ``folder``: its name, the
+    recording, and its records read back with their images."""
+    from onboard.cli.main import main as onboard
+    from onboard.loop.recorder import read_recording
+
+    for name, args in RECORDED_EPISODES.items():
+        source = folder / f"{name}.jsonl"
+        code = onboard(["--robot", str(ROOT / "robot.toml"), *args, "--record", str(source)])
+        assert code == 0, f"{name}: exit {code}"
+        yield name, source, list(read_recording(source, images=True))

@@ -33,22 +33,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, environment, write_results
+from _common import environment, recorded_episodes, write_results
 from rich.console import Console
 from rich.table import Table
 
-from onboard.cli.main import main as onboard
 from onboard.loop.live import LiveView
-from onboard.loop.recorder import Published, Recorder, read_recording
+from onboard.loop.recorder import Published, Recorder
 from onboard.testing.foxglove_client import SpecClient
 
 ROUNDS = 5
-EPISODES = {
-    "person": ["run", "engage", "--llm", "standin", "--clock", "virtual"],
-    "scene": ["run", "tidy", "--goal", "put the red block on the blue block", "--llm",
-              "standin", "--clock", "virtual"],
-    "code": ["code", "do", "--task", "1", "--llm", "standin"],
-}  # fmt: skip
 STAMP = ("seq", "t", "wall", "kind")
 
 
@@ -121,11 +114,7 @@ def main() -> None:
     delays: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp, LiveView(0) as view:
         base = Path(tmp)
-        for name, args in EPISODES.items():
-            source = base / f"{name}.jsonl"
-            code = onboard(["--robot", str(ROOT / "robot.toml"), *args, "--record", str(source)])
-            assert code == 0, f"{name}: exit {code}"
-            records = list(read_recording(source, images=True))
+        for name, _recording, records in recorded_episodes(base):
             folder = base / name
             base_us = None
             for sink in ("jsonl", "jsonl + live view", "jsonl + live view, 1 client"):

@@ -26,23 +26,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, environment, write_results
+from _common import RECORDED_EPISODES, environment, recorded_episodes, write_results
 from rich.console import Console
 from rich.table import Table
 
-from onboard.cli.main import main as onboard
 from onboard.loop.mcapfile import McapWriter, export_mcap
 from onboard.loop.metrics import RecordMetrics
-from onboard.loop.recorder import Recorder, read_recording
+from onboard.loop.recorder import Recorder
 from onboard.loop.recording import images_dir
 
 ROUNDS = 5
-EPISODES = {
-    "person": ["run", "engage", "--llm", "standin", "--clock", "virtual"],
-    "scene": ["run", "tidy", "--goal", "put the red block on the blue block", "--llm",
-              "standin", "--clock", "virtual"],
-    "code": ["code", "do", "--task", "1", "--llm", "standin"],
-}  # fmt: skip
 
 
 def size(path: Path) -> int:
@@ -104,11 +97,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-recording-") as tmp:
         base = Path(tmp)
-        for name, args in EPISODES.items():
-            source = base / f"{name}.jsonl"
-            code = onboard(["--robot", str(ROOT / "robot.toml"), *args, "--record", str(source)])
-            assert code == 0, f"{name}: exit {code}"
-            records = list(read_recording(source, images=True))
+        for name, source, records in recorded_episodes(base):
             exported = base / f"{name}-exported.mcap"
             export_mcap(source, exported)
             base_us = None
@@ -130,7 +119,7 @@ def main() -> None:
                       f"{row['us_per_record']:.0f}", f"{row['overhead_us']:+.0f}",
                       f"{row['bytes']:,}")  # fmt: skip
     Console(width=120).print(table)
-    for name in EPISODES:
+    for name in RECORDED_EPISODES:
         first = next(r for r in rows if r["episode"] == name)
         print(f"{name}: exported MCAP (chunked, zstd) {first['exported_mcap_bytes']:,} bytes, "
               f"JSON lines with images {first['bytes']:,}")  # fmt: skip
