@@ -69,10 +69,6 @@ class LatestLook:
             look.jpeg = encode_image(look.color, "jpeg", quality=80)
         return look.index, look.jpeg
 
-    def clear(self) -> None:
-        with self._lock:
-            self._look = None
-
 
 #: the process's one latest look
 LATEST = LatestLook()

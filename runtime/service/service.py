@@ -12,7 +12,8 @@ committed before its episode starts, and its verdict with the mission's next ste
 so a restart knows what was interrupted (onboard.service.store).
 
 A mission with a ``[schedule]`` is queued by a timer on the loop when it is due (never twice
-at once: a due time while a run of it is queued or running is skipped, and logged). A step
+at once: a due time while a run of it is queued or running waits for that run to end, and
+is logged). A step
 that fails with ``on_failure = "operator"`` holds its mission until the operator retries
 it, skips it or aborts the mission (the control API); the call is logged at level error and,
 when robot.toml names a variable holding a URL, posted there (onboard.service.operator_call).
