@@ -15,6 +15,7 @@ from onboard.base.urls import public_url, url_problem
 from onboard.drivers.arm.config import ArmConfig
 from onboard.drivers.arm.safety import SafetyLimits
 from onboard.drivers.camera.config import CameraConfig
+from onboard.fleet.settings import FleetMemberConfig
 from onboard.perception.pose import HandEyeConfig
 from onboard.service.settings import ServiceConfig
 
@@ -284,6 +285,9 @@ class RobotConfig(_Strict):
     eval: EvalConfig = EvalConfig()
     code: CodeConfig = CodeConfig()
     service: ServiceConfig = ServiceConfig()
+    fleet: FleetMemberConfig | None = Field(
+        default=None, description="an agent of a fleet: onboard up runs its controller"
+    )
     root: Path = Field(default=Path("."), exclude=True)
     _example: bool = PrivateAttr(default=False)
 

@@ -1,7 +1,8 @@
 """A fleet over Zenoh (docs/fleet.md), in separate processes on loopback, scouting off, explicit
 endpoints: the world (the twin's three arms, each behind its own JAKA controller), three
-controller processes, and the coordinator (``onboard fleet run``, in this process). Bob's
-controller reaches the coordinator through a TCP proxy the test owns.
+controllers, each an ``onboard up`` process with a ``[fleet]`` table, and the coordinator
+(``onboard fleet run``, in this process). Bob's controller reaches the coordinator through a
+TCP proxy the test owns; Alice's serves the control API.
 
 - Sort Cubes by ReAd-J and ReAd-S (the critic) succeeds over the fleet as in one process:
   the same joint actions, step by step, and every cube on its target in physics;
@@ -11,6 +12,8 @@ controller reaches the coordinator through a TCP proxy the test owns.
 - the rejoin: with the link back, Bob is heard again but latched, a run is refused naming
   it; ``onboard fleet reset`` clears the latches and the next episode succeeds;
 - ``on_lost = "continue"``: Bob lost, the others go on acting, the episode ends failed;
+- the e-stop of Alice's service stops her arm, latched: a run is refused naming it, and so
+  is a reset until the e-stop is reset;
 - a garbled payload or another version is one logged line; the controller reads on.
 
 Each test starts from a healed link and unlatched arms (any order: ``make stress``).
@@ -24,6 +27,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from onboard.cli.main import main
@@ -35,6 +39,7 @@ from onboard.testing.fleet_rig import FleetRig
 pytest.importorskip("zenoh")
 
 LEVEL = "level1"
+CONTROL = {"X-Onboard": "1"}  # the control API's header for a POST
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +73,11 @@ def test_a_bad_message_is_one_logged_line_and_the_controller_reads_on(rig: Fleet
 
 
 def ready(rig: FleetRig, capsys: pytest.CaptureFixture[str]) -> None:
-    """Whatever an earlier test left (in any order): the link healed, every arm unlatched
-    (a reset: gripper opened, arm homed; harmless on an arm that was not stopped)."""
+    """Whatever an earlier test left (in any order): the link healed, Alice's e-stop reset,
+    every arm unlatched (a reset: gripper opened, arm homed; harmless on an arm that was not
+    stopped)."""
     rig.proxy.heal()
+    httpx.post(f"{rig.api_url}/api/reset", headers=CONTROL)  # Alice's service's e-stop
     code = main(["fleet", "reset", "Alice", "Bob", "Chad", *rig.args()])
     assert code == 0, capsys.readouterr()
     capsys.readouterr()
@@ -199,3 +206,23 @@ def test_on_lost_continue_lets_the_others_go_on(
     assert all("\n" not in e["error"] for e in later)
     rig.proxy.heal()
     assert main(["fleet", "reset", "Bob", *rig.args()]) == 0
+
+
+@pytest.mark.timeout(200)
+def test_the_service_estop_latches_a_member_until_it_is_reset(
+    rig: FleetRig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ready(rig, capsys)
+    assert httpx.post(f"{rig.api_url}/api/estop", headers=CONTROL).json()["engaged"]
+    stopped = rig.wait_event("Alice", "stopped", timeout=30.0)
+    assert stopped["reason"] == "e-stop: api"
+    code = main(["fleet", "run", "sort_cubes", "--level", LEVEL, "--method", "read_j",
+                 "--truth", rig.truth, *rig.args()])  # fmt: skip
+    assert code == 4
+    assert "stopped and latched: Alice: e-stop: api" in capsys.readouterr().err
+    # the coordinator cannot undo the e-stop: a reset is refused while it is engaged
+    assert main(["fleet", "reset", "Alice", *rig.args()]) == 4
+    assert "the e-stop is engaged" in capsys.readouterr().out
+    assert httpx.post(f"{rig.api_url}/api/reset", headers=CONTROL).json()["reset"]
+    assert main(["fleet", "reset", "Alice", *rig.args()]) == 0
+    assert capsys.readouterr().out.splitlines() == ["Alice: reset"]

@@ -35,6 +35,7 @@ def check(robot_path: Path | None) -> int:
     from onboard.catalog import load_robot_skill
     from onboard.collab.taskfile import load_team_task
     from onboard.drivers.twin.scene import load_scene
+    from onboard.fleet.member import check_member
     from onboard.hri.scenario import HELD_OUT, load_scenario, scenario_files
     from onboard.llm.structured import resolve
     from onboard.service.mission import check_mission, mission_files
@@ -84,6 +85,11 @@ def check(robot_path: Path | None) -> int:
             problems += exc.problems
     critic_notes, critic_problems = _team_critics(tasks)
     problems += critic_problems
+    problems += check_member(robot, robot_path)
+    if robot.fleet is not None and missions:  # the arm takes its actions from the coordinator
+        problems.append(Problem(robot_path, "fleet", _line_of(robot_path, "fleet"),
+                                "a fleet member's arm is the coordinator's: it runs no missions "
+                                f"({', '.join(str(m.path) for m in missions)})"))  # fmt: skip
     if not robot.embedder_dir.joinpath("model.onnx").exists():
         problems.append(
             Problem(robot_path, "models.embedder", None, f"no model.onnx in {robot.embedder_dir}")
@@ -126,6 +132,11 @@ def check(robot_path: Path | None) -> int:
         f"  {len(missions)} missions: "
         + ", ".join(f"{shown(m.name or '')} ({len(m.steps)} steps)" for m in missions)
     )
+    if (member := robot.fleet) is not None:
+        ends = [f"{e} (listen)" for e in member.listen] + list(member.connect)
+        print(f"  fleet {member.name}: agent {member.agent} of {member.task} in the scene "
+              f"{member.scene}, over {', '.join(ends)} (onboard up runs its "
+              "controller)")  # fmt: skip
     for note in critic_notes:
         print(f"    note: {shown(note)}")
     _warn_ambiguous(robot, skills)

@@ -112,39 +112,29 @@ def world_command(args: argparse.Namespace) -> int:
 
 def controller_command(args: argparse.Namespace) -> int:
     from onboard.base.signals import on_stop_signals
-    from onboard.collab.taskfile import find_team_task
-    from onboard.collab.twin_sort import SceneFrames, reach_limits, scene_panels
     from onboard.drivers.arm.config import JakaArmConfig
     from onboard.drivers.arm.jaka import JakaArm
     from onboard.drivers.arm.safety import SafeArm
-    from onboard.drivers.twin.scene import find_scene, load_scene
     from onboard.fleet.bus import open_bus
     from onboard.fleet.controller import Controller
+    from onboard.fleet.member import place
     from onboard.fleet.wire import COORDINATOR, check_name
 
     check_name(args.fleet, "--fleet")
     _check_beat(args)
     if check_name(args.agent, "agent") == COORDINATOR:
         raise UsageError(f"agent {args.agent!r}: the coordinator's name in key expressions")
-    task = find_team_task(args.task)
-    if args.agent not in task.agent_names:
-        raise UsageError(f"agent {args.agent!r}: not in {task.name} "
-                         f"({', '.join(task.agent_names)})")  # fmt: skip
+    placement = place(args.agent, args.task, args.scene)
     host, port, status = _hostport(args.arm, "--arm", 3)
-    frames = SceneFrames(load_scene(find_scene(args.scene)))
-    spec = frames.scene.arm_specs().get(args.agent)
-    if spec is None:
-        raise UsageError(f"agent {args.agent!r}: the scene {args.scene} has no such arm")
     config = JakaArmConfig(host=host, port=int(port), status_port=int(status),
-                           home_joints=spec.home, grip_settle=args.grip_settle)  # fmt: skip
-    limits = reach_limits(frames, args.agent, task.agent(args.agent).reach)
+                           home_joints=placement.home, grip_settle=args.grip_settle)  # fmt: skip
     stop = threading.Event()
     with (
         open_bus(args.listen, args.connect) as bus,
-        SafeArm(JakaArm(config), limits) as arm,
+        SafeArm(JakaArm(config), placement.limits) as arm,
         on_stop_signals(lambda _name: stop.set()),
     ):
-        Controller(args.fleet, args.agent, arm, frames, scene_panels(frames), bus,
+        Controller(args.fleet, args.agent, arm, placement.frames, placement.panels, bus,
                    period=args.period, timeout=args.timeout).run(stop)  # fmt: skip
     return 0
 

@@ -4,7 +4,9 @@ results and heartbeat back (keys and payloads: :mod:`onboard.fleet.wire`).
 Safety first: once the controller has heard the coordinator, a silence longer than
 ``timeout`` stops the arm (from the watchdog's thread, mid-motion if need be) and latches
 it: no action runs until the coordinator sends ``reset`` (a deliberate decision to move
-again), and the state says ``stopped`` with the reason. A ``stop`` action does the same.
+again), and the state says ``stopped`` with the reason. A ``stop`` action does the same, and
+so does the e-stop of the process (``onboard up``'s: it stops the arm itself; the watchdog
+latches it within half a period, and a reset is refused until the e-stop is reset).
 Actions run one at a time on a worker thread, never on Zenoh's.
 
 The log is JSON lines on stdout (:class:`~onboard.service.log.JsonLog`), each with ``t``
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 
 from onboard.base.errors import OnboardError
 from onboard.collab.twin_sort import Frames, Panel, put
-from onboard.drivers.arm.safety import SafeArm
+from onboard.drivers.arm.safety import STOP_LINE, SafeArm
 from onboard.fleet.bus import Bus
 from onboard.fleet.wire import (
     COORDINATOR,
@@ -93,6 +95,10 @@ class Controller:
     # -- the watchdog ----------------------------------------------------------------------
 
     def _watch(self) -> None:
+        engaged = STOP_LINE.reason  # the e-stop stopped the arm already, from its own thread
+        if engaged is not None and not self.latched:
+            self._stop(f"e-stop: {engaged}")
+            return
         with self._lock:
             heard = self._heard
         if heard is None or self.latched:
@@ -161,7 +167,10 @@ class Controller:
     def _reset(self) -> str:
         """The latch cleared, the gripper opened (what it held is let go where the stop left
         it) and the arm homed; the error, "" when done."""
-        self.arm.resume()
+        try:
+            self.arm.resume()  # refused while the e-stop is engaged: the latch stays
+        except OnboardError as exc:
+            return f"{self.agent}: reset: {exc}"
         with self._lock:
             self.latched, self._status = "", "idle"
         try:

@@ -2,7 +2,9 @@
 safe (first: a crash or a power cut may have left it moving), open the state database and
 recover what the last run left (interrupted steps; their missions resumed or aborted), start
 the local LLM server when robot.toml asks for it (supervised: restarted with a back-off when
-it dies), then run the service until it is stopped. ``--check`` stops after the checks."""
+it dies), start the fleet controller when robot.toml has a ``[fleet]`` table (the arm is then
+the coordinator's: onboard.fleet.member), then run the service until it is stopped.
+``--check`` stops after the checks."""
 
 from __future__ import annotations
 
@@ -78,11 +80,16 @@ def up_command(robot: RobotConfig, robot_path: Path | None, args: argparse.Names
             store = stack.enter_context(closing(open_store(robot)))
             recover(store, log)
             llm = args.llm
-            if (llm or robot.llm.base_url) == "local":
+            # a fleet member runs no missions (onboard check): it needs no LLM of its own
+            if (llm or robot.llm.base_url) == "local" and robot.fleet is None:
                 llm = stack.enter_context(supervised_llm(log))
             call = OperatorCall(call_url, log) if call_url else None
             if call is not None:
                 stack.callback(call.join)
+            if robot.fleet is not None:  # this arm is a fleet's agent: its controller runs
+                from onboard.fleet.member import run_member
+
+                stack.enter_context(run_member(robot, log))
             options = Options(llm=llm, clock=args.clock, once=args.once, call_operator=call)
             service = Service(robot, queue, options, log, notifier, store=store)
             stack.enter_context(operator(service, llm or robot.llm.base_url, token, key, where))

@@ -1,6 +1,7 @@
 """A fleet on loopback for tests and the bench: the world (``onboard fleet world``), one
-controller process per agent (``onboard fleet controller``), and a TCP proxy owned by the
-caller between a chosen controller and the coordinator's endpoint, which it can cut and heal.
+controller process per agent (``onboard up`` with robot.toml's ``[fleet]``), and a TCP proxy
+owned by the caller between a chosen controller and the coordinator's endpoint, which it can
+cut and heal.
 
 Every process's stdout is read on a thread; a controller's JSON log events are kept in
 order, and :meth:`FleetRig.wait_event` waits for one (a bounded wait: a failure guard, never
@@ -10,11 +11,14 @@ the synchronisation itself).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import queue
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["FleetRig", "Proxy", "free_port"]
+__all__ = ["FleetRig", "Proxy", "free_port", "member_toml"]
 
 ONBOARD = Path(sys.executable).with_name("onboard")
 AGENTS = ("Alice", "Bob", "Chad")
@@ -123,10 +127,50 @@ class Process:
                     self.events.put(record)
 
 
+def _other_ready(controller_first: bool, event: dict[str, Any]) -> bool:
+    """The service's ready after the controller's, or the controller's after the service's."""
+    return ("agent" in event) != controller_first
+
+
+def member_toml(
+    agent: str,
+    arm: Sequence[Any],
+    fleet: str,
+    connect: str,
+    period: float,
+    timeout: float,
+    api_port: int | None = None,
+) -> str:
+    """The robot.toml of ``agent``'s controller: its arm (``[host, port, status_port]`` of
+    its JAKA controller) and its ``[fleet]`` table; the control API on ``api_port``."""
+    host, command, status = arm
+    api = f"api = true\nport = {api_port}" if api_port is not None else "api = false"
+    return f"""name = "{agent.lower()}"
+
+[drivers.arm]
+kind = "jaka"
+host = "{host}"
+port = {command}
+status_port = {status}
+grip_settle = 0.0
+
+[service]
+{api}
+
+[fleet]
+agent = "{agent}"
+name = "{fleet}"
+connect = ["{connect}"]
+period = {period}
+timeout = {timeout}
+"""
+
+
 class FleetRig:
-    """The world and one controller per agent; ``through``: the agent whose controller
-    reaches the coordinator through :attr:`proxy`. The coordinator listens on
-    :attr:`endpoint`; :attr:`truth` is the world's truth port (HOST:PORT)."""
+    """The world and one controller per agent, each an ``onboard up`` process with a
+    ``[fleet]`` table in its robot.toml; ``through``: the agent whose controller reaches the
+    coordinator through :attr:`proxy`. The coordinator listens on :attr:`endpoint`;
+    :attr:`truth` is the world's truth port (HOST:PORT)."""
 
     def __init__(
         self,
@@ -135,8 +179,12 @@ class FleetRig:
         period: float = 0.1,
         timeout: float = 0.5,
         agents: Sequence[str] = AGENTS,
+        api: str | None = "Alice",
     ) -> None:
         self.fleet, self.period, self.timeout = fleet, period, timeout
+        #: the agent whose ``onboard up`` serves the control API (on :attr:`api_url`)
+        self.api_agent, self.api_port = api, free_port()
+        self.api_url = f"http://127.0.0.1:{self.api_port}"
         self.port = free_port()
         self.endpoint = f"tcp/127.0.0.1:{self.port}"
         self.proxy = Proxy(self.port)
@@ -155,15 +203,21 @@ class FleetRig:
         world = self._start("world", [str(ONBOARD), "fleet", "world"])
         arms = json.loads(self._first_line(world))
         self.truth = "{}:{}".format(*arms["truth"])
+        self.folder = Path(tempfile.mkdtemp(prefix="fleet-rig-"))
+        self.stack.callback(shutil.rmtree, self.folder, True)
         for agent in agents:
             port = self.proxy.port if agent == through else self.port
-            host, command, status = arms["arms"][agent]
-            self._start(agent, [str(ONBOARD), "fleet", "controller", agent,
-                                "--arm", f"{host}:{command}:{status}", "--fleet", fleet,
-                                "--connect", f"tcp/127.0.0.1:{port}", "--grip-settle", "0",
-                                "--period", str(period), "--timeout", str(timeout)])  # fmt: skip
-        for agent in agents:
-            self.wait_event(agent, "ready", timeout=60.0)
+            api = self.api_port if agent == self.api_agent else None
+            robot = self.folder / agent / "robot.toml"
+            (robot.parent / "skills").mkdir(parents=True)
+            connect = f"tcp/127.0.0.1:{port}"
+            robot.write_text(member_toml(agent, arms["arms"][agent], fleet, connect, period,
+                                         timeout, api))  # fmt: skip
+            self._start(agent, [str(ONBOARD), "--robot", str(robot), "up"])
+        for agent in agents:  # the controller's and the service's (its API is up), any order
+            controller_first = "agent" in self.wait_event(agent, "ready", timeout=60.0)
+            self.wait_event(agent, "ready", functools.partial(_other_ready, controller_first),
+                            timeout=60.0)  # fmt: skip
 
     def _start(self, name: str, command: list[str]) -> Process:
         popen = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
