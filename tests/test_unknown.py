@@ -112,6 +112,34 @@ def test_what_the_look_cannot_tell_is_never_done_nor_not_done(
     assert outcome.failed == message  # not "not done after N replan(s)": none was tried
 
 
+def test_a_program_that_failed_is_replanned_even_when_the_look_cannot_tell(
+    robot: RobotConfig, embedder: Embedder, shipped: Detector
+) -> None:
+    """The block in the closed drawer again, but the program ended with an error: its plan
+    was not carried out whatever the camera shows, so the robot replans (not "could not
+    verify" at once), and says both when the replans are spent."""
+    scene, request, (kind, subject, target), change, said = CASES["closed drawer"]
+    goal = {"mentions": [subject, target],
+            "relations": [{"relation": kind, "object": subject, "target": target}]}  # fmt: skip
+    failing = proposal(["Look.", "Find the unicorn."], 'detect()\nwhere("unicorn")\n')
+    server = ScriptedBots(goal=[json.dumps(goal)], decision=[failing], inner=[MATCH],
+                          extra=[])  # fmt: skip
+    with code_world(robot, scene, embedder, shipped) as (twin, api):
+        api.home()
+        world = _Changed(twin, change, api, code_limits(robot.code), scene, lambda: twin.time)
+        recorder = Recorder(None)
+        with server, recorder, open_bots(robot, recorder, server.base_url) as bots:
+            outcome = run_code_episode(world, request, bots, Corrections(replans=1), recorder)
+    assert not outcome.done and outcome.runs == 2
+    messages = [e.message for e in outcome.events if e.phase == "goal"]
+    assert len(messages) == 2, outcome.events
+    for message in messages:
+        assert message.startswith("the program ended with "), message
+        assert "unicorn" in message and f"could not verify: {said}" in message, message
+    assert outcome.failed == f"{messages[-1]}; after 1 replan(s)"
+    assert not server.seen("extra")
+
+
 def test_a_lost_object_is_looked_for_again_from_the_home_pose(
     robot: RobotConfig, embedder: Embedder, shipped: Detector
 ) -> None:

@@ -265,7 +265,7 @@ class GoalVerify:
         last = _code_observation(after).state
         unknown = self.goal.unknown(last)
         if unknown is not None:  # what the look cannot tell: never done, nor not done
-            return refusal("goal", f"could not verify: {unknown}, looked at twice", final=True)
+            return _unverified("goal", unknown, self.runs.ended)
         if self.goal.judged:
             first = self.goal.first
             if first is not None and not changes(first, last):
@@ -304,7 +304,7 @@ class ExtraVerify:
         first, last = _code_observation(before), _code_observation(after)
         unknown = hidden_since(first.state, last.state)
         if unknown is not None:  # the Extra Bot would judge what the look cannot tell
-            return refusal("extra", f"could not verify: {unknown}, looked at twice", final=True)
+            return _unverified("extra", unknown, self.runs.ended)
         ended = self.runs.ended
         messages = prompts.extra_messages(
             self.instruction,
@@ -328,6 +328,16 @@ class ExtraVerify:
         if ended != "ok":
             reason = f"the program ended with {ended}; {reason}"
         return refusal("extra", f"after the run the task is not done: {reason}")
+
+
+def _unverified(phase: str, unknown: str, ended: str) -> Verdict:
+    """The look after a run cannot tell: the episode ends "could not verify" (nothing runs
+    again on a guess), unless the program itself failed: then its plan was not carried out
+    whatever the camera shows, and the robot replans, as after any failed run."""
+    if ended != "ok":
+        return refusal(phase, f"the program ended with {ended}; could not verify: {unknown}, "
+                       "looked at twice")  # fmt: skip
+    return refusal(phase, f"could not verify: {unknown}, looked at twice", final=True)
 
 
 @dataclass

@@ -415,8 +415,10 @@ def _failed(reason: str, ledger: _Ledger, corrections: Corrections) -> str:
         return "the proposal could not run"
     if last.phase == "extra" and last.message.startswith("the Extra Bot gave no verdict"):
         return last.message
-    if last.phase in ("extra", "goal") and "could not verify" in last.message:
+    if last.phase in ("extra", "goal") and last.message.startswith("could not verify"):
         return last.message  # the outer check could not see: no replan was tried
+    if last.phase in ("extra", "goal") and "could not verify" in last.message:
+        return f"{last.message}; after {corrections.replans} replan(s)"  # the program failed
     if last.phase in ("extra", "goal"):
         return f"not done after {corrections.replans} replan(s)"
     if last.phase == "answer":
