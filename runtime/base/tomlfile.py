@@ -54,6 +54,15 @@ def _quoted(key: str) -> str:
     return '"' + "".join(c if c.isprintable() else f"\\u{ord(c):04X}" for c in escaped) + '"'
 
 
+def line_in(path: Path, key: str) -> int | None:
+    """The line of the dotted ``key`` (``fleet.agent``) in the TOML file at ``path``, or of
+    its deepest prefix the file defines; None when the file cannot be read."""
+    try:
+        return KeyLines(path.read_text(encoding="utf-8")).line_of(key.split("."))
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 class KeyLines:
     """Maps key paths of one TOML source to the (1-based) line that defines them."""
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from onboard.base.errors import ConfigError, Problem
 from onboard.base.terminal import shown
+from onboard.base.tomlfile import line_in
 from onboard.base.urls import public_url
 from onboard.config import RobotConfig, load_example_robot, load_robot
 
@@ -44,11 +45,11 @@ def check(robot_path: Path | None) -> int:
     robot_path = robot_path if robot_path is not None else example_robot()
     problems: list[Problem] = []
     if not robot.skills_dir.is_dir():  # nothing to check is not "ok"
-        line = _line_of(robot_path, "skills")
+        line = line_in(robot_path, "skills")
         what = "does not exist" if not robot.skills_dir.exists() else "is not a folder"
         problems.append(Problem(robot_path, "skills", line, f"{robot.skills_dir} {what}"))
     if not robot.recordings_dir.parent.is_dir():  # run creates the folder, not its parents
-        line = _line_of(robot_path, "recordings")
+        line = line_in(robot_path, "recordings")
         what = f"{robot.recordings_dir}: its folder {robot.recordings_dir.parent} does not exist"
         problems.append(Problem(robot_path, "recordings", line, what))
     skills: list[Skill] = []
@@ -85,11 +86,7 @@ def check(robot_path: Path | None) -> int:
             problems += exc.problems
     critic_notes, critic_problems = _team_critics(tasks)
     problems += critic_problems
-    problems += check_member(robot, robot_path)
-    if robot.fleet is not None and missions:  # the arm takes its actions from the coordinator
-        problems.append(Problem(robot_path, "fleet", _line_of(robot_path, "fleet"),
-                                "a fleet member's arm is the coordinator's: it runs no missions "
-                                f"({', '.join(str(m.path) for m in missions)})"))  # fmt: skip
+    problems += check_member(robot, robot_path, [m.path for m in missions])
     if not robot.embedder_dir.joinpath("model.onnx").exists():
         problems.append(
             Problem(robot_path, "models.embedder", None, f"no model.onnx in {robot.embedder_dir}")
@@ -194,15 +191,6 @@ def _critic_problem(skill: Skill) -> Problem | None:
         except CriticError as exc:
             return Problem(skill.path, f"critic.{key}", skill.line_of("critic", key), str(exc))
     return None
-
-
-def _line_of(path: Path, key: str) -> int | None:
-    from onboard.base.tomlfile import KeyLines
-
-    try:
-        return KeyLines(path.read_text(encoding="utf-8")).line_of([key])
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def _scene_files(robot: RobotConfig) -> list[Path]:

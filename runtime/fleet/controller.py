@@ -32,6 +32,7 @@ from onboard.fleet.wire import (
     Action,
     BadPayload,
     Heartbeat,
+    P,
     Result,
     State,
     decode,
@@ -120,11 +121,16 @@ class Controller:
 
     # -- messages ----------------------------------------------------------------------------
 
-    def _on_heartbeat(self, where: str, data: bytes) -> None:
+    def _decoded(self, kind: type[P], where: str, data: bytes) -> P | None:
+        """The payload, or None when it does not read (logged: the controller reads on)."""
         try:
-            beat = decode(Heartbeat, data, where)
+            return decode(kind, data, where)
         except BadPayload as exc:
             self.log.event("bad_payload", level="warning", t=time.time(), error=str(exc))
+            return None
+
+    def _on_heartbeat(self, where: str, data: bytes) -> None:
+        if (beat := self._decoded(Heartbeat, where, data)) is None:
             return
         if beat.closing:
             with self._lock:
@@ -140,10 +146,7 @@ class Controller:
             self._publish_state()  # a coordinator (re)joining hears where this arm is
 
     def _on_action(self, where: str, data: bytes) -> None:
-        try:
-            action = decode(Action, data, where)
-        except BadPayload as exc:
-            self.log.event("bad_payload", level="warning", t=time.time(), error=str(exc))
+        if (action := self._decoded(Action, where, data)) is None:
             return
         if action.command == "stop":
             self._stop(f"stopped by the coordinator: {action.reason or 'no reason given'}")

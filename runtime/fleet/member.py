@@ -13,14 +13,14 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onboard.base.errors import ConfigError, OnboardError, Problem, UsageError
-from onboard.base.tomlfile import KeyLines
+from onboard.base.tomlfile import line_in
 from onboard.drivers.arm.safety import SafetyLimits
 
 if TYPE_CHECKING:
@@ -63,15 +63,16 @@ def place(agent: str, task_name: str, scene_name: str) -> Placement:
     return Placement(agent, frames, scene_panels(frames), limits, tuple(spec.home))
 
 
-def check_member(robot: RobotConfig, path: Path) -> list[Problem]:
-    """robot.toml's ``[fleet]`` against the task, the scene and the rest of robot.toml."""
+def check_member(robot: RobotConfig, path: Path, missions: Sequence[Path] = ()) -> list[Problem]:
+    """robot.toml's ``[fleet]`` against the task, the scene and the rest of robot.toml (its
+    arm, and the robot's ``missions``: a member runs none)."""
     settings = robot.fleet
     if settings is None:
         return []
     problems: list[Problem] = []
 
     def problem(key: str, message: str) -> None:
-        problems.append(Problem(path, key, _line(path, key), message))
+        problems.append(Problem(path, key, line_in(path, key), message))
 
     try:
         place(settings.agent, settings.task, settings.scene)
@@ -79,14 +80,10 @@ def check_member(robot: RobotConfig, path: Path) -> list[Problem]:
         problem("fleet.agent", str(exc).removeprefix("onboard: error: "))
     if robot.drivers.arm is None:
         problem("fleet", "a fleet member owns an arm: robot.toml has no [drivers.arm]")
+    if missions:  # the arm takes its actions from the coordinator
+        problem("fleet", "a fleet member's arm is the coordinator's: it runs no missions "
+                f"({', '.join(str(m) for m in missions)})")  # fmt: skip
     return problems
-
-
-def _line(path: Path, key: str) -> int | None:
-    try:
-        return KeyLines(path.read_text(encoding="utf-8")).line_of(key.split("."))
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 @contextmanager
