@@ -228,9 +228,18 @@ def ignored_cells(gt_boxes: Tensor, ignore: Tensor, points: Tensor) -> Tensor:
 
 
 def detection_loss(
-    raw: Tensor, gt_boxes: Tensor, gt_labels: Tensor, gt_valid: Tensor, size: tuple[int, int]
+    raw: Tensor,
+    gt_boxes: Tensor,
+    gt_labels: Tensor,
+    gt_valid: Tensor,
+    size: tuple[int, int],
+    class_weights: Tensor | None = None,
 ) -> Losses:
-    """gt_labels < 0 mark ignored boxes: no positives on them, no class loss on their cells."""
+    """gt_labels < 0 mark ignored boxes: no positives on them, no class loss on their cells.
+
+    ``class_weights`` (C,) scales the loss of each positive cell, its box and all its class
+    logits, by the weight of the class it is assigned (``--weigh``); negatives keep weight 1.
+    """
     points, strides = anchor_points(size)
     pred = decode_boxes(raw, points, strides)  # (B, A, 4)
     logits = raw[:, 4:].transpose(1, 2)  # (B, A, C)
@@ -243,10 +252,14 @@ def detection_loss(
     quality = torch.zeros_like(logits)
     quality[(*positive.nonzero(as_tuple=True), target_cls)] = iou.detach().clamp(min=0.2)
     weight = (~(ignored_cells(gt_boxes, gt_valid & (gt_labels < 0), points) & ~positive)).float()
+    box_weight = torch.ones_like(iou)
+    if class_weights is not None:
+        box_weight = class_weights[target_cls]
+        weight[positive] = box_weight
     cls_loss = (
         F.binary_cross_entropy_with_logits(logits, quality, reduction="none") * weight[..., None]
     ).sum() / n
-    box_loss = (1.0 - g).sum() / n
+    box_loss = ((1.0 - g) * box_weight).sum() / n
     return Losses(cls_loss + 5.0 * box_loss, float(box_loss.detach()), float(cls_loss.detach()), n)
 
 
@@ -254,9 +267,17 @@ def detection_loss(
 
 
 def batches(
-    data: dataset.Split, batch: int, rng: np.random.Generator, augment: bool
+    data: dataset.Split,
+    batch: int,
+    rng: np.random.Generator,
+    augment: bool,
+    pool: np.ndarray | None = None,
 ) -> Iterator[tuple[Tensor, Tensor, Tensor, Tensor]]:
-    order = rng.permutation(len(data.images)) if augment else np.arange(len(data.images))
+    """Batches of ``pool`` (image indices, repeats allowed; default: each image once),
+    shuffled, cropped and augmented when ``augment``."""
+    if pool is None:
+        pool = np.arange(len(data.images))
+    order = rng.permutation(pool) if augment else pool
     for start in range(0, len(order), batch):
         idx = order[start : start + batch]
         images = data.images[idx]  # (b, h, w, 3) uint8
@@ -338,6 +359,31 @@ def evaluate_torch(model: TinyDet, data: dataset.Split, classes: list[str]) -> f
     return mean_average_precision(found, data.truths(), ignored=data.ignored())[0]
 
 
+def class_options(pairs: list[str], flag: str) -> dict[int, float]:
+    """``NAME=VALUE`` pairs of --weigh/--repeat as {class index: value}."""
+    out: dict[int, float] = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        if name not in dataset.CLASSES:
+            raise SystemExit(f"train.py: error: {flag} {pair}: no class {name!r}")
+        try:
+            out[dataset.CLASSES.index(name)] = float(value)
+        except ValueError:
+            raise SystemExit(f"train.py: error: {flag} {pair}: not NAME=NUMBER") from None
+    return out
+
+
+def epoch_pool(data: dataset.Split, repeats: dict[int, float]) -> np.ndarray:
+    """Each train image once, and an image with a box of a --repeat class that many times in
+    all (the largest repeat of its classes; ignored boxes do not count)."""
+    times = np.ones(len(data.images), np.int64)
+    for k, labels in enumerate(data.labels):
+        for c, n in repeats.items():
+            if (labels == c).any():
+                times[k] = max(times[k], round(n))
+    return np.repeat(np.arange(len(data.images)), times)
+
+
 def train(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
@@ -369,7 +415,17 @@ def train(args: argparse.Namespace) -> None:
     if args.init:
         load_exported(model, args.init, args.size)
         print(f"init: {args.init} (sha256 {file_sha256(args.init)[:12]}), batch norms frozen")
-    steps_per_epoch = math.ceil(len(data.train.images) / args.batch)
+    weights = class_options(args.weigh, "--weigh")
+    class_weights = None
+    if weights:
+        class_weights = torch.ones(len(classes))
+        for c, w in weights.items():
+            class_weights[c] = w
+        print("weighted: " + ", ".join(f"{classes[c]} x{w:g}" for c, w in weights.items()))
+    pool = epoch_pool(data.train, class_options(args.repeat, "--repeat"))
+    if args.repeat:
+        print(f"repeats: {len(pool)} train images an epoch ({len(data.train.images)} renders)")
+    steps_per_epoch = math.ceil(len(pool) / args.batch)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(
         opt, args.lr, total_steps=args.epochs * steps_per_epoch, pct_start=0.15
@@ -384,9 +440,11 @@ def train(args: argparse.Namespace) -> None:
                     m.eval()
         sums = np.zeros(2)
         compute = 0.0
-        for x, gt, cls, valid in batches(data.train, args.batch, rng, augment=True):
+        for x, gt, cls, valid in batches(data.train, args.batch, rng, augment=True, pool=pool):
             step_start = time.perf_counter()
-            losses = detection_loss(model(x), gt, cls, valid, (x.shape[2], x.shape[3]))
+            losses = detection_loss(
+                model(x), gt, cls, valid, (x.shape[2], x.shape[3]), class_weights
+            )
             opt.zero_grad(set_to_none=True)
             losses.total.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
@@ -540,6 +598,21 @@ def main() -> None:
         "--init",
         type=Path,
         help="start from this ONNX model exported by train.py (fine-tuning; batch norms frozen)",
+    )
+    parser.add_argument(
+        "--weigh",
+        action="append",
+        default=[],
+        metavar="CLASS=W",
+        help="scale the loss of the cells assigned to CLASS's boxes by W (repeatable;"
+        " e.g. handle=3: the class open_drawer grasps, and the fewest boxes)",
+    )
+    parser.add_argument(
+        "--repeat",
+        action="append",
+        default=[],
+        metavar="CLASS=N",
+        help="show each train image with a box of CLASS N times an epoch (repeatable)",
     )
     parser.add_argument(
         "--conditions",
