@@ -40,9 +40,14 @@ def test_every_profile_passes_onboard_check(
         assert f"arm {kind}: check the " in said and f"docs/arms.md#{kind}" in said
         robot_toml = folder / "robot.toml"
         assert main(["--robot", str(robot_toml), "check"]) == 0, capsys.readouterr().err
-        assert capsys.readouterr().out.splitlines()[-1] == "ok"
+        report = capsys.readouterr().out.splitlines()
+        assert report[-1] == "ok"
         arm = load_robot(robot_toml).drivers.arm
         assert arm is not None and arm.kind == driver
+        # the first line names each part's driver: the person skills' sim is not the arm's
+        where = f"{arm.host}:{arm.port}" if arm.kind == "jaka" else arm.url
+        name = f"gcode {arm.dialect}" if arm.kind == "gcode" else arm.kind
+        assert report[0].endswith(f"; person skills: sim; arm: {name} at {where}; camera: none")
         text = robot_toml.read_text(encoding="utf-8")
         assert "check this" in text and text.startswith("# A robot for onboard")
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -260,6 +261,47 @@ def test_marlin_m410_at_rest_keeps_the_position(backend: SimArm) -> None:
         arm.stop()
         arm.resume()
         down(arm)  # nothing moved when M410 came: nothing lost
+
+
+@pytest.mark.parametrize("emergency_parser", [False, True], ids=["stock", "emergency-parser"])
+def test_marlin_connect_stops_the_move_a_killed_host_left_inside_m400(
+    backend: SimArm, emergency_parser: bool
+) -> None:
+    """A board that does not reset when its port opens (native USB) is still inside the
+    ``M400`` a killed host sent after its move: its command queue waits for the move's end.
+    connect() stops it first (``M410``, which Marlin acts on as it reads it, with or without
+    the emergency parser), drops what the board still owed the dead host, and is in step."""
+    twin = backend.twin
+    emulator = MarlinEmulator(
+        backend, auto_reset=False, emergency_parser=emergency_parser, quickstop_clean=0.05
+    )
+    with emulator, twin.hold_at(twin.snapshot.step + HOLD_AFTER) as gate:
+        host = os.open(emulator.path, os.O_RDWR | os.O_NOCTTY)
+        os.write(host, b"G91\nG1 Y150 F600\nM400\n")  # a move, then the driver's sync
+        require(emulator.worker.wait_started(1, BOUND), "the board began the move")
+        wait_until(
+            lambda: gate.reached and emulator.queued == ("M400",),
+            f"the twin at step {gate.at} and the board inside M400",
+        )
+        os.close(host)  # the host is killed: the board goes on with the move
+        arm = GcodeArm(GcodeArmConfig(url=emulator.path, boot_timeout=0.0, grip_settle=0.0))
+        connecting = Mover(arm.connect)
+        connecting.start()
+        require(backend.wait_stopped(BOUND), "the twin's arm latched the stop")
+        gate.release()
+        connecting.join(BOUND)
+        require(connecting.done.is_set(), "connect() returned")
+        try:
+            assert connecting.raised is None, connecting.raised
+            require(emulator.worker.wait_idle(BOUND), "the board's planner is empty")
+            assert twin.snapshot.step == gate.at, "the move stepped on after the stop"
+            assert "M410" in sent(emulator)
+            state = arm.state()  # M114: the answers are in step
+            assert "home()" in (state.error or "")  # stopped mid-move: the position is in doubt
+            assert state.extra["stray_answers"] == 0
+            assert not backend.state().moving
+        finally:
+            arm.close()
 
 
 def test_grbl_reconnect_that_reboots_the_board_requires_homing(backend: SimArm) -> None:

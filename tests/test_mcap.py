@@ -27,7 +27,8 @@ from onboard.base.errors import RecordingError, RecordingWriteError
 from onboard.cli.main import main
 from onboard.cli.replay import replay_recording
 from onboard.loop.foxglove import SCHEMAS
-from onboard.loop.recorder import Recorder, enforce_quota, read_recording
+from onboard.loop.quota import enforce_quota
+from onboard.loop.recorder import Recorder, read_recording
 from onboard.loop.recording import images_dir
 
 ROOT = Path(__file__).resolve().parent.parent

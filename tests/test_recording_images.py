@@ -10,6 +10,8 @@ import hashlib
 import json
 import os
 import resource
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,8 @@ from test_cli import SCENARIOS, onboard, one_line_error, robot_copy
 from onboard.base.errors import RecordingError, RecordingWriteError
 from onboard.hri.replay import ReplayAsk
 from onboard.loop.exitcodes import ExitCode
-from onboard.loop.recorder import MemoryRecorder, Recorder, enforce_quota, read_recording
+from onboard.loop.quota import RecordingsQuota, enforce_quota
+from onboard.loop.recorder import MemoryRecorder, Recorder, read_recording
 from onboard.loop.recording import images_dir
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
@@ -260,6 +263,75 @@ def test_the_quota_counts_and_deletes_an_episodes_images(tmp_path: Path) -> None
     assert dropped == [old]
     assert not old.exists() and not images_dir(old).exists()
     assert new.exists() and images_dir(new).exists()
+
+
+#: the folders os.scandir opened while a quota made room (CPython's audit events: the calls
+#: themselves, observed, not replaced); None: not watching
+_SCANNED: list[Path] | None = None
+
+
+def _on_audit(event: str, args: tuple[Any, ...]) -> None:
+    if event != "os.scandir" or _SCANNED is None:
+        return
+    if isinstance(args[0], str | bytes | os.PathLike):  # shutil.rmtree's go by descriptor
+        _SCANNED.append(Path(os.fsdecode(args[0])))
+
+
+def _scanned_making_room(quota: RecordingsQuota, keep: Path) -> tuple[list[Path], list[Path]]:
+    """What ``quota.make_room(keep)`` deleted, and the folders it listed meanwhile."""
+    global _SCANNED
+    if not getattr(sys, "_onboard_quota_audit", False):  # a hook cannot be removed: once
+        sys.addaudithook(_on_audit)
+        sys._onboard_quota_audit = True  # type: ignore[attr-defined]
+    _SCANNED = []
+    try:
+        dropped = quota.make_room(keep)
+        return dropped, _SCANNED
+    finally:
+        _SCANNED = None
+
+
+def test_the_quota_kept_across_recordings_measures_each_episode_once(tmp_path: Path) -> None:
+    """As ``onboard up`` keeps it: each recording's start measures only the episodes new
+    since the last (one listing of the folder, then the new ones' images folders), and
+    deletes what a fresh count deletes: the oldest, until the rest fit."""
+    folder = tmp_path / "rec"
+    folder.mkdir()
+    sizes: dict[str, int] = {}  # the episodes on disk, oldest first, as the test measures them
+
+    def record(name: str, at: int, kb: int) -> None:
+        path = folder / name
+        record_request(path, [user(name, image(BIG[at : at + 1024 * kb]))])
+        os.utime(path, (1_000_000 + at, 1_000_000 + at))
+        images = sum(f.stat().st_size for f in images_dir(path).iterdir())
+        sizes[name] = path.stat().st_size + images
+
+    quota = RecordingsQuota(folder, 20_000)
+    gone: list[Path] = []
+    for step in range(8):
+        keep = folder / f"ep{step}.jsonl"
+        total, expected = sum(sizes.values()), []
+        for name in list(sizes):  # a fresh count: the oldest go until the rest fit
+            if total <= quota.max_bytes:
+                break
+            total -= sizes.pop(name)
+            expected.append(folder / name)
+        dropped, scanned = _scanned_making_room(quota, keep)
+        assert dropped == expected, step
+        new = [images_dir(folder / f"ep{step - 1}.jsonl")] if step else []
+        if step == 5:  # recorded by another process meanwhile: measured once, too
+            new.append(images_dir(folder / "other.jsonl"))
+        assert sorted(scanned) == sorted([folder, *new]), step  # the older ones: not again
+        gone += dropped
+        record(keep.name, step, 4 + step % 3)
+        if step == 4:
+            record("other.jsonl", 100, 3)
+            shutil.rmtree(images_dir(folder / "ep3.jsonl"))  # deleted by hand: not counted
+            (folder / "ep3.jsonl").unlink()
+            del sizes["ep3.jsonl"]
+            gone.append(folder / "ep3.jsonl")
+    assert len(gone) > 2 and sorted(p.name for p in folder.glob("*.jsonl")) == sorted(sizes)
+    assert quota.take_gone() == gone and quota.take_gone() == []
 
 
 def test_replay_compares_requests_with_their_images_restored(tmp_path: Path) -> None:

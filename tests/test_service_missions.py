@@ -113,6 +113,31 @@ def test_a_repeating_mission_runs_its_rounds_and_an_aborted_round_does_not_end_t
     assert "run 3: loop round 2 done" in capsys.readouterr().out
 
 
+def test_inside_up_the_recordings_quota_speaks_only_in_its_json_event(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The service logs JSON lines: a step's quota deleting the episodes before it is the
+    ``recordings_rotated`` event and the index's mark, not ``onboard run``'s stderr line."""
+    robot = _robot(tmp_path)
+    path = robot.root / "robot.toml"
+    text = path.read_text(encoding="utf-8")
+    path.write_text(
+        text.replace("\nrecordings = ", "\nrecordings_max_mb = 0.001\nrecordings = ", 1)
+    )
+    loop = _mission(tmp_path, "loop", f"repeat = 3\n{GREET}")
+    args = ["--robot", str(path), "up", "--once", "--llm", "standin", "--clock", "virtual",
+            "--mission", str(loop)]  # fmt: skip
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    events = _events(out)
+    rotated = [e["recordings"] for e in events if e["event"] == "recordings_rotated"]
+    with Store(tmp_path / "rec" / "state.sqlite") as store:
+        indexed, kept = store.recordings(), store.recordings(kept=True)
+    assert len(indexed) == 3 and kept == indexed[2:]  # each step's quota deleted the one before
+    assert rotated == [[Path(indexed[0]).name], [Path(indexed[1]).name]]
+
+
 class Hook(ThreadingHTTPServer):
     """A loopback endpoint that keeps each JSON body posted to it."""
 

@@ -173,7 +173,8 @@ def test_up_first_stops_the_motion_a_killed_host_left_going_on_a_marlin_board(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A board with its own planner (Marlin, native USB: no reset when the port opens) goes on
-    with the move a host queued before it died; the next ``onboard up`` stops it first."""
+    with the move a host queued before it died, inside the M400 after it; the next ``onboard
+    up`` stops it first, and its handshake is in step."""
     from arm_harness import BOUND, require
 
     from onboard.drivers.arm.config import SimArmConfig
@@ -188,9 +189,9 @@ def test_up_first_stops_the_motion_a_killed_host_left_going_on_a_marlin_board(
         with MarlinEmulator(backend, auto_reset=False) as emulator:
             start = backend.state().pose
             port = os.open(emulator.path, os.O_RDWR | os.O_NOCTTY)
-            # 120 mm at 2 mm/s, a minute; then a position query, as state() sends (the board
-            # holds a lone first move until the host's next line, as Marlin does for 100 ms)
-            os.write(port, b"G91\nG1 Y120 F120\nM114\n")
+            # 120 mm at 2 mm/s, a minute; then M400, as the driver sends after a move: the
+            # board's command queue waits inside it for the move's end
+            os.write(port, b"G91\nG1 Y120 F120\nM400\n")
             require(emulator.worker.wait_started(1, BOUND), "the board began the move")
             os.close(port)  # the host is gone (kill -9 closes its port); the move goes on
             robot = robot_file(ROOT / "robot.toml", tmp_path)

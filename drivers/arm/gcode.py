@@ -204,6 +204,11 @@ class GcodeArm(Device):
                 self._home_first = (
                     "the controller restarted when the link was reopened: its position is lost"
                 )
+            if self.dialect.stopped_leftover:
+                self._home_first = (
+                    "M410 at connect stopped what an earlier host left running: Marlin's "
+                    "position is likely out of step with the steppers"
+                )
             self._connected_before = True
             if not self.dialect.locked:
                 self._prepare()

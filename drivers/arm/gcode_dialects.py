@@ -4,7 +4,8 @@ stops and accelerations. :class:`~onboard.drivers.arm.gcode.GcodeArm` asks its d
 Marlin 2.1 (MarlinFirmware/Marlin):
 
 - boots printing ``start`` (an Arduino board resets when the port opens); ``M110 N0`` then
-  syncs, ``M115`` reports ``Cap:EMERGENCY_PARSER``;
+  syncs, ``M115`` reports ``Cap:EMERGENCY_PARSER``; a board that does not reset (native USB)
+  may still run what a killed host sent, so it is stopped (``M410``) before the handshake;
 - answers ``ok``; an error is ``Error:<text>`` *then* ``ok``; an unknown command is
   ``echo:Unknown command: "M3"`` then ``ok`` (an error here, never success); with line
   numbers (on by default), a bad line is answered ``Error:...``, ``Resend: N``, ``ok`` (some
@@ -68,6 +69,7 @@ log = logging.getLogger(__name__)
 _AXIS_VALUE = re.compile(r"([A-Z]):\s*(\S*)")
 _PLAIN = re.compile(r"-?(?:\d+\.?\d*|\.\d+)")
 _POLL = 0.05
+_QUICKSTOP = 1.0  # s: after M410 Marlin's planner is held and nothing answered for a second
 
 
 class Host(Protocol):
@@ -124,6 +126,8 @@ class Dialect:
         self.locked = False
         #: a reset the driver sent is awaited: the boot that follows loses nothing
         self.resetting = False
+        #: connect() stopped a command an earlier host left running: the position is in doubt
+        self.stopped_leftover = False
 
     def classify(self, line: str) -> Heard:
         raise NotImplementedError
@@ -202,8 +206,18 @@ class Marlin(Dialect):
     def __init__(self, host: Host) -> None:
         super().__init__(host)
         self.emergency_parser: bool | None = None  # from M115; None: not reported
+        #: connect()'s drain of the answers an earlier host is owed (see _stop_first):
+        #: "owed", then "report" (the first M115's), "owed again"; None: not draining
+        self._drain: str | None = None
+        self._dropped_oks = 0
 
     def classify(self, line: str) -> Heard:
+        heard = self._classify(line)
+        if self._drain is not None:
+            return self._classify_draining(heard, line.lower())
+        return heard
+
+    def _classify(self, line: str) -> Heard:
         lower = line.lower()
         if line.startswith("ok") and (len(line) == 2 or line[2] == " "):
             return Heard(Kind.OK)
@@ -231,12 +245,32 @@ class Marlin(Dialect):
             return Heard(Kind.NOISE)
         return Heard(Kind.GARBAGE)
 
+    def _classify_draining(self, heard: Heard, lower: str) -> Heard:
+        """``heard`` during connect()'s drain (reader thread): an answer, an error or a
+        report owed to an earlier host is noise, until M115's report; see :meth:`_stop_first`."""
+        if heard.kind is Kind.BOOT:
+            self._drain = None  # the board restarted: it owes nothing
+        elif lower.startswith("firmware_name:"):
+            self._drain = "report" if self._drain == "owed" else None
+        elif self._drain == "report":
+            if heard.kind is Kind.OK:
+                self._drain = "owed again"  # the first M115's own ok: its answer
+            elif heard.kind is not Kind.INFO:
+                return Heard(Kind.NOISE)
+        elif heard.kind in (Kind.OK, Kind.ERROR_THEN_OK, Kind.RESEND, Kind.INFO):
+            self._dropped_oks += heard.kind is Kind.OK
+            return Heard(Kind.NOISE)
+        return heard
+
     def connect(self) -> bool:
         link, cfg = self.host.link, self.config
-        if not link.wait_boot(0, cfg.boot_timeout):
+        booted = link.wait_boot(0, cfg.boot_timeout)
+        if not booted:
             log.info("GcodeArm: no 'start' within %.1f s: a board without reset", cfg.boot_timeout)
         boots = link.boots
         try:
+            if not booted:
+                self._stop_first()
             self._handshake()
         except ArmError:
             if link.boots == boots or self.error is not None:
@@ -246,6 +280,41 @@ class Marlin(Dialect):
             log.info("GcodeArm: the board booted during the handshake: starting it again")
             self._handshake()
         return link.boots > 0  # Marlin boots believing it is at its home position
+
+    def _stop_first(self) -> None:
+        """A board that did not reset when the port opened may still run what an earlier
+        host sent: a host killed inside ``M400`` leaves the board's command queue waiting for
+        the move's end, and an ``M110`` would wait behind it. ``M410`` stops it: the emergency
+        parser acts on it as it arrives; without one Marlin acts on a bare ``M410`` as it
+        reads it, which it does during ``M400`` while its 4-line queue has room (as it has
+        behind onboard's driver: a numbered line waits for the one before).
+
+        Then the answers still owed to that host are dropped. The first ``M115``'s report
+        says the board has read the ``M410`` (it reads in order), not that the ``M410`` was
+        answered: Marlin reads on during the quickstop, so a line sent with the stop may be
+        queued before it. Every answer owed comes before the report of a second ``M115``,
+        sent once the first is answered; the ``ok`` after that report is in step. An ``ok``
+        dropped besides the ``M410``'s own was owed: a command was cut short, so the position
+        is in doubt (:attr:`stopped_leftover`)."""
+        link = self.host.link
+        # the quickstop answers nothing for its second, twice without the emergency parser
+        # (acted on when read, then run from the queue)
+        timeout = self.config.timeout + 2 * _QUICKSTOP
+        self._drain, self._dropped_oks = "owed", 0
+        try:
+            if not link.write_now(b"M410\n"):
+                link.check()
+            self.host.command("M115", timeout=timeout)
+            self.host.command("M115", timeout=timeout)
+        finally:
+            self._drain = None
+        self.stopped_leftover = self._dropped_oks > 1
+        if self.stopped_leftover:
+            log.warning(
+                "GcodeArm: the board was still running what an earlier host sent; M410 stopped "
+                "it (%d answer(s) it owed that host dropped)",
+                self._dropped_oks - 1,
+            )
 
     def _handshake(self) -> None:
         link, cfg = self.host.link, self.config

@@ -98,7 +98,7 @@ def check(robot_path: Path | None) -> int:
         form = resolve(robot.llm.structured_output, local=robot.llm.base_url == "local")
         decoding += f", {form} form"
     print(f"{robot_path}: robot {robot.name!r}, llm {public_url(robot.llm.base_url)} ({decoding}), "
-          f"clock {robot.clock}, driver {robot.drivers.robot.kind}")  # fmt: skip
+          f"clock {robot.clock}; {_drivers(robot)}")  # fmt: skip
     for skill in skills:
         print(f"  skill {shown(skill.name)}: {len(skill.actions)} actions, start {skill.start!r}, "
               f"end {skill.end!r}  ({skill.path})")  # fmt: skip
@@ -228,6 +228,32 @@ def _warn_ambiguous(robot: RobotConfig, skills: Sequence[Skill]) -> None:
             line = skill.line_of("actions", a, "references")
             print(f"  warning: {skill.path}:{line}: [{skill.name}] references of {a!r} and "
                   f"{b!r} are close (cos {cos:.2f}): {ra!r} ~ {rb!r}")  # fmt: skip
+
+
+def _drivers(robot: RobotConfig) -> str:
+    """Which driver each part of the robot has: ``[drivers.robot]`` (the base, head and
+    speaker the person skills drive), ``[drivers.arm]`` and ``[drivers.camera]``."""
+    arm, camera = robot.drivers.arm, robot.drivers.camera
+    if arm is None:
+        arm_text = "none"
+    elif arm.kind == "sim":
+        scene = Path(arm.scene).stem if arm.scene else "tabletop"
+        arm_text = f"sim (the twin, scene {shown(scene)})"
+    elif arm.kind == "gcode":
+        arm_text = f"gcode {arm.dialect} at {shown(arm.url)}"
+    elif arm.kind == "jaka":
+        arm_text = f"jaka at {shown(arm.host)}:{arm.port}"
+    else:
+        arm_text = f"{arm.kind} at {shown(arm.url)}"
+    if camera is None:
+        camera_text = "none"
+    elif camera.kind == "sim":
+        camera_text = "sim (the twin's)"
+    elif camera.kind == "sim-serve":
+        camera_text = f"sim-serve at {shown(camera.host)}:{camera.port}"
+    else:
+        camera_text = "realsense" + (f" {shown(camera.serial)}" if camera.serial else "")
+    return f"person skills: {robot.drivers.robot.kind}; arm: {arm_text}; camera: {camera_text}"
 
 
 def _critic_rule(c: SkillCriticSpec, end: str) -> str:

@@ -152,13 +152,19 @@ def run_scene(robot: RobotConfig, skill: Skill, args: argparse.Namespace) -> int
 
 def keep_quota(robot: RobotConfig, path: Path) -> None:
     """``recordings_max_mb``: a recording about to start in the recordings folder first makes
-    room by deleting the oldest episodes; one stderr line says which."""
-    from onboard.loop.recorder import enforce_quota
+    room by deleting the oldest episodes, through the quota in force there (the service's,
+    which measures each episode once and logs what went as JSON), else through a fresh one,
+    and then one stderr line says which."""
+    from onboard.loop.quota import RecordingsQuota, quota_in_force
 
     folder = robot.recordings_dir
     if path.resolve().parent != folder.resolve():
         return
-    dropped = enforce_quota(folder, int(robot.recordings_max_mb * 1e6), keep=path)
+    serving = quota_in_force(folder)
+    if serving is not None:
+        serving.make_room(path)
+        return
+    dropped = RecordingsQuota(folder, int(robot.recordings_max_mb * 1e6)).make_room(path)
     if dropped:
         names = ", ".join(p.name for p in dropped)
         print(f"onboard: recordings over {robot.recordings_max_mb:g} MB: deleted the "

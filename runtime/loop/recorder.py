@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -38,7 +37,6 @@ __all__ = [
     "Published",
     "Recorder",
     "Subscriber",
-    "enforce_quota",
     "is_mcap",
     "load_image",
     "read_recording",
@@ -299,46 +297,6 @@ class MemoryRecorder(Recorder):
 
     def __init__(self, clock_now: Any = None) -> None:
         super().__init__(None, clock_now)
-
-
-def enforce_quota(folder: Path, max_bytes: int, keep: Path) -> list[Path]:
-    """Delete the oldest episodes (``*.jsonl`` in ``folder``, each with its images folder,
-    and ``*.mcap``) until the rest fit ``max_bytes``.
-
-    ``keep`` (the recording about to be written) and ``candidates.jsonl`` (the bottom-up
-    candidates, not an episode) are never deleted. Returns what was deleted, oldest first.
-    """
-    episodes = []
-    with contextlib.suppress(OSError):
-        for path in [*folder.glob("*.jsonl"), *folder.glob("*.mcap")]:
-            if path.name == "candidates.jsonl" or path.resolve() == keep.resolve():
-                continue
-            with contextlib.suppress(OSError):
-                info = path.stat()
-                size = info.st_size + _folder_size(images_dir(path))
-                episodes.append((info.st_mtime, path.name, size, path))
-    episodes.sort()
-    total = sum(size for _, _, size, _ in episodes)
-    dropped = []
-    for _, _, size, path in episodes:
-        if total <= max_bytes:
-            break
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        shutil.rmtree(images_dir(path), ignore_errors=True)
-        total -= size
-        dropped.append(path)
-    return dropped
-
-
-def _folder_size(folder: Path) -> int:
-    total = 0
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(folder):
-            with contextlib.suppress(OSError):
-                if entry.is_file(follow_symlinks=False):
-                    total += entry.stat(follow_symlinks=False).st_size
-    return total
 
 
 def read_recording(path: Path, *, images: bool = False) -> Iterator[dict[str, Any]]:

@@ -37,6 +37,7 @@ from onboard.base.signals import Terminated, on_stop_signals
 from onboard.config import RobotConfig
 from onboard.loop.clock import WallClock
 from onboard.loop.exitcodes import ExitCode, for_signal
+from onboard.loop.quota import RecordingsQuota
 from onboard.service.estop import EStop
 from onboard.service.log import JsonLog
 from onboard.service.mission import Mission, SkipTo
@@ -128,6 +129,9 @@ class Service:
         self.waiting: tuple[Run, int, int, str] | None = None
         #: scheduled missions come due while a run of theirs was pending: queued after it
         self._deferred: list[Mission] = []
+        #: the recordings quota, its ledger kept across steps: each episode measured once
+        self.quota = RecordingsQuota(robot.recordings_dir, int(robot.recordings_max_mb * 1e6))
+        self._swept = False  # the index checked once against the folder
         self._announced: dict[str | None, datetime] = {}  # each scheduled mission's next time
         self._cancel = False
         self._lock = threading.Lock()
@@ -357,8 +361,9 @@ class Service:
             self.watchdog.stretch(step.timeout + self.watchdog.timeout)
         self._in_step = True
         try:
-            result = run_step(self.robot, run.name, step, attempt, self.options.llm,
-                              self.options.clock, record)  # fmt: skip
+            with self.quota.in_force():
+                result = run_step(self.robot, run.name, step, attempt, self.options.llm,
+                                  self.options.clock, record)  # fmt: skip
         except (Terminated, KeyboardInterrupt):
             self.store.step_stopped(attempt_id, None)
             self.log.event("step_end", level="warning", mission=run.name, run=run.id,
@@ -394,8 +399,15 @@ class Service:
             self.clock.post(lambda: self._step(run, *then))
 
     def _rotated(self) -> None:
-        """Recordings the quota deleted to make room for the step's are marked in the index."""
-        gone = self.store.rotated()
+        """Recordings the quota deleted to make room for the step's (or that left the folder
+        otherwise) are marked in the index: at the first step every indexed one is looked
+        for, as what went while the service was down is known to no quota; then only those
+        the quota says are gone."""
+        if self._swept:
+            gone = self.store.mark_rotated([str(p) for p in self.quota.take_gone()])
+        else:
+            self.quota.take_gone()
+            gone, self._swept = self.store.rotated(), True
         if gone:
             self.log.event("recordings_rotated", count=len(gone),
                            max_mb=self.robot.recordings_max_mb,

@@ -439,9 +439,27 @@ class Store:
                 (*then, run.id),
             )
 
+    def mark_rotated(self, paths: list[str]) -> list[str]:
+        """Those of ``paths`` indexed and not marked yet are marked deleted (the recordings
+        quota deleted them); their paths, oldest first."""
+        if not paths:
+            return []
+        with self._transaction() as db:
+            rows = [
+                row
+                for path in paths
+                for row in db.execute(
+                    "SELECT id, path FROM recordings WHERE path = ? AND deleted IS NULL", (path,)
+                )
+            ]
+            db.executemany(
+                "UPDATE recordings SET deleted = ? WHERE id = ?", [(_now(), i) for i, _ in rows]
+            )
+        return [p for _, p in sorted(rows)]
+
     def rotated(self) -> list[str]:
-        """Indexed recordings whose files are gone (the recordings quota deleted them) are
-        marked deleted; their paths, oldest first."""
+        """Every indexed recording whose file is gone is marked deleted (one stat each: see
+        :meth:`mark_rotated` for those a quota names); their paths, oldest first."""
         with self._lock:
             rows = self._db.execute(
                 "SELECT id, path FROM recordings WHERE deleted IS NULL ORDER BY id"

@@ -179,7 +179,9 @@ def _connect(robot: RobotConfig, log: JsonLog) -> None:
     """The drivers robot.toml names answer (the arm and camera connected, then released:
     each step's episode connects them again, as ``onboard run`` does). The arm is stopped
     first: the last run may have died (kill -9, a power cut) with a motion under way, which
-    an arm with its own controller goes on with. The stop is latched; a step's episode
+    an arm with its own controller goes on with (a Marlin board that does not reset when the
+    port opens is stopped inside the driver's connect, before its handshake, which would
+    otherwise wait behind the dead host's ``M400``). The stop is latched; a step's episode
     clears it when it moves the arm on purpose."""
     from onboard.drivers.factory import hardware
 
