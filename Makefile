@@ -6,7 +6,7 @@ VENV        ?= .venv
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
-EXTRAS      := dev,local-llm,sim,realsense,overcooked,mcap,metrics,service,live,fleet
+EXTRAS      := dev,local-llm,sim,realsense,overcooked,mcap,metrics,service,live,fleet,ros2
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 

@@ -367,6 +367,11 @@ def _parser() -> argparse.ArgumentParser:
                    "each episode at http://127.0.0.1:PORT/metrics (the metrics extra)")  # fmt: skip
     p.add_argument("--foxglove", type=int, metavar="PORT", help="serve each episode live to "
                    "Foxglove at ws://127.0.0.1:PORT (the live extra)")  # fmt: skip
+    p.add_argument("--ros2", metavar="ENDPOINT", help="publish joint and skill states as a ROS 2 "
+                   "node on rmw_zenoh would, to the Zenoh router at tcp/HOST:PORT (the ros2 "
+                   "extra; docs/ros2.md)")  # fmt: skip
+    p.add_argument("--ros2-domain", type=int, metavar="ID", help="the ROS domain id "
+                   "(default: $ROS_DOMAIN_ID, else 0)")  # fmt: skip
     p.add_argument("--status", action="store_true", help="print the state's missions and "
                    "steps (queue, verdicts, recordings), then exit; nothing moves")  # fmt: skip
     p.set_defaults(func=_up)
@@ -621,7 +626,26 @@ def _up(args: argparse.Namespace) -> int:
             live = watched.enter_context(LiveView(args.foxglove))
             print(f"onboard: Foxglove live view on {live.url}", flush=True)
             watched.enter_context(subscribe_every(live.episode))
+        if args.ros2 is not None:
+            from onboard.fleet.ros2 import JOINTS_TOPIC, STATE_TOPIC, Ros2Bridge
+
+            bridge = watched.enter_context(Ros2Bridge(args.ros2, domain=_ros_domain(args)))
+            print(f"onboard: ROS 2 (rmw_zenoh, domain {bridge.domain}) to {bridge.endpoint}: "
+                  f"{JOINTS_TOPIC}, {STATE_TOPIC}", flush=True)  # fmt: skip
+            watched.enter_context(subscribe_every(bridge.episode))
         return up_command(_robot(args), _robot_path(args), args)
+
+
+def _ros_domain(args: argparse.Namespace) -> int:
+    """``--ros2-domain``, else ``ROS_DOMAIN_ID`` as ROS 2 reads it, else 0."""
+    if args.ros2_domain is not None:
+        return int(args.ros2_domain)
+    text = os.environ.get("ROS_DOMAIN_ID", "").strip()
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise UsageError(f"ROS_DOMAIN_ID={text!r}: a ROS domain id is a number, 0 to 232")
+    return int(text)
 
 
 def _init(args: argparse.Namespace) -> int:

@@ -7,9 +7,9 @@ them; :func:`read_recording` with ``images=True`` puts them back.
 The recorder is the one source of truth for everything that watches an episode: each record,
 as written (secrets scrubbed, images as references), is published to its subscribers
 (:meth:`Recorder.subscribe`): the MCAP writer (runtime/loop/mcapfile.py), the metrics
-(runtime/loop/metrics.py), the live Foxglove view (runtime/loop/live.py). A recording path
-ending in ``.mcap`` is written as MCAP instead of JSON lines, by the same writer, subscribed
-as the recording itself.
+(runtime/loop/metrics.py), the live Foxglove view (runtime/loop/live.py), the ROS 2 bridge
+(runtime/fleet/ros2.py). A recording path ending in ``.mcap`` is written as MCAP instead of
+JSON lines, by the same writer, subscribed as the recording itself.
 """
 
 from __future__ import annotations

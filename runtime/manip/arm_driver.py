@@ -91,13 +91,14 @@ class ArmDriver:
         motion = getattr(self, "_" + command.removeprefix("arm."))
         began = [0.0]
 
-        def work() -> None:
+        def work() -> dict[str, Any] | None:
             with self._motion:
                 if self._latched or running.cancelled:
                     raise ArmError(f"{command}: stopped before it began")
                 self.arm.resume()  # a cancelled command before this one left the arm stopped
                 began[0] = self.elapsed() if self.elapsed is not None else 0.0
                 motion(dict(args))
+                return self._arm_state()
 
         def latency() -> float:
             return max(0.0, self.elapsed() - began[0]) if self.elapsed is not None else 0.0
@@ -109,10 +110,25 @@ class ArmDriver:
                 # a motion that failed (out of reach, a fault): the arm holds; the skill's
                 # timeout or the next decision moves on, and the record says why
                 self.record("error", source="arm", message=f"{command}: {result}")
+            elif isinstance(result, dict):
+                self.record("arm", command=command, **result)
             done()
 
         self.clock.submit(work, finished, latency=latency if self.elapsed is not None else None)
         return running
+
+    def _arm_state(self) -> dict[str, Any] | None:
+        """Where the arm is after a motion, for the ``arm`` record: its joints (rad, in the
+        arm's order), the tool's pose (m, rad) and the gripper; None when the arm cannot say
+        (the motion's own outcome stands)."""
+        try:
+            state = self.arm.state()
+        except (ArmError, DriverError, OSError):
+            return None
+        p = state.pose
+        return {"joints": [round(q, 6) for q in state.joints],
+                "pose": [round(v, 6) for v in (p.x, p.y, p.z, p.rx, p.ry, p.rz)],
+                "gripper_closed": state.gripper_closed}  # fmt: skip
 
     def stop(self) -> None:
         """Halt the arm now and refuse commands until :meth:`resume`; the gripper stays as
