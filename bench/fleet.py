@@ -10,8 +10,8 @@ column). With no arms, the same env's actions are done as they are asked (the de
 cost alone, no physics in the process). In process the same env (``FleetSort``) runs the
 same episodes, seeds and stand-in, its actions called on the twin's arms in this process
 (no Zenoh, no JAKA link);
-across processes they go to three ``onboard fleet controller`` processes, each driving its arm
-over JAKA TCP of ``onboard fleet world``. The arrival is the controller's own clock
+across processes they go to three ``onboard up`` processes, each a fleet member (robot.toml's
+``[fleet]``) driving its arm over JAKA TCP of ``onboard fleet world``. The arrival is the controller's own clock
 (``Result.received``): one host, one clock.
 
 **Partition stop time**: Bob's controller reaches the coordinator through a TCP proxy; once
