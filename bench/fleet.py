@@ -11,8 +11,8 @@ cost alone, no physics in the process). In process the same env (``FleetSort``) 
 same episodes, seeds and stand-in, its actions called on the twin's arms in this process
 (no Zenoh, no JAKA link);
 across processes they go to three ``onboard up`` processes, each a fleet member (robot.toml's
-``[fleet]``) driving its arm over JAKA TCP of ``onboard fleet world``. The arrival is the controller's own clock
-(``Result.received``): one host, one clock.
+``[fleet]``) driving its arm over JAKA TCP of ``onboard fleet world``. The arrival is the
+controller's own clock (``Result.received``): one host, one clock.
 
 **Partition stop time**: Bob's controller reaches the coordinator through a TCP proxy; once
 Bob's arm has begun an action the proxy is cut; the stop time is from the cut to Bob's
