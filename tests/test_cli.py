@@ -149,6 +149,15 @@ def robot_copy(
     return path
 
 
+def up_robot_copy(tmp_path: Path, service: str = "") -> Path:
+    """robot_copy for ``onboard up``: its control API on any free port (tests run side by
+    side, and the default 8470 would collide), and ``service``'s lines in the same table."""
+    path = robot_copy(tmp_path)
+    with path.open("a", encoding="utf-8") as toml:
+        toml.write(f"\n[service]\nport = 0\n{service}")
+    return path
+
+
 def skills_copy(tmp_path: Path) -> Path:
     folder = tmp_path / "skills"
     shutil.copytree(ROOT / "skills", folder)

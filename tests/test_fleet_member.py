@@ -54,7 +54,7 @@ def test_a_member_is_named_by_check_and_runs_no_llm_or_missions(
     ("table", "line"),
     [
         ('agent = "Bob"\nconnect = ["udp/127.0.0.1:7447"]',
-         "[fleet.connect] Value error, endpoint 'udp/127.0.0.1:7447': a fleet endpoint is "
+         "[fleet.connect] Value error, endpoint 'udp/127.0.0.1:7447': a Zenoh endpoint is "
          "tcp/HOST:PORT"),
         ('agent = "Bob"\nconnect = ["tcp/127.0.0.1:7447"]\nperiod = 0.5\ntimeout = 0.6',
          "[fleet] Value error, timeout 0.6 s is under two periods (0.5 s)"),

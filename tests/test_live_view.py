@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 from mcap.reader import make_reader
-from test_cli import robot_copy
+from test_cli import robot_copy, up_robot_copy
 from websockets.exceptions import ConnectionClosed, WebSocketException
 from websockets.sync.client import connect
 
@@ -94,7 +94,7 @@ def mcap_of(recording: Path, folder: Path) -> tuple[dict[str, Any], list[tuple[s
 def test_up_serves_each_record_live_on_the_recordings_channels_within_a_second(
     tmp_path: Path,
 ) -> None:
-    robot = robot_copy(tmp_path)
+    robot = up_robot_copy(tmp_path)
     mission = tmp_path / "watched.toml"
     mission.write_text(MISSION, encoding="utf-8")
     reached: dict[str, float] = {}  # a record's JSON line -> when it reached the subscribers

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from test_cli import robot_copy
+from test_cli import robot_copy, up_robot_copy
 
 from onboard.base.errors import UsageError
 from onboard.cli.main import main
@@ -103,7 +103,7 @@ def expected(recordings: list[Path]) -> dict[str, Any]:
 def test_onboard_up_s_episodes_give_metrics_that_match_their_recordings(tmp_path: Path) -> None:
     """What ``onboard up --metrics`` wires: every recording of the process feeds one
     registry, served on loopback; the mission's two steps, then a scrape."""
-    robot = robot_copy(tmp_path)
+    robot = up_robot_copy(tmp_path)
     mission = tmp_path / "watched.toml"
     mission.write_text(MISSION, encoding="utf-8")
     metrics = RecordMetrics()
@@ -206,6 +206,20 @@ def test_recordings_written_at_once_are_each_counted_as_their_own(tmp_path: Path
     unsubscribed.close()
     latency = {s.name: s.value for s in metrics.llm_latency.collect()[0].samples}
     assert latency["onboard_llm_latency_seconds_count"] == 2
+
+
+def test_robot_tomls_metrics_port_in_use_is_one_line_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A service under systemd takes its metrics port from robot.toml's ``[service]``."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        robot = up_robot_copy(tmp_path, f"metrics = {port}\n")
+        assert main(["--robot", str(robot), "up", "--check"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"onboard: error: [service] metrics: cannot listen on 127.0.0.1:{port}: the port is in "
+        "use (another server listens there)"
+    )
 
 
 def test_a_metrics_port_in_use_is_one_line() -> None:

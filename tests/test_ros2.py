@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_cli import robot_copy
+from test_cli import up_robot_copy
 
 from onboard.cli.main import main
 from onboard.fleet.bus import Bus, open_bus
@@ -144,7 +144,7 @@ def test_up_publishes_an_episodes_joint_and_skill_states_as_rmw_zenoh_does(
     tmp_path: Path, router: tuple[str, Bus]
 ) -> None:
     endpoint, bus = router
-    robot = robot_copy(tmp_path)
+    robot = up_robot_copy(tmp_path)
     mission = tmp_path / "watched.toml"
     mission.write_text(MISSION, encoding="utf-8")
     domain = 7
@@ -213,16 +213,19 @@ def test_up_publishes_an_episodes_joint_and_skill_states_as_rmw_zenoh_does(
     assert [STORE.deserialize_cdr(d, STRING.name).data for d, _ in state_samples] == dests
 
 
+@pytest.mark.parametrize("where", ["flags", "robot.toml"])
 def test_up_ros2_joins_the_ros_graph_while_it_runs_and_leaves_it(
-    tmp_path: Path, router: tuple[str, Bus], capsys: pytest.CaptureFixture[str]
+    where: str, tmp_path: Path, router: tuple[str, Bus], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``onboard up --check --ros2``: the node joins the ROS graph while ``up`` runs (the
-    checks here) and leaves it when ``up`` exits."""
+    """``onboard up --check --ros2`` (or robot.toml's ``[service] ros2``, as a service under
+    systemd has it): the node joins the ROS graph while ``up`` runs (the checks here) and
+    leaves it when ``up`` exits."""
     endpoint, bus = router
     listener = Listener(bus, 3)
-    robot = robot_copy(tmp_path)
-    code = main(["--robot", str(robot), "up", "--check", "--ros2", endpoint,
-                 "--ros2-domain", "3"])  # fmt: skip
+    flags = where == "flags"
+    robot = up_robot_copy(tmp_path, "" if flags else f'ros2 = "{endpoint}"\nros2_domain = 3\n')
+    more = ["--ros2", endpoint, "--ros2-domain", "3"] if flags else []
+    code = main(["--robot", str(robot), "up", "--check", *more])
     out = capsys.readouterr().out
     assert code == 0
     assert f"onboard: ROS 2 (rmw_zenoh, domain 3) to {endpoint}: /joint_states, " in out
@@ -231,11 +234,23 @@ def test_up_ros2_joins_the_ros_graph_while_it_runs_and_leaves_it(
     listener.close()
 
 
+def test_a_bad_ros2_endpoint_in_robot_toml_is_one_line_naming_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    robot = up_robot_copy(tmp_path, 'ros2 = "udp/127.0.0.1:7447"\n')
+    line = robot.read_text(encoding="utf-8").count("\n")  # the key's, the file's last
+    assert main(["--robot", str(robot), "up", "--check"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"onboard: error: {robot}:{line}: [service.ros2] Value error, endpoint "
+        "'udp/127.0.0.1:7447': a Zenoh endpoint is tcp/HOST:PORT (tcp/127.0.0.1:7447)"
+    )
+
+
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
         (["--ros2", "udp/127.0.0.1:7447"],
-         "endpoint 'udp/127.0.0.1:7447': a fleet endpoint is tcp/HOST:PORT (tcp/127.0.0.1:7447)"),
+         "endpoint 'udp/127.0.0.1:7447': a Zenoh endpoint is tcp/HOST:PORT (tcp/127.0.0.1:7447)"),
         (["--ros2", "tcp/127.0.0.1:7447", "--ros2-domain", "300"],
          "--ros2-domain 300: a ROS domain id is 0 to 232"),
     ],

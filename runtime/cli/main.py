@@ -364,14 +364,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="exit when the missions are done "
                    "(0: every step succeeded, 1: one failed), not when stopped")  # fmt: skip
     p.add_argument("--metrics", type=int, metavar="PORT", help="serve Prometheus metrics of "
-                   "each episode at http://127.0.0.1:PORT/metrics (the metrics extra)")  # fmt: skip
+                   "each episode at http://127.0.0.1:PORT/metrics (the metrics extra; default: "
+                   "robot.toml's [service] metrics)")  # fmt: skip
     p.add_argument("--foxglove", type=int, metavar="PORT", help="serve each episode live to "
-                   "Foxglove at ws://127.0.0.1:PORT (the live extra)")  # fmt: skip
+                   "Foxglove at ws://127.0.0.1:PORT (the live extra; default: robot.toml's "
+                   "[service] foxglove)")  # fmt: skip
     p.add_argument("--ros2", metavar="ENDPOINT", help="publish joint and skill states as a ROS 2 "
                    "node on rmw_zenoh would, to the Zenoh router at tcp/HOST:PORT (the ros2 "
-                   "extra; docs/ros2.md)")  # fmt: skip
-    p.add_argument("--ros2-domain", type=int, metavar="ID", help="the ROS domain id "
-                   "(default: $ROS_DOMAIN_ID, else 0)")  # fmt: skip
+                   "extra; docs/ros2.md; default: robot.toml's [service] ros2)")  # fmt: skip
+    p.add_argument("--ros2-domain", type=int, metavar="ID", help="the ROS domain id (default: "
+                   "robot.toml's [service] ros2_domain, else $ROS_DOMAIN_ID, else 0)")  # fmt: skip
     p.add_argument("--status", action="store_true", help="print the state's missions and "
                    "steps (queue, verdicts, recordings), then exit; nothing moves")  # fmt: skip
     p.set_defaults(func=_up)
@@ -610,36 +612,55 @@ def _up(args: argparse.Namespace) -> int:
     from onboard.loop.recorder import subscribe_every
     from onboard.service.up import up_command
 
+    robot = _robot(args)
+    serves = robot.service
     with contextlib.ExitStack() as watched:
-        if args.metrics is not None:
+        metrics_port, name = _flag_or_toml(args.metrics, "--metrics", serves.metrics, "metrics")
+        if metrics_port is not None:
             from onboard.loop.metrics import RecordMetrics, serve
 
             metrics = RecordMetrics()
-            server = serve(metrics.registry, args.metrics)
+            server = serve(metrics.registry, metrics_port, name=name)
             watched.callback(server.server_close)
             watched.callback(server.shutdown)
             print(f"onboard: metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
             watched.enter_context(subscribe_every(metrics.episode))
-        if args.foxglove is not None:
+        live_port, name = _flag_or_toml(args.foxglove, "--foxglove", serves.foxglove, "foxglove")
+        if live_port is not None:
             from onboard.loop.live import LiveView
 
-            live = watched.enter_context(LiveView(args.foxglove))
+            live = watched.enter_context(LiveView(live_port, name=name))
             print(f"onboard: Foxglove live view on {live.url}", flush=True)
             watched.enter_context(subscribe_every(live.episode))
-        if args.ros2 is not None:
+        endpoint = args.ros2 if args.ros2 is not None else serves.ros2
+        if endpoint is not None:
             from onboard.fleet.ros2 import JOINTS_TOPIC, STATE_TOPIC, Ros2Bridge
 
-            bridge = watched.enter_context(Ros2Bridge(args.ros2, domain=_ros_domain(args)))
+            domain = _ros_domain(args.ros2_domain, serves.ros2_domain)
+            bridge = watched.enter_context(Ros2Bridge(endpoint, domain=domain))
             print(f"onboard: ROS 2 (rmw_zenoh, domain {bridge.domain}) to {bridge.endpoint}: "
                   f"{JOINTS_TOPIC}, {STATE_TOPIC}", flush=True)  # fmt: skip
             watched.enter_context(subscribe_every(bridge.episode))
-        return up_command(_robot(args), _robot_path(args), args)
+        return up_command(robot, _robot_path(args), args)
 
 
-def _ros_domain(args: argparse.Namespace) -> int:
-    """``--ros2-domain``, else ``ROS_DOMAIN_ID`` as ROS 2 reads it, else 0."""
-    if args.ros2_domain is not None:
-        return int(args.ros2_domain)
+def _flag_or_toml(
+    flag: int | None, flag_name: str, toml: int | None, key: str
+) -> tuple[int | None, str]:
+    """The command line's port, else robot.toml's ``[service]`` one, and where it came from
+    (for an error naming it)."""
+    if flag is not None:
+        return flag, flag_name
+    return toml, f"[service] {key}"
+
+
+def _ros_domain(flag: int | None, toml: int | None) -> int:
+    """``--ros2-domain``, else robot.toml's ``[service] ros2_domain``, else ``ROS_DOMAIN_ID``
+    as ROS 2 reads it, else 0."""
+    if flag is not None:
+        return int(flag)
+    if toml is not None:
+        return toml
     text = os.environ.get("ROS_DOMAIN_ID", "").strip()
     if not text:
         return 0

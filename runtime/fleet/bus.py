@@ -25,7 +25,7 @@ def check_endpoint(endpoint: str) -> str:
     proto, _, address = endpoint.partition("/")
     host, _, port = address.rpartition(":")
     if proto != "tcp" or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise UsageError(f"endpoint {endpoint!r}: a fleet endpoint is tcp/HOST:PORT "
+        raise UsageError(f"endpoint {endpoint!r}: a Zenoh endpoint is tcp/HOST:PORT "
                          "(tcp/127.0.0.1:7447)")  # fmt: skip
     return endpoint
 

@@ -53,13 +53,19 @@ class LiveView:
     recorder subscribers; :meth:`stop` (or leaving a ``with``) stops it."""
 
     def __init__(
-        self, port: int, host: str = "127.0.0.1", *, queue: int = QUEUE, backlog: int = BACKLOG
+        self,
+        port: int,
+        host: str = "127.0.0.1",
+        *,
+        queue: int = QUEUE,
+        backlog: int = BACKLOG,
+        name: str = "--foxglove",
     ) -> None:
         try:
             import foxglove
         except ImportError as exc:
             raise MissingExtraError(f"the live view needs foxglove-sdk: {EXTRA}") from exc
-        check_listen("--foxglove", host, {"--foxglove": port})
+        check_listen(name, host, {name: port})
         self.host = host
         self._foxglove = foxglove
         self._context = foxglove.Context()
@@ -71,7 +77,7 @@ class LiveView:
                 server_listener=_listener(self), message_backlog_size=backlog,
             )  # fmt: skip
         except RuntimeError as exc:  # the SDK's FoxgloveError: a port taken since the check
-            raise UsageError(f"--foxglove: cannot listen on {host}:{port}: {exc}") from exc
+            raise UsageError(f"{name}: cannot listen on {host}:{port}: {exc}") from exc
         self._channels: dict[ChannelSpec, foxglove.Channel] = {}
         for spec in FOXGLOVE_CHANNELS:
             self._channel(spec)

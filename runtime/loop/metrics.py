@@ -186,16 +186,19 @@ def _refusals(record: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def serve(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> WSGIServer:
+def serve(
+    registry: CollectorRegistry, port: int, host: str = "127.0.0.1", *, name: str = "--metrics"
+) -> WSGIServer:
     """Serve ``registry`` at ``http://host:port/metrics`` on a daemon thread (``port`` 0: a
-    free one, ``server.server_port``); ``server.shutdown()`` stops it."""
+    free one, ``server.server_port``); ``server.shutdown()`` stops it. ``name`` is where the
+    port came from, for errors."""
     from prometheus_client import start_http_server
 
     from onboard.base.listen import check_port, listen_error
 
-    check_port("--metrics", port)
+    check_port(name, port)
     try:
         server, _ = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
-        raise listen_error("--metrics", host, str(port), exc) from exc
+        raise listen_error(name, host, str(port), exc) from exc
     return server

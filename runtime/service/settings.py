@@ -1,5 +1,6 @@
 """robot.toml's ``[service]`` table: the control API's address and token, where a call of
-the operator is posted, the e-stop's inputs."""
+the operator is posted, the e-stop's inputs, and what else ``onboard up`` serves (metrics, the
+live view, the ROS 2 bridge)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,14 @@ from ipaddress import ip_address
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from onboard.base.errors import UsageError
 
 __all__ = ["EStopConfig", "ServiceConfig", "is_loopback"]
+
+
+Port = Annotated[int, Field(ge=1, le=65535)]
 
 
 class EStopConfig(BaseModel):
@@ -40,6 +46,30 @@ class ServiceConfig(BaseModel):
         description="the variable holding a URL each call of the operator is posted to",
     )
     estop: EStopConfig = EStopConfig()
+    metrics: Port | None = Field(
+        default=None, description="serve Prometheus metrics at http://127.0.0.1:PORT/metrics"
+    )
+    foxglove: Port | None = Field(
+        default=None, description="serve each episode live to Foxglove at ws://127.0.0.1:PORT"
+    )
+    ros2: str | None = Field(
+        default=None, description="publish joint and skill states to this Zenoh router for ROS 2"
+    )
+    ros2_domain: Annotated[int, Field(ge=0, le=232)] | None = Field(
+        default=None, description="the ROS domain id (None: $ROS_DOMAIN_ID, else 0)"
+    )
+
+    @field_validator("ros2")
+    @classmethod
+    def _zenoh_endpoint(cls, endpoint: str | None) -> str | None:
+        from onboard.fleet.bus import check_endpoint
+
+        if endpoint is None:
+            return None
+        try:
+            return check_endpoint(endpoint)
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
 
 
 def is_loopback(host: str) -> bool:
