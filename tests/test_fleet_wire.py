@@ -4,10 +4,8 @@ not installed."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+from waits import cli_without
 
 from onboard.base.errors import UsageError
 from onboard.fleet.bus import check_endpoint
@@ -92,13 +90,7 @@ def test_endpoints_are_tcp_host_port() -> None:
 
 def test_without_the_extra_the_command_names_it() -> None:
     """A child interpreter where ``zenoh`` cannot be imported: one line, exit 2."""
-    code = (
-        "import sys; sys.modules['zenoh'] = None\n"
-        "from onboard.cli.main import main\n"
-        "sys.exit(main(['fleet', 'reset', 'Bob', '--listen', 'tcp/127.0.0.1:47448']))\n"
-    )
-    done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
-                          timeout=60, check=False)  # fmt: skip
+    done = cli_without("zenoh", ["fleet", "reset", "Bob", "--listen", "tcp/127.0.0.1:47448"])
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
         "onboard: error: a fleet needs Zenoh: pip install -e '.[fleet]' (eclipse-zenoh)"

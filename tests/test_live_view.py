@@ -25,13 +25,13 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mcap.reader import make_reader
 from test_cli import robot_copy, up_robot_copy
+from waits import GUARD, until
 from websockets.exceptions import ConnectionClosed, WebSocketException
 from websockets.sync.client import connect
 
@@ -44,9 +44,6 @@ from onboard.loop.mcapfile import export_mcap
 from onboard.loop.recorder import Published, Recorder, read_recording, subscribe_every
 from onboard.testing.foxglove_client import SUBPROTOCOLS, Received, SpecClient
 
-#: a failure guard only: every wait below ends on the event it waits for
-GUARD = 30.0
-
 MISSION = """\
 name = "watched"
 
@@ -57,16 +54,6 @@ goal = "I'm hungry."
 scene = "hungry"
 timeout = 300
 """
-
-
-def until(done: Callable[[], bool]) -> bool:
-    """Wait for ``done`` (state another thread changes), ``GUARD`` seconds at most."""
-    end = time.monotonic() + GUARD
-    while not done():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.002)
-    return True
 
 
 def mcap_of(recording: Path, folder: Path) -> tuple[dict[str, Any], list[tuple[str, int, bytes]]]:

@@ -14,17 +14,15 @@ docs/ros2.md says what that leaves unchecked.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from test_cli import up_robot_copy
+from waits import cli_without, until
 
 from onboard.cli.main import main
 from onboard.fleet.bus import Bus, open_bus
@@ -38,8 +36,6 @@ typesys = pytest.importorskip("rosbags.typesys")
 
 from onboard.fleet.ros2 import QOS, Ros2Bridge  # noqa: E402  (needs the ros2 extra)
 
-#: a failure guard only: every wait ends on the event it waits for
-GUARD = 30.0
 #: std_msgs/msg/String's hash as ros2/rmw_zenoh's docs/design.md shows it (the chatter key)
 STRING_HASH = "RIHS01_df668c740482bbd48fb39d76a70dfd4bd59db1288021743503259e948f6b1a18"
 STORE = typesys.get_typestore(typesys.Stores.ROS2_JAZZY)
@@ -52,15 +48,6 @@ skill = "tidy"
 goal = "hand me the blue block"
 timeout = 300
 """
-
-
-def until(done: Callable[[], bool]) -> bool:
-    end = time.monotonic() + GUARD
-    while not done():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.002)
-    return True
 
 
 class Listener:
@@ -264,13 +251,7 @@ def test_a_bad_ros2_option_is_one_line(
 
 def test_without_the_extra_up_ros2_names_it() -> None:
     """A child interpreter where ``zenoh`` cannot be imported: one line, exit 2."""
-    code = (
-        "import sys; sys.modules['zenoh'] = None\n"
-        "from onboard.cli.main import main\n"
-        "sys.exit(main(['up', '--check', '--ros2', 'tcp/127.0.0.1:7447']))\n"
-    )
-    done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
-                          timeout=60, check=False)  # fmt: skip
+    done = cli_without("zenoh", ["up", "--check", "--ros2", "tcp/127.0.0.1:7447"])
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
         "onboard: error: the ROS 2 bridge needs Zenoh: pip install 'onboard[ros2]' "
