@@ -615,14 +615,14 @@ class Placer:
         queue = [self._of(c)[0] for c in ("red_block", "green_block", "blue_block")]
         self.rng.shuffle(queue)
         along = length / 2 - WALL  # the stop's inner face
-        for name in queue:
+        for name in queue:  # pressed together by the belt: touching, squared to it
             half = self.rest_z[name]
-            along -= half + 0.001
-            side = float(self.rng.uniform(-0.004, 0.004))
+            along -= half + 0.0005
+            side = float(self.rng.uniform(-0.003, 0.003))
             px, py = x + ax * along - ay * side, y + ay * along + ax * side
-            turn = math.radians(float(self.rng.uniform(-6, 6)))
+            turn = math.radians(float(self.rng.uniform(-3, 3)))
             self._put(name, (px, py, top + half + 0.001), yaw + turn)
-            along -= half + float(self.rng.uniform(0.0, 0.004))
+            along -= half + float(self.rng.uniform(0.0005, 0.0015))
 
     def _facing_tower(self) -> None:
         """Task 2's tower (2 or 3 blocks: red, yellow, blue) with its faces to the camera:

@@ -391,9 +391,7 @@ def train(args: argparse.Namespace) -> None:
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     conditions = dataset.TRAIN if args.conditions == "train" else dataset.BASE
-    if args.scenes is not None:
-        if args.conditions != "train":
-            raise SystemExit("train.py: error: --scenes is for --conditions train only")
+    if args.scenes is not None:  # with --conditions base: the base look, with task states
         conditions = dataclasses.replace(conditions, scenes=args.scenes)
     data = dataset.load(args.size, cache=not args.no_cache, scale=args.data, conditions=conditions)
     print(
@@ -630,9 +628,9 @@ def main() -> None:
         "--scenes",
         type=float,
         metavar="SHARE",
-        help="the share of the randomized scenes that are task states (dataset.TASK_STATES:"
-        f" belt_order's queue, the face-on tower, the duck in the box); default"
-        f" {dataset.TRAIN.scenes}",
+        help="the share of the scenes that are task states (dataset.TASK_STATES: belt_order's"
+        " queue, the face-on tower, the duck in the box); default: TRAIN's"
+        f" {dataset.TRAIN.scenes}, BASE's 0 (--mix-base's renders are always BASE's)",
     )
     parser.add_argument(
         "--out", type=Path, default=HERE / "model.onnx", help="where to write the ONNX model"
