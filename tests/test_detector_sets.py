@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import itertools
 import json
+import math
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -177,3 +179,87 @@ def test_a_training_render_has_textures_and_labels() -> None:
         for label, (x1, y1, x2, y2) in s.truth:
             assert label in dataset.CLASSES
             assert 0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height
+
+
+def test_training_only_scenes_are_laid_out_as_the_tasks_leave_them() -> None:
+    """The TASK_STATES (drawn in TRAIN's scenes only, never in BASE or HARD): belt_order's
+    queue at the end stop goes away from the camera along its line of sight, task 2's tower
+    stands with its faces to the camera, task 7's duck sits inside the box."""
+    from onboard.drivers.twin import SCENES, Twin, load_scene
+
+    view = load_scene(SCENES / "tabletop.toml")
+    drawn = {
+        dataset.random_layout(np.random.default_rng(k), view, conditions).composition
+        for conditions in (dataset.BASE, dataset.HARD)
+        for k in range(60)
+    }
+    assert drawn <= set(dataset.COMPOSITIONS)
+    train = {
+        dataset.random_layout(np.random.default_rng(k), view, dataset.TRAIN).composition
+        for k in range(60)
+    }
+    assert train >= set(dataset.TASK_STATES)
+    camera = np.array(view.camera.position[:2])
+    checks = {"queue": _check_queue, "facing_tower": _check_tower, "duck_box": _check_duck}
+    for k in range(2):
+        rng = np.random.default_rng([5, k])
+        for composition in dataset.TASK_STATES:
+            layout = dataset.random_layout(rng, view, dataset.TRAIN, composition)
+            with Twin(layout.scene) as twin:
+                dataset.Placer(twin, layout, rng)()
+                names = {label: name for name, label in reversed(layout.classes.items())}
+                names |= {o.kind: o.name for o in layout.scene.objects if o.kind == "conveyor"}
+                specs = {o.name: o for o in layout.scene.objects}
+                checks[composition](
+                    {c: _pose(twin, n) for c, n in names.items()},
+                    {c: specs[n] for c, n in names.items()},
+                    camera,
+                )
+
+
+Pose = tuple[np.ndarray, float]  # position, yaw
+
+
+def _pose(twin: object, name: str) -> Pose:
+    position, quat = twin.object_pose(name)  # type: ignore[attr-defined]
+    return np.array(position), 2 * math.atan2(quat[2], quat[3])
+
+
+def _check_queue(poses: dict[str, Pose], specs: dict[str, object], camera: np.ndarray) -> None:
+    belt, axis = poses["conveyor"]
+    sight = camera - belt[:2]
+    # the belt's downstream end (+x, its stop) faces the camera, +-15 degrees
+    assert abs(math.remainder(axis - math.atan2(sight[1], sight[0]), math.tau)) < 0.27
+    blocks = sorted(
+        (poses[c][0] for c in ("red_block", "green_block", "blue_block")),
+        key=lambda p: -float(np.linalg.norm(p[:2] - camera)),
+    )  # far to near: the nearest is at the stop
+    line = blocks[-1][:2] - blocks[0][:2]
+    cos = line @ sight / np.linalg.norm(line) / np.linalg.norm(sight)
+    assert cos > math.cos(math.radians(22)), cos  # along the line of sight (15 + jitter)
+    length = specs["conveyor"].extent[0]  # type: ignore[attr-defined]
+    half = specs["red_block"].size / 2  # type: ignore[attr-defined]
+    assert abs(np.linalg.norm(blocks[-1][:2] - belt[:2]) - (length / 2 - 0.02)) < half + 0.01
+    for a, b in itertools.pairwise(blocks):  # touching, in a row, on the belt
+        assert 0.03 < np.linalg.norm(b[:2] - a[:2]) < 0.06
+        assert abs(a[2] - b[2]) < 0.006 and 0.015 < a[2] < 0.03
+
+
+def _check_tower(poses: dict[str, Pose], specs: dict[str, object], camera: np.ndarray) -> None:
+    placed = [poses[c] for c in ("red_block", "yellow_block", "blue_block")]
+    bottom = placed[0][0][:2]  # red; yellow on it; blue on that, or elsewhere (2 high)
+    on = [k for k, (p, _) in enumerate(placed) if np.linalg.norm(p[:2] - bottom) < 0.006]
+    assert on in ([0, 1], [0, 1, 2])
+    tower = [placed[k] for k in on]
+    for (p, _), (q, _) in itertools.pairwise(tower):
+        assert 0.035 < q[2] - p[2] < 0.045  # stacked, face to face
+    to_camera = math.atan2(*(camera - bottom)[::-1])
+    for _, yaw in tower:  # yaw 0 (as task 2 leaves it) or squared to the camera, +-3 degrees
+        off = min(abs(yaw), abs(math.remainder(yaw - to_camera, math.pi / 2)))
+        assert math.degrees(off) < 3.1 and yaw == tower[0][1]
+
+
+def _check_duck(poses: dict[str, Pose], specs: dict[str, object], camera: np.ndarray) -> None:
+    (duck, _), (box, _) = poses["duck"], poses["box"]
+    assert np.linalg.norm(duck[:2] - box[:2]) < 0.045 < specs["box"].size / 2  # type: ignore[attr-defined]
+    assert 0.0 < duck[2] - box[2] < 0.1  # on its floor, below its rim

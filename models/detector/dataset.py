@@ -21,7 +21,9 @@ split sizes (``train.py --no-cache`` renders again, e.g. after the twin changed)
 Beyond the scene, each render varies as its :class:`Conditions` say: BASE (the shipped
 model's data, and the card's base set on FRESH_SEEDS), HARD (the hard evaluation set on
 HARD_SEEDS, never trained on, never edited) or TRAIN (domain randomization: HARD's factors over
-wider ranges, plus table and floor textures; what ``train.py`` renders by default).
+wider ranges, plus table and floor textures, and in a share of the scenes the TASK_STATES:
+the states the seed's tasks leave that the plain compositions seldom draw; what ``train.py``
+renders by default).
 
 No torch here: numpy, the twin (pybullet) and onboard.perception.detector only.
 """
@@ -83,6 +85,12 @@ COMPOSITIONS = {
     "toys": 0.06,  # task 7
     "food": 0.06,  # task 1
 }
+#: Task states drawn only under a Conditions with ``scenes`` (TRAIN): never in BASE or HARD.
+#: queue: task 4's belt_order, the red, green and blue blocks queued at a belt's end stop, the
+#: queue going away from the camera along its line of sight (the middle block half hidden);
+#: facing_tower: task 2's red-yellow-blue tower with every yaw 0 or squared to the camera;
+#: duck_box: task 7's duck in the box, the teddy and others beside it.
+TASK_STATES = ("queue", "facing_tower", "duck_box")
 BLOCK_COLORS = {  # as the twin's scene files colour them
     "red_block": (0.85, 0.1, 0.1),
     "green_block": (0.1, 0.7, 0.2),
@@ -173,6 +181,8 @@ class Conditions:
     noise: tuple[float, float] = (0.0, 0.0)
     #: the share of scenes whose table and floor get a random texture (wood, tiles, noise)
     textures: float = 0.0
+    #: the share of scenes that are one of the TASK_STATES (drawn only when not 0)
+    scenes: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -226,6 +236,7 @@ TRAIN = Conditions(
     blur=(0.0, 1.6),
     noise=(0.0, 11.0),
     textures=0.5,
+    scenes=0.3,
 )
 HARD_SEEDS = (101, 102, 103, 104)  # never used in training or for the card's base figures
 SET_COUNT = 300  # renders per seed of the base (FRESH_SEEDS) and hard (HARD_SEEDS) sets
@@ -293,15 +304,24 @@ class Layout:
 
     scene: Scene
     classes: dict[str, str]  # object name -> class (objects of no class are left out)
-    composition: str  # a key of COMPOSITIONS
+    composition: str  # a key of COMPOSITIONS or one of TASK_STATES
 
 
-def random_layout(rng: np.random.Generator, base: Scene, conditions: Conditions = BASE) -> Layout:
-    """A scene of one of the COMPOSITIONS (chosen by weight) around ``base``'s camera, with
-    the clutter and distractors of ``conditions``."""
-    names = list(COMPOSITIONS)
-    weights = np.array([COMPOSITIONS[n] for n in names])
-    composition = names[int(rng.choice(len(names), p=weights / weights.sum()))]
+def random_layout(
+    rng: np.random.Generator,
+    base: Scene,
+    conditions: Conditions = BASE,
+    composition: str | None = None,
+) -> Layout:
+    """A scene of one of the COMPOSITIONS (chosen by weight; in ``conditions.scenes`` of the
+    scenes one of the TASK_STATES) around ``base``'s camera, with the clutter and distractors
+    of ``conditions``. ``composition`` chooses the kind instead (tests)."""
+    if composition is None and conditions.scenes and rng.random() < conditions.scenes:
+        composition = TASK_STATES[int(rng.integers(len(TASK_STATES)))]
+    if composition is None:
+        names = list(COMPOSITIONS)
+        weights = np.array([COMPOSITIONS[n] for n in names])
+        composition = names[int(rng.choice(len(names), p=weights / weights.sum()))]
     labels = _COMPOSERS[composition](rng)
     if conditions.clutter != (0, 0):
         labels += _small(rng, int(rng.integers(conditions.clutter[0], conditions.clutter[1] + 1)))
@@ -382,6 +402,22 @@ def _compose_food(rng: np.random.Generator) -> list[str]:
     return [*_small(rng, 1, FOOD), *others, *[b for b in ("plate", "box") if rng.random() < 0.3]]
 
 
+def _compose_queue(rng: np.random.Generator) -> list[str]:
+    """Task 4's belt_order: red, green and blue blocks queued at a belt's end stop."""
+    riders = ["red_block", "green_block", "blue_block"]
+    return ["conveyor", *riders, *_small(rng, int(rng.integers(0, 4)))]
+
+
+def _compose_facing_tower(rng: np.random.Generator) -> list[str]:
+    """Task 2's tower squared to the camera, and the box."""
+    return _compose_tower(rng)
+
+
+def _compose_duck_box(rng: np.random.Generator) -> list[str]:
+    """Task 7 done: the duck in the box, the teddy and a few others on the table."""
+    return ["box", "duck", "teddy", *_small(rng, int(rng.integers(1, 4)), (*BLOCKS, *FOOD))]
+
+
 def _object(rng: np.random.Generator, name: str, label: str, composition: str) -> ObjectSpec:
     kind = "block" if label.endswith("_block") else label
     base = BLOCK_COLORS.get(label) or DEFAULT_COLORS[kind]
@@ -400,6 +436,11 @@ def _object(rng: np.random.Generator, name: str, label: str, composition: str) -
             float(v) for v in rng.uniform([0.22, 0.24, 0.14], [0.32, 0.34, 0.22])
         )
         spec["opening"] = 0.0
+    elif kind == "conveyor" and composition == "queue":  # belt_order's: flush, an end stop
+        spec["extent"] = (float(rng.uniform(0.34, 0.46)), float(rng.uniform(0.09, 0.12)), 0.01)
+        spec["end_stop"], spec["speed"] = True, 0.05
+    elif kind == "block" and composition == "facing_tower":  # the twin's 4 cm, as task 2's
+        spec["size"] = float(SIZES["block"] * rng.uniform(0.97, 1.05))
     elif kind == "conveyor":
         width = float(rng.uniform(0.16, 0.24)) if composition == "conveyor" else 0.2
         spec["extent"] = (float(rng.uniform(0.5, 0.8)), width, 0.05)
@@ -469,6 +510,7 @@ class Placer:
         self.specs = {s.name: s for s in twin.scene.objects}
         self.rest_z = {n: twin.object_pose(n)[0][2] for n in twin.object_names()}
         self.placed: list[tuple[float, float, float]] = []  # x, y, radius on the table
+        self.view = twin.scene.camera  # the scene file's viewpoint (before any jitter)
         self.left: list[str] = []
 
     def __call__(self) -> None:
@@ -554,6 +596,61 @@ class Placer:
 
     def _toys(self) -> None:
         pass
+
+    def _towards_camera(self, x: float, y: float) -> float:
+        """The yaw of the line from (x, y) to the viewpoint, on the table."""
+        return math.atan2(self.view.position[1] - y, self.view.position[0] - x)
+
+    def _queue(self) -> None:
+        """belt_order's end state: the red, green and blue blocks (in any order) pressed
+        against the end stop of a belt whose downstream end faces the camera, so the queue
+        goes away from the camera along its line of sight."""
+        belt = self._of("conveyor")[0]
+        length, width, height = self.specs[belt].extent or (0.42, 0.1, 0.01)
+        x, y = float(self.rng.uniform(0.38, 0.5)), float(self.rng.uniform(-0.15, 0.15))
+        yaw = self._towards_camera(x, y) + math.radians(float(self.rng.uniform(-15, 15)))
+        top = height / 2 - 0.003  # the top 2 mm above the table, as in belt_order.toml
+        self._put(belt, (x, y, top - height / 2), yaw, math.hypot(length, width) / 2)
+        ax, ay = math.cos(yaw), math.sin(yaw)
+        queue = [self._of(c)[0] for c in ("red_block", "green_block", "blue_block")]
+        self.rng.shuffle(queue)
+        along = length / 2 - WALL  # the stop's inner face
+        for name in queue:  # pressed together by the belt: touching, squared to it
+            half = self.rest_z[name]
+            along -= half + 0.0005
+            side = float(self.rng.uniform(-0.003, 0.003))
+            px, py = x + ax * along - ay * side, y + ay * along + ax * side
+            turn = math.radians(float(self.rng.uniform(-3, 3)))
+            self._put(name, (px, py, top + half + 0.001), yaw + turn)
+            along -= half + float(self.rng.uniform(0.0005, 0.0015))
+
+    def _facing_tower(self) -> None:
+        """Task 2's tower (2 or 3 blocks: red, yellow, blue) with its faces to the camera:
+        every yaw 0 as the task leaves it, or squared to the viewpoint."""
+        tower = [self._of(c)[0] for c in ("red_block", "yellow_block", "blue_block")]
+        self._on_table(self._of("box")[0])
+        spot = self._spot(0.04)
+        if spot is None:
+            return
+        x, y = spot
+        yaw = 0.0 if self.rng.random() < 0.5 else self._towards_camera(x, y)
+        yaw += math.radians(float(self.rng.uniform(-3, 3)))
+        self.placed.append((x, y, _footprint(self.specs[tower[0]])))
+        z = 0.0
+        for name in tower[: int(self.rng.integers(2, 4))]:
+            dx, dy = self.rng.uniform(-0.002, 0.002, 2)
+            self._put(name, (x + float(dx), y + float(dy), z + self.rest_z[name] + 0.0005), yaw)
+            z += 2 * self.rest_z[name] + 0.0005
+
+    def _duck_box(self) -> None:
+        """Task 7 done: the duck on the box's floor (sometimes a block beside it)."""
+        box = self._of("box")[0]
+        if self._on_table(box) is None:
+            return
+        self._drop_on(self._of("duck")[0], self._near_centre(box, 0.03))
+        blocks = self._of(*BLOCKS)
+        if blocks and self.rng.random() < 0.3:
+            self._drop_on(blocks[0], self._near_centre(box, 0.07))
 
     def _open(self, drawer: str, closed: float) -> float:
         """Set the drawer closed (with probability ``closed``) or open some way; returns how far."""
@@ -681,6 +778,9 @@ _COMPOSERS = {
     "drawer": _compose_drawer,
     "toys": _compose_toys,
     "food": _compose_food,
+    "queue": _compose_queue,
+    "facing_tower": _compose_facing_tower,
+    "duck_box": _compose_duck_box,
 }
 
 

@@ -34,6 +34,7 @@ if __name__ == "__main__" and "--eval-only" in sys.argv[1:]:
 sys.path.insert(0, str(HERE))
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
@@ -390,11 +391,14 @@ def train(args: argparse.Namespace) -> None:
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     conditions = dataset.TRAIN if args.conditions == "train" else dataset.BASE
+    if args.scenes is not None:  # with --conditions base: the base look, with task states
+        conditions = dataclasses.replace(conditions, scenes=args.scenes)
     data = dataset.load(args.size, cache=not args.no_cache, scale=args.data, conditions=conditions)
     print(
         f"data: rendered in {data.seconds:.0f} s (0: cached);"
         f" {len(data.train.images)} train, {len(data.val.images)} val,"
         f" {len(data.test_images)} test images under {args.conditions.upper()}"
+        f" (task-state scenes {conditions.scenes:.0%})"
     )
     if args.mix_base:
         base = dataset.load(
@@ -619,6 +623,14 @@ def main() -> None:
         choices=("train", "base"),
         default="train",
         help="the data's render conditions: dataset.TRAIN (randomized) or BASE (the 0.973 model's)",
+    )
+    parser.add_argument(
+        "--scenes",
+        type=float,
+        metavar="SHARE",
+        help="the share of the scenes that are task states (dataset.TASK_STATES: belt_order's"
+        " queue, the face-on tower, the duck in the box); default: TRAIN's"
+        f" {dataset.TRAIN.scenes}, BASE's 0 (--mix-base's renders are always BASE's)",
     )
     parser.add_argument(
         "--out", type=Path, default=HERE / "model.onnx", help="where to write the ONNX model"
