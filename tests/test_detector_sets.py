@@ -11,6 +11,7 @@ and the pinned pybullet, so the same renders come out byte for byte.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import itertools
 import json
@@ -183,8 +184,9 @@ def test_a_training_render_has_textures_and_labels() -> None:
 
 def test_training_only_scenes_are_laid_out_as_the_tasks_leave_them() -> None:
     """The TASK_STATES (drawn in TRAIN's scenes only, never in BASE or HARD): belt_order's
-    queue at the end stop goes away from the camera along its line of sight, task 2's tower
-    stands with its faces to the camera, task 7's duck sits inside the box."""
+    queue at the end stop goes away from the camera along its line of sight, a tower (task 2's
+    colours or any, in any order) stands with its faces to the camera, task 7's duck sits
+    inside the box."""
     from onboard.drivers.twin import SCENES, Twin, load_scene
 
     view = load_scene(SCENES / "tabletop.toml")
@@ -200,11 +202,25 @@ def test_training_only_scenes_are_laid_out_as_the_tasks_leave_them() -> None:
     }
     assert train >= set(dataset.TASK_STATES)
     camera = np.array(view.camera.position[:2])
+    towers = {
+        tuple(label for label in layout.classes.values() if label in dataset.BLOCKS)[:3]
+        for layout in (
+            dataset.random_layout(
+                np.random.default_rng([6, k]), view, dataset.TRAIN, "facing_tower"
+            )
+            for k in range(40)
+        )
+    }
+    task2 = ("red_block", "yellow_block", "blue_block")
+    assert task2 in towers and len(towers) > 4  # task 2's, and the tidy skill's any colours
     checks = {"queue": _check_queue, "facing_tower": _check_tower, "duck_box": _check_duck}
-    for k in range(2):
+    for k in range(4):
         rng = np.random.default_rng([5, k])
         for composition in dataset.TASK_STATES:
             layout = dataset.random_layout(rng, view, dataset.TRAIN, composition)
+            if composition == "facing_tower":
+                order = [label for label in layout.classes.values() if label in dataset.BLOCKS]
+                checks[composition] = functools.partial(_check_tower, order[:3])
             with Twin(layout.scene) as twin:
                 dataset.Placer(twin, layout, rng)()
                 names = {label: name for name, label in reversed(layout.classes.items())}
@@ -245,9 +261,11 @@ def _check_queue(poses: dict[str, Pose], specs: dict[str, object], camera: np.nd
         assert abs(a[2] - b[2]) < 0.006 and 0.015 < a[2] < 0.03
 
 
-def _check_tower(poses: dict[str, Pose], specs: dict[str, object], camera: np.ndarray) -> None:
-    placed = [poses[c] for c in ("red_block", "yellow_block", "blue_block")]
-    bottom = placed[0][0][:2]  # red; yellow on it; blue on that, or elsewhere (2 high)
+def _check_tower(
+    order: list[str], poses: dict[str, Pose], specs: dict[str, object], camera: np.ndarray
+) -> None:
+    placed = [poses[c] for c in order]
+    bottom = placed[0][0][:2]  # the first; the second on it; the third on that, or elsewhere
     on = [k for k, (p, _) in enumerate(placed) if np.linalg.norm(p[:2] - bottom) < 0.006]
     assert on in ([0, 1], [0, 1, 2])
     tower = [placed[k] for k in on]

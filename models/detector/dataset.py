@@ -88,7 +88,8 @@ COMPOSITIONS = {
 #: Task states drawn only under a Conditions with ``scenes`` (TRAIN): never in BASE or HARD.
 #: queue: task 4's belt_order, the red, green and blue blocks queued at a belt's end stop, the
 #: queue going away from the camera along its line of sight (the middle block half hidden);
-#: facing_tower: task 2's red-yellow-blue tower with every yaw 0 or squared to the camera;
+#: facing_tower: a tower with every yaw 0 or squared to the camera, task 2's red-yellow-blue
+#: or three blocks of any colours in any order (the tidy skill's stacks);
 #: duck_box: task 7's duck in the box, the teddy and others beside it.
 TASK_STATES = ("queue", "facing_tower", "duck_box")
 BLOCK_COLORS = {  # as the twin's scene files colour them
@@ -409,8 +410,13 @@ def _compose_queue(rng: np.random.Generator) -> list[str]:
 
 
 def _compose_facing_tower(rng: np.random.Generator) -> list[str]:
-    """Task 2's tower squared to the camera, and the box."""
-    return _compose_tower(rng)
+    """A tower squared to the camera, and the box: task 2's (red, yellow, blue) half the time,
+    else three blocks of the four colours in any order, as the tidy skill stacks them. The
+    tower's blocks come first, bottom up (the Placer takes them in this order)."""
+    if rng.random() < 0.5:
+        return _compose_tower(rng)
+    tower = [str(c) for c in rng.permutation(BLOCKS)[:3]]
+    return [*tower, "box", *_small(rng, int(rng.integers(0, 4)))]
 
 
 def _compose_duck_box(rng: np.random.Generator) -> list[str]:
@@ -625,9 +631,9 @@ class Placer:
             along -= half + float(self.rng.uniform(0.0005, 0.0015))
 
     def _facing_tower(self) -> None:
-        """Task 2's tower (2 or 3 blocks: red, yellow, blue) with its faces to the camera:
-        every yaw 0 as the task leaves it, or squared to the viewpoint."""
-        tower = [self._of(c)[0] for c in ("red_block", "yellow_block", "blue_block")]
+        """A tower of 2 or 3 blocks (the composition's first three, bottom up) with its faces
+        to the camera: every yaw 0 as task 2 leaves it, or squared to the viewpoint."""
+        tower = self._of(*BLOCKS)[:3]
         self._on_table(self._of("box")[0])
         spot = self._spot(0.04)
         if spot is None:
@@ -637,10 +643,14 @@ class Placer:
         yaw += math.radians(float(self.rng.uniform(-3, 3)))
         self.placed.append((x, y, _footprint(self.specs[tower[0]])))
         z = 0.0
-        for name in tower[: int(self.rng.integers(2, 4))]:
+        height = int(self.rng.integers(2, 4))
+        for name in tower[:height]:
             dx, dy = self.rng.uniform(-0.002, 0.002, 2)
             self._put(name, (x + float(dx), y + float(dy), z + self.rest_z[name] + 0.0005), yaw)
             z += 2 * self.rest_z[name] + 0.0005
+        for name in tower[height:]:  # on the table, never on the tower (it would be its third)
+            if self._on_table(name) is None:
+                self.left.remove(name)  # no room: out of view
 
     def _duck_box(self) -> None:
         """Task 7 done: the duck on the box's floor (sometimes a block beside it)."""
