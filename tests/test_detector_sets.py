@@ -203,7 +203,7 @@ def test_training_only_scenes_are_laid_out_as_the_tasks_leave_them() -> None:
     assert train >= set(dataset.TASK_STATES)
     camera = np.array(view.camera.position[:2])
     towers = {
-        tuple(label for label in layout.classes.values() if label in dataset.BLOCKS)[:3]
+        _tower_order(layout)
         for layout in (
             dataset.random_layout(
                 np.random.default_rng([6, k]), view, dataset.TRAIN, "facing_tower"
@@ -218,15 +218,15 @@ def test_training_only_scenes_are_laid_out_as_the_tasks_leave_them() -> None:
         rng = np.random.default_rng([5, k])
         for composition in dataset.TASK_STATES:
             layout = dataset.random_layout(rng, view, dataset.TRAIN, composition)
+            check = checks[composition]
             if composition == "facing_tower":
-                order = [label for label in layout.classes.values() if label in dataset.BLOCKS]
-                checks[composition] = functools.partial(_check_tower, order[:3])
+                check = functools.partial(_check_tower, _tower_order(layout))
             with Twin(layout.scene) as twin:
                 dataset.Placer(twin, layout, rng)()
                 names = {label: name for name, label in reversed(layout.classes.items())}
                 names |= {o.kind: o.name for o in layout.scene.objects if o.kind == "conveyor"}
                 specs = {o.name: o for o in layout.scene.objects}
-                checks[composition](
+                check(
                     {c: _pose(twin, n) for c, n in names.items()},
                     {c: specs[n] for c, n in names.items()},
                     camera,
@@ -234,6 +234,13 @@ def test_training_only_scenes_are_laid_out_as_the_tasks_leave_them() -> None:
 
 
 Pose = tuple[np.ndarray, float]  # position, yaw
+
+
+def _tower_order(layout: object) -> tuple[str, ...]:
+    """A facing_tower's blocks bottom up: its composition's first three, as the Placer
+    takes them."""
+    classes: dict[str, str] = layout.classes  # type: ignore[attr-defined]
+    return tuple(label for label in classes.values() if label in dataset.BLOCKS)[:3]
 
 
 def _pose(twin: object, name: str) -> Pose:
@@ -247,7 +254,7 @@ def _check_queue(poses: dict[str, Pose], specs: dict[str, object], camera: np.nd
     # the belt's downstream end (+x, its stop) faces the camera, +-15 degrees
     assert abs(math.remainder(axis - math.atan2(sight[1], sight[0]), math.tau)) < 0.27
     blocks = sorted(
-        (poses[c][0] for c in ("red_block", "green_block", "blue_block")),
+        (poses[c][0] for c in dataset.QUEUE),
         key=lambda p: -float(np.linalg.norm(p[:2] - camera)),
     )  # far to near: the nearest is at the stop
     line = blocks[-1][:2] - blocks[0][:2]
@@ -262,7 +269,7 @@ def _check_queue(poses: dict[str, Pose], specs: dict[str, object], camera: np.nd
 
 
 def _check_tower(
-    order: list[str], poses: dict[str, Pose], specs: dict[str, object], camera: np.ndarray
+    order: tuple[str, ...], poses: dict[str, Pose], specs: dict[str, object], camera: np.ndarray
 ) -> None:
     placed = [poses[c] for c in order]
     bottom = placed[0][0][:2]  # the first; the second on it; the third on that, or elsewhere

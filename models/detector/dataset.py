@@ -92,6 +92,8 @@ COMPOSITIONS = {
 #: or three blocks of any colours in any order (the tidy skill's stacks);
 #: duck_box: task 7's duck in the box, the teddy and others beside it.
 TASK_STATES = ("queue", "facing_tower", "duck_box")
+#: the blocks of task 4's belt_order, which the queue holds in any order
+QUEUE = ("red_block", "green_block", "blue_block")
 BLOCK_COLORS = {  # as the twin's scene files colour them
     "red_block": (0.85, 0.1, 0.1),
     "green_block": (0.1, 0.7, 0.2),
@@ -405,8 +407,7 @@ def _compose_food(rng: np.random.Generator) -> list[str]:
 
 def _compose_queue(rng: np.random.Generator) -> list[str]:
     """Task 4's belt_order: red, green and blue blocks queued at a belt's end stop."""
-    riders = ["red_block", "green_block", "blue_block"]
-    return ["conveyor", *riders, *_small(rng, int(rng.integers(0, 4)))]
+    return ["conveyor", *QUEUE, *_small(rng, int(rng.integers(0, 4)))]
 
 
 def _compose_facing_tower(rng: np.random.Generator) -> list[str]:
@@ -618,7 +619,7 @@ class Placer:
         top = height / 2 - 0.003  # the top 2 mm above the table, as in belt_order.toml
         self._put(belt, (x, y, top - height / 2), yaw, math.hypot(length, width) / 2)
         ax, ay = math.cos(yaw), math.sin(yaw)
-        queue = [self._of(c)[0] for c in ("red_block", "green_block", "blue_block")]
+        queue = [self._of(c)[0] for c in QUEUE]
         self.rng.shuffle(queue)
         along = length / 2 - WALL  # the stop's inner face
         for name in queue:  # pressed together by the belt: touching, squared to it
