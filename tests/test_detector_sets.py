@@ -186,7 +186,7 @@ def test_training_only_scenes_are_laid_out_as_the_tasks_leave_them() -> None:
     """The TASK_STATES (drawn in TRAIN's scenes only, never in BASE or HARD): belt_order's
     queue at the end stop goes away from the camera along its line of sight, a tower (task 2's
     colours or any, in any order) stands with its faces to the camera, task 7's duck sits
-    inside the box."""
+    inside the box, the tidy skill's pair is one block resting on another."""
     from onboard.drivers.twin import SCENES, Twin, load_scene
 
     view = load_scene(SCENES / "tabletop.toml")
@@ -213,14 +213,21 @@ def test_training_only_scenes_are_laid_out_as_the_tasks_leave_them() -> None:
     }
     task2 = ("red_block", "yellow_block", "blue_block")
     assert task2 in towers and len(towers) > 4  # task 2's, and the tidy skill's any colours
-    checks = {"queue": _check_queue, "facing_tower": _check_tower, "duck_box": _check_duck}
+    checks = {
+        "queue": _check_queue,
+        "facing_tower": _check_tower,
+        "duck_box": _check_duck,
+        "block_pair": _check_pair,
+    }
     for k in range(4):
         rng = np.random.default_rng([5, k])
         for composition in dataset.TASK_STATES:
             layout = dataset.random_layout(rng, view, dataset.TRAIN, composition)
             check = checks[composition]
             if composition == "facing_tower":
-                check = functools.partial(_check_tower, _tower_order(layout))
+                check = functools.partial(check, _tower_order(layout))
+            elif composition == "block_pair":
+                check = functools.partial(check, _tower_order(layout, blocks=4))
             with Twin(layout.scene) as twin:
                 dataset.Placer(twin, layout, rng)()
                 names = {label: name for name, label in reversed(layout.classes.items())}
@@ -236,11 +243,11 @@ def test_training_only_scenes_are_laid_out_as_the_tasks_leave_them() -> None:
 Pose = tuple[np.ndarray, float]  # position, yaw
 
 
-def _tower_order(layout: object) -> tuple[str, ...]:
+def _tower_order(layout: object, blocks: int = 3) -> tuple[str, ...]:
     """A facing_tower's blocks bottom up: its composition's first three, as the Placer
-    takes them."""
+    takes them (``blocks=4``: a block_pair's bottom, top and the two others)."""
     classes: dict[str, str] = layout.classes  # type: ignore[attr-defined]
-    return tuple(label for label in classes.values() if label in dataset.BLOCKS)[:3]
+    return tuple(label for label in classes.values() if label in dataset.BLOCKS)[:blocks]
 
 
 def _pose(twin: object, name: str) -> Pose:
@@ -282,6 +289,19 @@ def _check_tower(
     for _, yaw in tower:  # yaw 0 (as task 2 leaves it) or squared to the camera, +-3 degrees
         off = min(abs(yaw), abs(math.remainder(yaw - to_camera, math.pi / 2)))
         assert math.degrees(off) < 3.1 and yaw == tower[0][1]
+
+
+def _check_pair(
+    order: tuple[str, ...], poses: dict[str, Pose], specs: dict[str, object], camera: np.ndarray
+) -> None:
+    (bottom, low), (top, high) = (poses[c] for c in order[:2])
+    assert np.linalg.norm(top[:2] - bottom[:2]) < 0.006  # on it, as an arm places it
+    sizes = [specs[c].size for c in order[:2]]  # type: ignore[attr-defined]
+    assert abs(bottom[2] - sizes[0] / 2) < 0.002  # on the table
+    assert abs(top[2] - bottom[2] - sum(sizes) / 2) < 0.002  # resting on the bottom block
+    assert math.degrees(abs(math.remainder(high - low, math.tau))) < 5.1
+    for name in order[2:]:  # the other blocks on the table (or out of view)
+        assert poses[name][0][2] < 0.03 or poses[name][0][0] > 2.0
 
 
 def _check_duck(poses: dict[str, Pose], specs: dict[str, object], camera: np.ndarray) -> None:

@@ -90,8 +90,11 @@ COMPOSITIONS = {
 #: queue going away from the camera along its line of sight (the middle block half hidden);
 #: facing_tower: a tower with every yaw 0 or squared to the camera, task 2's red-yellow-blue
 #: or three blocks of any colours in any order (the tidy skill's stacks);
-#: duck_box: task 7's duck in the box, the teddy and others beside it.
-TASK_STATES = ("queue", "facing_tower", "duck_box")
+#: duck_box: task 7's duck in the box, the teddy and others beside it;
+#: block_pair: the tidy skill's stack, one block of the four on another (any two colours), the
+#: pair squared to the camera, at yaw 0 or any yaw, the other blocks on the table.
+#: Each is drawn with its weight: the pair, which the tidy skill's goals read, twice as often.
+TASK_STATES = {"queue": 1.0, "facing_tower": 1.0, "duck_box": 1.0, "block_pair": 2.0}
 #: the blocks of task 4's belt_order, which the queue holds in any order
 QUEUE = ("red_block", "green_block", "blue_block")
 BLOCK_COLORS = {  # as the twin's scene files colour them
@@ -320,11 +323,9 @@ def random_layout(
     scenes one of the TASK_STATES) around ``base``'s camera, with the clutter and distractors
     of ``conditions``. ``composition`` chooses the kind instead (tests)."""
     if composition is None and conditions.scenes and rng.random() < conditions.scenes:
-        composition = TASK_STATES[int(rng.integers(len(TASK_STATES)))]
+        composition = _weighted(rng, TASK_STATES)
     if composition is None:
-        names = list(COMPOSITIONS)
-        weights = np.array([COMPOSITIONS[n] for n in names])
-        composition = names[int(rng.choice(len(names), p=weights / weights.sum()))]
+        composition = _weighted(rng, COMPOSITIONS)
     labels = _COMPOSERS[composition](rng)
     if conditions.clutter != (0, 0):
         labels += _small(rng, int(rng.integers(conditions.clutter[0], conditions.clutter[1] + 1)))
@@ -363,6 +364,12 @@ def _compose_random(rng: np.random.Generator) -> list[str]:
     if rng.random() < 0.25:
         labels.append(str(rng.choice(DISTRACTORS)))
     return labels
+
+
+def _weighted(rng: np.random.Generator, weights: dict[str, float]) -> str:
+    names = list(weights)
+    p = np.array([weights[n] for n in names])
+    return names[int(rng.choice(len(names), p=p / p.sum()))]
 
 
 def _compose_tower(rng: np.random.Generator) -> list[str]:
@@ -418,6 +425,13 @@ def _compose_facing_tower(rng: np.random.Generator) -> list[str]:
         return _compose_tower(rng)
     tower = [str(c) for c in rng.permutation(BLOCKS)[:3]]
     return [*tower, "box", *_small(rng, int(rng.integers(0, 4)))]
+
+
+def _compose_block_pair(rng: np.random.Generator) -> list[str]:
+    """The tidy skill's blocks scene with one block on another: the four blocks in a random
+    order (the first is the pair's bottom, the second its top) and a few others."""
+    blocks = [str(c) for c in rng.permutation(BLOCKS)]
+    return [*blocks, *_small(rng, int(rng.integers(0, 3)), FOOD)]
 
 
 def _compose_duck_box(rng: np.random.Generator) -> list[str]:
@@ -663,6 +677,31 @@ class Placer:
         if blocks and self.rng.random() < 0.3:
             self._drop_on(blocks[0], self._near_centre(box, 0.07))
 
+    def _block_pair(self) -> None:
+        """The tidy skill's stack: the first block on the table, the second on it, at yaw 0 (as
+        the scene file's blocks are set), squared to the camera or any yaw, placed as an arm
+        places it (a few millimetres and degrees off) half the time; the rest on the table."""
+        bottom, top, *others = self._of(*BLOCKS)
+        radius = _footprint(self.specs[bottom])
+        spot = self._spot(radius)
+        if spot is None:
+            return
+        pick = self.rng.random()
+        yaw = math.radians(float(self.rng.uniform(-3, 3)))
+        if pick < 1 / 3:
+            yaw = self._yaw()
+        elif pick < 2 / 3:
+            yaw += self._towards_camera(*spot)
+        self._put(bottom, (*spot, self.rest_z[bottom]), yaw, radius)
+        off = 0.004 if self.rng.random() < 0.5 else 0.0
+        dx, dy = (float(d) for d in self.rng.uniform(-off, off, 2))
+        turn = math.radians(float(self.rng.uniform(-5, 5))) if off else 0.0
+        z = 2 * self.rest_z[bottom] + self.rest_z[top] + 0.0005
+        self._put(top, (spot[0] + dx, spot[1] + dy, z), yaw + turn)
+        for name in others:  # on the table, never on the pair
+            if self._on_table(name) is None:
+                self.left.remove(name)  # no room: out of view
+
     def _open(self, drawer: str, closed: float) -> float:
         """Set the drawer closed (with probability ``closed``) or open some way; returns how far."""
         extent = self.specs[drawer].extent or (0.3, 0.3, 0.2)
@@ -792,6 +831,7 @@ _COMPOSERS = {
     "queue": _compose_queue,
     "facing_tower": _compose_facing_tower,
     "duck_box": _compose_duck_box,
+    "block_pair": _compose_block_pair,
 }
 
 

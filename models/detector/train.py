@@ -580,6 +580,16 @@ def report(path: Path, classes: list[str], data: dataset.Data) -> None:
     print(f"end to end, 1 thread: {ms:.1f} ms median, {1000 / ms:.0f} fps ({image.shape[:2]})")
 
 
+def _share(text: str) -> float:
+    try:
+        share = float(text)
+    except ValueError:
+        share = math.nan
+    if not 0.0 <= share <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a share from 0 to 1")
+    return share
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=16)
@@ -626,7 +636,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--scenes",
-        type=float,
+        type=_share,
         metavar="SHARE",
         help="the share of the scenes that are task states (dataset.TASK_STATES: belt_order's"
         " queue, the face-on tower, the duck in the box); default: TRAIN's"
