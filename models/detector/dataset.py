@@ -663,9 +663,7 @@ class Placer:
             dx, dy = self.rng.uniform(-0.002, 0.002, 2)
             self._put(name, (x + float(dx), y + float(dy), z + self.rest_z[name] + 0.0005), yaw)
             z += 2 * self.rest_z[name] + 0.0005
-        for name in tower[height:]:  # on the table, never on the tower (it would be its third)
-            if self._on_table(name) is None:
-                self.left.remove(name)  # no room: out of view
+        self._beside(tower[height:])  # never on the tower (it would be its third)
 
     def _duck_box(self) -> None:
         """Task 7 done: the duck on the box's floor (sometimes a block beside it)."""
@@ -698,9 +696,13 @@ class Placer:
         turn = math.radians(float(self.rng.uniform(-5, 5))) if off else 0.0
         z = 2 * self.rest_z[bottom] + self.rest_z[top] + 0.0005
         self._put(top, (spot[0] + dx, spot[1] + dy, z), yaw + turn)
-        for name in others:  # on the table, never on the pair
+        self._beside(others)
+
+    def _beside(self, names: Sequence[str]) -> None:
+        """``names`` on the table, never stacked on anything (out of view when there is no room)."""
+        for name in names:
             if self._on_table(name) is None:
-                self.left.remove(name)  # no room: out of view
+                self.left.remove(name)
 
     def _open(self, drawer: str, closed: float) -> float:
         """Set the drawer closed (with probability ``closed``) or open some way; returns how far."""

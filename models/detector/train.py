@@ -639,7 +639,7 @@ def main() -> None:
         type=_share,
         metavar="SHARE",
         help="the share of the scenes that are task states (dataset.TASK_STATES: belt_order's"
-        " queue, the face-on tower, the duck in the box); default: TRAIN's"
+        " queue, the face-on tower, the duck in the box, the tidy skill's pair); default: TRAIN's"
         f" {dataset.TRAIN.scenes}, BASE's 0 (--mix-base's renders are always BASE's)",
     )
     parser.add_argument(
