@@ -9,12 +9,14 @@ zipped install, a file left out) fails with one line naming the missing file.
 
 from __future__ import annotations
 
+import os
 from importlib.resources import files
 from pathlib import Path
 
 from onboard.base.errors import ModelError
 
 __all__ = [
+    "DETECTOR_DIR_ENV",
     "EXAMPLE_ROBOT",
     "detector_dir",
     "embedder_dir",
@@ -26,6 +28,10 @@ __all__ = [
 #: the commented, minimal robot.toml that ``onboard init`` writes and that runs when no
 #: robot.toml is found (package data of ``onboard``)
 EXAMPLE_ROBOT = "example-robot.toml"
+
+#: a folder holding ``model.onnx`` and ``classes.json`` that stands in for the shipped detector
+#: wherever onboard loads it (a candidate under test: ``models/detector/gate.py``)
+DETECTOR_DIR_ENV = "ONBOARD_DETECTOR_DIR"
 
 
 def package_path(package: str) -> Path:
@@ -55,8 +61,17 @@ def embedder_dir() -> Path:
 
 
 def detector_dir() -> Path:
-    """The shipped YOLOv8-layout detector and its class names (``models/detector``)."""
-    return _shipped("onboard.models", "detector", ("model.onnx", "classes.json"))
+    """The YOLOv8-layout detector and its class names: the shipped one (``models/detector``),
+    or the folder ``ONBOARD_DETECTOR_DIR`` names when it is set."""
+    names = ("model.onnx", "classes.json")
+    override = os.environ.get(DETECTOR_DIR_ENV)
+    if not override:
+        return _shipped("onboard.models", "detector", names)
+    folder = Path(override)
+    for name in names:
+        if not (folder / name).is_file():
+            raise ModelError(f"{DETECTOR_DIR_ENV}={override}: no {name} in that folder")
+    return folder
 
 
 def example_robot() -> Path:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -113,3 +115,32 @@ def test_a_scenario_is_a_path_or_a_name_in_the_robots_folder(
         + ")"
     )
     assert find_scenario("heldout-coins", folder) == folder / "heldout" / "heldout-coins.toml"
+
+
+def test_onboard_detector_dir_names_a_candidate_in_place_of_the_shipped_detector(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    shipped = bundled.detector_dir()
+    (tmp_path / "model.onnx").write_bytes((shipped / "model.onnx").read_bytes())
+    monkeypatch.setenv(bundled.DETECTOR_DIR_ENV, str(tmp_path))
+    with pytest.raises(ModelError) as caught:  # half a candidate is refused, not mixed in
+        bundled.detector_dir()
+    assert str(caught.value) == f"ONBOARD_DETECTOR_DIR={tmp_path}: no classes.json in that folder"
+    (tmp_path / "classes.json").write_text((shipped / "classes.json").read_text())
+    assert bundled.detector_dir() == tmp_path
+
+
+def test_the_detector_gate_runs_the_skill_tests_on_the_candidate(tmp_path: Path) -> None:
+    # a candidate that is not a model fails the test that loads the detector, so the child
+    # pytest loaded the candidate and not the shipped file
+    broken = tmp_path / "candidate.onnx"
+    broken.write_bytes(b"not an onnx file")
+    gate = [sys.executable, "-P", str(ROOT / "models" / "detector" / "gate.py"), str(broken)]
+    only = ["-k", "test_shipped_card_matches_the_model", "-p", "no:cacheprovider"]
+    result = subprocess.run([*gate, "--jobs", "0", "--", *only], capture_output=True, text=True)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "1 error" in result.stdout and "ModelError" in result.stdout
+    assert result.stdout.rstrip().endswith(f"gate: {broken} failed (pytest exit 1)")
+    none = tmp_path / "none.onnx"
+    missing = subprocess.run([*gate[:-1], str(none)], capture_output=True, text=True)
+    assert (missing.returncode, missing.stderr) == (2, f"gate: no model file {none}\n")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -182,20 +181,17 @@ def test_twin_object_centres_within_1cm(twin: Twin) -> None:
         assert np.linalg.norm(estimate - truth) < 0.01, (name, estimate, truth)
 
 
-DETECTOR = Path(__file__).resolve().parent.parent / "models" / "detector" / "model.onnx"
-
-
 def test_twin_object_centres_from_the_detector(twin: Twin) -> None:
     """The same, with the shipped detector's boxes instead of the segmentation's.
 
     The detector's own accuracy is tests/test_detector.py's business: here only its boxes that
     match an object (IoU 0.5 with the object's mask box) are located, and at least one must.
     """
-    if not DETECTOR.is_file():
-        pytest.skip("models/detector/model.onnx is not there (train it: models/detector/train.py)")
+    from onboard import bundled
     from onboard.perception.detector import Detector, box_iou
 
-    detector = Detector(DETECTOR, DETECTOR.with_name("classes.json"))
+    folder = bundled.detector_dir()  # the shipped one, or a candidate (models/detector/gate.py)
+    detector = Detector(folder / "model.onnx", folder / "classes.json")
     color, depth, seg = twin.render()
     camera_to_world = HandEye(twin.camera_pose())
     checked = []
