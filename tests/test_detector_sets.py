@@ -201,6 +201,15 @@ def test_training_only_scenes_are_laid_out_as_the_tasks_leave_them() -> None:
         for k in range(60)
     }
     assert train >= set(dataset.TASK_STATES)
+    # train.py --states: a weight of 0 draws that state never, the others as weighed
+    only = dataclasses.replace(
+        dataset.TRAIN, scenes=1.0, states=(("duck_box", 0.0), ("facing_tower", 0.0))
+    )
+    weighed = [
+        dataset.random_layout(np.random.default_rng(k), view, only).composition for k in range(60)
+    ]
+    assert set(weighed) == {"queue", "block_pair"}
+    assert weighed.count("block_pair") > weighed.count("queue")  # 2 to 1
     camera = np.array(view.camera.position[:2])
     towers = {
         _tower_order(layout)

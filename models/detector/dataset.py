@@ -189,6 +189,8 @@ class Conditions:
     textures: float = 0.0
     #: the share of scenes that are one of the TASK_STATES (drawn only when not 0)
     scenes: float = 0.0
+    #: (state, weight) pairs that replace TASK_STATES' weights (``train.py --states``)
+    states: tuple[tuple[str, float], ...] = ()
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -323,7 +325,7 @@ def random_layout(
     scenes one of the TASK_STATES) around ``base``'s camera, with the clutter and distractors
     of ``conditions``. ``composition`` chooses the kind instead (tests)."""
     if composition is None and conditions.scenes and rng.random() < conditions.scenes:
-        composition = _weighted(rng, TASK_STATES)
+        composition = _weighted(rng, {**TASK_STATES, **dict(conditions.states)})
     if composition is None:
         composition = _weighted(rng, COMPOSITIONS)
     labels = _COMPOSERS[composition](rng)

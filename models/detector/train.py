@@ -374,6 +374,22 @@ def class_options(pairs: list[str], flag: str) -> dict[int, float]:
     return out
 
 
+def state_weights(pairs: list[str]) -> tuple[tuple[str, float], ...]:
+    """``STATE=WEIGHT`` pairs of --states, checked against dataset.TASK_STATES."""
+    out: dict[str, float] = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        if name not in dataset.TASK_STATES:
+            raise SystemExit(f"train.py: error: --states {pair}: no task state {name!r}")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise SystemExit(f"train.py: error: --states {pair}: not STATE=NUMBER") from None
+        if out[name] < 0:
+            raise SystemExit(f"train.py: error: --states {pair}: a weight is 0 or more")
+    return tuple(sorted(out.items()))
+
+
 def epoch_pool(data: dataset.Split, repeats: dict[int, float]) -> np.ndarray:
     """Each train image once, and an image with a box of a --repeat class that many times in
     all (the largest repeat of its classes; ignored boxes do not count)."""
@@ -393,6 +409,8 @@ def train(args: argparse.Namespace) -> None:
     conditions = dataset.TRAIN if args.conditions == "train" else dataset.BASE
     if args.scenes is not None:  # with --conditions base: the base look, with task states
         conditions = dataclasses.replace(conditions, scenes=args.scenes)
+    if args.states:
+        conditions = dataclasses.replace(conditions, states=state_weights(args.states))
     data = dataset.load(args.size, cache=not args.no_cache, scale=args.data, conditions=conditions)
     print(
         f"data: rendered in {data.seconds:.0f} s (0: cached);"
@@ -641,6 +659,14 @@ def main() -> None:
         help="the share of the scenes that are task states (dataset.TASK_STATES: belt_order's"
         " queue, the face-on tower, the duck in the box, the tidy skill's pair); default: TRAIN's"
         f" {dataset.TRAIN.scenes}, BASE's 0 (--mix-base's renders are always BASE's)",
+    )
+    parser.add_argument(
+        "--states",
+        action="append",
+        default=[],
+        metavar="STATE=W",
+        help="draw the task state STATE with weight W instead of its dataset.TASK_STATES weight"
+        " (repeatable; e.g. queue=3 for more of belt_order's queues)",
     )
     parser.add_argument(
         "--out", type=Path, default=HERE / "model.onnx", help="where to write the ONNX model"
