@@ -317,3 +317,39 @@ def _check_duck(poses: dict[str, Pose], specs: dict[str, object], camera: np.nda
     (duck, _), (box, _) = poses["duck"], poses["box"]
     assert np.linalg.norm(duck[:2] - box[:2]) < 0.045 < specs["box"].size / 2  # type: ignore[attr-defined]
     assert 0.0 < duck[2] - box[2] < 0.1  # on its floor, below its rim
+
+
+def test_average_takes_the_weighted_mean_of_one_graphs_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """average.py (weight-space ensembling): each float tensor the weighted mean, the graph and
+    metadata the first model's; another graph is refused in one line."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import numpy_helper
+
+    average = _module("average")
+    shipped = onnx.load(str(DETECTOR / "model.onnx"))
+    shifted = onnx.load(str(DETECTOR / "model.onnx"))
+    for init in shifted.graph.initializer:
+        array = numpy_helper.to_array(init)
+        if array.dtype.kind == "f":
+            init.CopyFrom(numpy_helper.from_array(array + np.float32(1.0), init.name))
+    onnx.save(shifted, str(tmp_path / "shifted.onnx"))
+    out = tmp_path / "mean.onnx"
+    args = ["--out", str(out), f"{DETECTOR / 'model.onnx'}=3", f"{tmp_path / 'shifted.onnx'}=1"]
+    assert average.main(args) == 0
+    assert capsys.readouterr().out.startswith(f"{out}: sha256 ")
+    mean = onnx.load(str(out))
+    assert mean.metadata_props == shipped.metadata_props
+    for got, was in zip(mean.graph.initializer, shipped.graph.initializer, strict=True):
+        a, b = numpy_helper.to_array(got), numpy_helper.to_array(was)
+        expected = b + np.float32(0.25) if b.dtype.kind == "f" else b
+        np.testing.assert_allclose(a, expected, rtol=0, atol=1e-6, err_msg=got.name)
+    same = average.average([(DETECTOR / "model.onnx", 0.3), (DETECTOR / "model.onnx", 0.7)])
+    assert same.graph.initializer == shipped.graph.initializer  # x * 0.3 + x * 0.7 is x
+    other = tmp_path / "other.onnx"
+    shifted.graph.node.pop()
+    onnx.save(shifted, str(other))
+    assert average.main(["--out", str(out), f"{DETECTOR / 'model.onnx'}=1", f"{other}=1"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"average.py: error: {other}: another graph than {DETECTOR / 'model.onnx'}'s\n"
