@@ -18,7 +18,15 @@ from onboard.drivers.twin.world import Snapshot
 from onboard.evaluation.tidy_eval import detector
 from onboard.grounding.embedder import Embedder
 from onboard.manip.session import scene_hardware
-from onboard.replan.api import DRAW_AWAY, FUNCTIONS, RobotAPI, RobotAPIError, api_doc, call
+from onboard.replan.api import (
+    DRAW_AWAY,
+    FUNCTIONS,
+    OPEN_PULL,
+    RobotAPI,
+    RobotAPIError,
+    api_doc,
+    call,
+)
 from onboard.replan.names import API_NAMES
 from onboard.replan.robot import robot_api
 from onboard.replan.tracking import STALE, Seen, Tracker
@@ -228,6 +236,27 @@ def test_open_drawer_and_close_drawer_find_the_handle_through_the_detector(
         assert twin.drawer_opening("drawer") > 0.12
         api.close_drawer("drawer")
         assert twin.drawer_opening("drawer") < 0.02
+
+
+def test_a_drawer_opens_with_its_handle_seen_half_a_millimetre_low(
+    robot: RobotConfig, embedder: Embedder
+) -> None:
+    """The fingers stop where they meet the handle, not always where they were sent: the pull
+    goes out from where the hand closed. Pulled along the line the handle was seen on, a
+    handle seen 0.5 mm lower than the shipped detector sees it pressed the drawer into its
+    cabinet and the arm did not settle (2.0 to 2.1 mm off, 2 allowed)."""
+    with scene_hardware(robot.with_arm_scene("drawer_closed")) as found:
+        api, twin = make_api(robot, found, embedder), found.twin
+        assert twin is not None
+        twin.set_drawer("drawer", 0.0)
+        twin.settle(1.0)
+        api.detect()
+        look = api.eyes.last
+        assert look is not None
+        drawer = look.objects["drawer"]
+        x, y, z = min(look.handles, key=lambda h: math.dist(h[:2], drawer.position[:2]))
+        api.drawers.pull((x, y, z - 0.0005), api.drawers.centre(drawer, look), OPEN_PULL)
+        assert twin.drawer_opening("drawer") > 0.12
 
 
 @pytest.mark.parametrize("scene", ["blocks"], indirect=True)

@@ -62,9 +62,17 @@ class DrawerMotions:
             arm.grip(False)
             arm.move_to(at(STANDOFF), self.motions.speed)
             raise ArmError("the gripper closed on nothing: the handle was not where it was seen")
-        arm.move_to(at(GRASP_SHORT + distance), PULL_SPEED)
+        # the pull goes out from where the hand closed, not from the line the handle was seen
+        # on: fingers that met the handle short of it hold the drawer off that line, and a
+        # pull along it would press the drawer into its cabinet
+        held = arm.state().pose
+
+        def beyond(shift: float) -> Pose:
+            return Pose(held.x + out[0] * shift, held.y + out[1] * shift, held.z, *rpy)
+
+        arm.move_to(beyond(distance), PULL_SPEED)
         arm.grip(False)
-        arm.move_to(at(GRASP_SHORT + distance + STANDOFF / 2), self.motions.speed)
+        arm.move_to(beyond(distance + STANDOFF / 2), self.motions.speed)
         self.motions.home()
 
     def inside(self, handle: Point, centre: Point, depth: float) -> tuple[float, float]:
