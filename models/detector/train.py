@@ -39,7 +39,7 @@ import functools  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
+from collections.abc import Iterator, Sequence  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 import dataset  # noqa: E402
@@ -360,34 +360,35 @@ def evaluate_torch(model: TinyDet, data: dataset.Split, classes: list[str]) -> f
     return mean_average_precision(found, data.truths(), ignored=data.ignored())[0]
 
 
-def class_options(pairs: list[str], flag: str) -> dict[int, float]:
-    """``NAME=VALUE`` pairs of --weigh/--repeat as {class index: value}."""
-    out: dict[int, float] = {}
+def _named_numbers(
+    pairs: list[str], flag: str, names: Sequence[str], kind: str
+) -> dict[str, float]:
+    """``NAME=NUMBER`` pairs of ``flag``, each NAME one of ``names`` (a ``kind``)."""
+    out: dict[str, float] = {}
     for pair in pairs:
         name, _, value = pair.partition("=")
-        if name not in dataset.CLASSES:
-            raise SystemExit(f"train.py: error: {flag} {pair}: no class {name!r}")
+        if name not in names:
+            raise SystemExit(f"train.py: error: {flag} {pair}: no {kind} {name!r}")
         try:
-            out[dataset.CLASSES.index(name)] = float(value)
+            out[name] = float(value)
         except ValueError:
             raise SystemExit(f"train.py: error: {flag} {pair}: not NAME=NUMBER") from None
     return out
 
 
+def class_options(pairs: list[str], flag: str) -> dict[int, float]:
+    """``NAME=VALUE`` pairs of --weigh/--repeat as {class index: value}."""
+    named = _named_numbers(pairs, flag, dataset.CLASSES, "class")
+    return {dataset.CLASSES.index(name): value for name, value in named.items()}
+
+
 def state_weights(pairs: list[str]) -> tuple[tuple[str, float], ...]:
     """``STATE=WEIGHT`` pairs of --states, checked against dataset.TASK_STATES."""
-    out: dict[str, float] = {}
-    for pair in pairs:
-        name, _, value = pair.partition("=")
-        if name not in dataset.TASK_STATES:
-            raise SystemExit(f"train.py: error: --states {pair}: no task state {name!r}")
-        try:
-            out[name] = float(value)
-        except ValueError:
-            raise SystemExit(f"train.py: error: --states {pair}: not STATE=NUMBER") from None
-        if out[name] < 0:
-            raise SystemExit(f"train.py: error: --states {pair}: a weight is 0 or more")
-    return tuple(sorted(out.items()))
+    named = _named_numbers(pairs, "--states", list(dataset.TASK_STATES), "task state")
+    for name, weight in named.items():
+        if weight < 0:
+            raise SystemExit(f"train.py: error: --states {name}={weight:g}: a weight is 0 or more")
+    return tuple(sorted(named.items()))
 
 
 def epoch_pool(data: dataset.Split, repeats: dict[int, float]) -> np.ndarray:
