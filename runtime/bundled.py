@@ -41,13 +41,17 @@ def package_path(package: str) -> Path:
 
 def _shipped(package: str, folder: str, names: tuple[str, ...]) -> Path:
     path = package_path(package) / folder if folder else package_path(package)
-    for name in names:
-        if not (path / name).is_file():
-            raise ModelError(
-                f"bundled file {path / name} is missing: reinstall onboard "
-                f"(it ships in the {package} package)"
-            )
+    name = _first_missing(path, names)
+    if name is not None:
+        raise ModelError(
+            f"bundled file {path / name} is missing: reinstall onboard "
+            f"(it ships in the {package} package)"
+        )
     return path
+
+
+def _first_missing(folder: Path, names: tuple[str, ...]) -> str | None:
+    return next((name for name in names if not (folder / name).is_file()), None)
 
 
 def skills_dir() -> Path:
@@ -67,11 +71,10 @@ def detector_dir() -> Path:
     override = os.environ.get(DETECTOR_DIR_ENV)
     if not override:
         return _shipped("onboard.models", "detector", names)
-    folder = Path(override)
-    for name in names:
-        if not (folder / name).is_file():
-            raise ModelError(f"{DETECTOR_DIR_ENV}={override}: no {name} in that folder")
-    return folder
+    name = _first_missing(Path(override), names)
+    if name is not None:
+        raise ModelError(f"{DETECTOR_DIR_ENV}={override}: no {name} in that folder")
+    return Path(override)
 
 
 def example_robot() -> Path:

@@ -254,7 +254,7 @@ def test_a_drawer_opens_with_its_handle_seen_half_a_millimetre_low(
         look = api.eyes.last
         assert look is not None
         drawer = look.objects["drawer"]
-        x, y, z = min(look.handles, key=lambda h: math.dist(h[:2], drawer.position[:2]))
+        x, y, z = api._handle_of(drawer, look)  # the handle open_drawer would grasp
         api.drawers.pull((x, y, z - 0.0005), api.drawers.centre(drawer, look), OPEN_PULL)
         assert twin.drawer_opening("drawer") > 0.12
 

@@ -12,7 +12,6 @@ metadata; the others must match it tensor for tensor. Needs onnx (the dev or tra
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 from pathlib import Path
 
@@ -20,6 +19,8 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import numpy_helper
+
+from onboard.base.digest import file_sha256
 
 
 class AverageError(Exception):
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"average.py: error: {exc}", file=sys.stderr)
         return 2
     onnx.save(model, str(args.out))
-    digest = hashlib.sha256(args.out.read_bytes()).hexdigest()
+    digest = file_sha256(args.out)
     shares = ", ".join(f"{path.name} {weight:g}" for path, weight in args.models)
     print(f"{args.out}: sha256 {digest}, the mean of {shares}")
     return 0

@@ -14,7 +14,6 @@ and exits with pytest's code: 0 means every test passed with the candidate.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from onboard.base.digest import file_sha256
 from onboard.bundled import DETECTOR_DIR_ENV
 
 HERE = Path(__file__).resolve().parent
@@ -36,10 +36,6 @@ SKILL_TESTS = (
     "tests/test_detector.py",
     "tests/test_pose.py",
 )
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="detector-gate-") as folder:
         shutil.copyfile(args.model, Path(folder) / "model.onnx")
         shutil.copyfile(args.classes, Path(folder) / "classes.json")
-        digest = _sha256(args.model)[:8]
+        digest = file_sha256(args.model)[:8]
         print(f"gate: {args.model} (sha256 {digest}) in {DETECTOR_DIR_ENV}={folder}", flush=True)
         tests = ["tests"] if args.all else list(SKILL_TESTS)
         command = [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:randomly", "-n", args.jobs]
