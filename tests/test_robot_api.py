@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from onboard.base.errors import ArmError
 from onboard.config import RobotConfig
 from onboard.drivers.arm.base import Pose
 from onboard.drivers.arm.safety import SafeArm
@@ -238,25 +239,40 @@ def test_open_drawer_and_close_drawer_find_the_handle_through_the_detector(
         assert twin.drawer_opening("drawer") < 0.02
 
 
-def test_a_drawer_opens_with_its_handle_seen_half_a_millimetre_low(
+def test_a_drawer_pulled_at_a_slant_to_its_runners_opens(
     robot: RobotConfig, embedder: Embedder
 ) -> None:
-    """The fingers stop where they meet the handle, not always where they were sent: the pull
-    goes out from where the hand closed. Pulled along the line the handle was seen on, a
-    handle seen 0.5 mm lower than the shipped detector sees it pressed the drawer into its
-    cabinet and the arm did not settle (2.0 to 2.1 mm off, 2 allowed)."""
+    """The pull's line comes from the cabinet's middle as the camera sees it, a few
+    centimetres aside at times, and the runners hold a hand pulling at a slant back by about
+    the arm's reach tolerance (2 mm). With the cabinet's middle 3 cm aside (the twin's truth
+    otherwise, so no detector decides), the pull ended 2.5 mm short, the arm reported that
+    it did not settle, and open_drawer failed with the drawer 0.147 m open. Such a stall
+    near the goal, the handle still held, now ends the pull."""
     with scene_hardware(robot.with_arm_scene("drawer_closed")) as found:
         api, twin = make_api(robot, found, embedder), found.twin
         assert twin is not None
         twin.set_drawer("drawer", 0.0)
         twin.settle(1.0)
-        api.detect()
-        look = api.eyes.last
-        assert look is not None
-        drawer = look.objects["drawer"]
-        x, y, z = api._handle_of(drawer, look)  # the handle open_drawer would grasp
-        api.drawers.pull((x, y, z - 0.0005), api.drawers.centre(drawer, look), OPEN_PULL)
+        lo, hi = twin._p.getAABB(twin.body_of("drawer"), HANDLE_LINK)
+        handle = tuple((a + b) / 2 for a, b in zip(lo, hi, strict=True))
+        x, y, z = twin.object_pose("drawer")[0]
+        assert abs(handle[0] - x) < 1e-3  # the drawer slides along y: x is across its line
+        api.drawers.pull(handle, (x + 0.03, y, z), OPEN_PULL)
         assert twin.drawer_opening("drawer") > 0.12
+
+
+def test_a_pull_that_ends_far_from_its_goal_is_still_the_arms_error(
+    robot: RobotConfig, embedder: Embedder
+) -> None:
+    with scene_hardware(robot.with_arm_scene("drawer_closed")) as found:
+        api, twin = make_api(robot, found, embedder), found.twin
+        assert twin is not None
+        twin.set_drawer("drawer", 0.0)
+        twin.settle(1.0)
+        lo, hi = twin._p.getAABB(twin.body_of("drawer"), HANDLE_LINK)
+        handle = tuple((a + b) / 2 for a, b in zip(lo, hi, strict=True))
+        with pytest.raises(ArmError, match="outside the workspace"):  # refused, the hand held
+            api.drawers.pull(handle, twin.object_pose("drawer")[0], 1.0)
 
 
 @pytest.mark.parametrize("scene", ["blocks"], indirect=True)

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from onboard.base.errors import ArmError
-from onboard.drivers.arm.base import Pose
+from onboard.drivers.arm.base import Arm, Pose
 from onboard.drivers.rotations import matrix_to_rpy
 from onboard.manip.motions import Motions
 from onboard.replan.seeing import Look
@@ -36,6 +36,8 @@ SHUT_MARGIN = 0.005
 FRONT_BAND = 0.04
 #: metres between the fingers below which a closed gripper holds nothing
 EMPTY_WIDTH = 0.004
+#: metres short of its goal a pull may stall, the handle still held, and count as done
+PULL_SLACK = 0.005
 
 
 class DrawerMotions:
@@ -70,7 +72,7 @@ class DrawerMotions:
         def beyond(shift: float) -> Pose:
             return Pose(held.x + out[0] * shift, held.y + out[1] * shift, held.z, *rpy)
 
-        arm.move_to(beyond(distance), PULL_SPEED)
+        _pull_to(arm, beyond(distance))
         arm.grip(False)
         arm.move_to(beyond(distance + STANDOFF / 2), self.motions.speed)
         self.motions.home()
@@ -85,6 +87,22 @@ class DrawerMotions:
 
     def opening(self, handle: Point, drawer: Seen, look: Look) -> float:
         return opening(handle, drawer, look)
+
+
+def _pull_to(arm: Arm, goal: Pose) -> None:
+    """Move the hand holding a handle to ``goal``. The drawer's runner (a motor on the twin,
+    friction on a real one) holds the hand back by a few millimetres, about what an arm
+    allows before it reports that it did not settle, so such a stall near the goal, the
+    handle still in the hand, ends the pull; how far the drawer opened is the camera's to
+    tell. A stall further off, an empty hand or a stop is the arm's error."""
+    try:
+        arm.move_to(goal, PULL_SPEED)
+    except ArmError:
+        state = arm.state()
+        width = state.extra.get("gripper_width")
+        short = math.dist((state.pose.x, state.pose.y, state.pose.z), (goal.x, goal.y, goal.z))
+        if state.stopped or short > PULL_SLACK or (width is not None and width < EMPTY_WIDTH):
+            raise
 
 
 def centre(drawer: Seen, look: Look) -> Point:
