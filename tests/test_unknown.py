@@ -1,7 +1,7 @@
 """A scene state that knows what it cannot see (issue 30, item 4; runtime/perception/unknown.py),
-on the twin with the shipped detector: a face-on tower whose boxes merge, a duck put in the
-box (read as a yellow block), a block put in a closed drawer, a banana seen only faintly with
-the lights low, and the lights down (too dark). Each is unknown, not absent: the look is taken
+on the twin with the shipped detector: a face-on tower whose boxes merge, a teddy put in the
+box (not seen at all), a block put in a closed drawer, a banana browned until it is seen only
+faintly, and the lights down (too dark). Each is unknown, not absent: the look is taken
 again, and the goal check says it could not verify, never done and never "not done"."""
 
 from __future__ import annotations
@@ -35,15 +35,50 @@ from onboard.replan.episode import Corrections, RobotWorld, run_code_episode
 from onboard.replan.robot import code_limits
 from onboard.replan.sandbox import RunResult
 
-#: the lights down to an eighth (too dark to trust) and to a quarter (trusted, but the
-#: banana of the tabletop scene scores 0.19: under the threshold, over FAINT)
+#: the lights down to an eighth: too dark to trust
 DARK = replace(DEFAULT_LIGHT, ambient=0.08, diffuse=0.05, specular=0.0)
-LOW = replace(DEFAULT_LIGHT, ambient=0.25, diffuse=0.15)
+#: where the teddy sits in the toys scene's box, unseen by the detectors tried (the shipped
+#: one and its candidates: not even a faint box)
+IN_THE_BOX = (0.45, 0.28, 0.05)
 
 
 @pytest.fixture(scope="module")
 def shipped() -> Detector:
     return detector()
+
+
+#: the banana's colour and the tabletop's, which a browned banana fades towards
+BANANA, TABLE = (0.95, 0.8, 0.15), (0.67, 0.56, 0.42)
+
+
+def browned(share: float) -> Any:
+    """The change that turns the banana ``share`` of the way to the table's colour."""
+    rgba = (*((1 - share) * b + share * t for b, t in zip(BANANA, TABLE, strict=True)), 1.0)
+    return lambda twin: twin._p.changeVisualShape(twin.body_of("banana"), -1, rgbaColor=rgba)
+
+
+@pytest.fixture(scope="module")
+def faint_banana(robot: RobotConfig, embedder: Embedder, shipped: Detector) -> Any:
+    """The browning under which the detector under test sees the tabletop scene's banana
+    only faintly, found by halving between seen (its own colour) and not even faint (the
+    table's). How brown depends on the model (the shipped one: about 0.6 of the way, where
+    it scores the banana 0.33 and at 0.7 under 0.05); that such a colour exists is asserted.
+    Dimming the lights instead darkens the whole view before a sturdier model loses the
+    banana."""
+    seen, lost = 0.0, 1.0
+    with code_world(robot, "tabletop", embedder, shipped) as (twin, api):
+        api.home()
+        for _ in range(12):
+            middle = (seen + lost) / 2
+            browned(middle)(twin)
+            look = api.eyes.look()
+            if "banana" in look.objects:
+                seen = middle
+            elif any(label == "banana" for label, _ in look.faint):
+                return browned(middle)
+            else:
+                lost = middle
+    raise AssertionError(f"no browning from {seen:.4f} to {lost:.4f} shows the banana faintly")
 
 
 class _Changed(RobotWorld):
@@ -70,16 +105,16 @@ CASES = {
     "stacked tower": ("tower", "put the yellow block on the red block",
                       ("on", "yellow block", "red block"), lambda twin: None,
                       "are seen at one place: a stack facing the camera"),
-    # the duck in the box is taken for a yellow block (issue 30's task 7)
-    "object in the box": ("toys", "put the duck in the box", ("in", "duck", "box"),
-                          _into("duck", (0.48, 0.32, 0.04)),
-                          "the duck is not seen, and the camera cannot tell all of what is in "
+    # the teddy in the box is not seen at all
+    "object in the box": ("toys", "put the teddy in the box", ("in", "teddy", "box"),
+                          _into("teddy", IN_THE_BOX),
+                          "the teddy is not seen, and the camera cannot tell all of what is in "
                           "the box"),
     "closed drawer": ("drawer_closed", "put the green block in the drawer",
                       ("in", "green block", "drawer"), _into("green block", (0.5, 0.34, 0.045)),
                       "the green block is not seen, and the drawer is closed"),
     "faint": ("tabletop", "put the banana in the box", ("in", "banana", "box"),
-              lambda twin: twin.set_light(LOW), "a banana may be there: seen only faintly"),
+              None, "a banana may be there: seen only faintly"),
     "lights dimmed": ("tower", "put the red block in the box", ("in", "red block", "box"),
                       lambda twin: twin.set_light(DARK), "the view is too dark"),
 }  # fmt: skip
@@ -87,13 +122,19 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_what_the_look_cannot_tell_is_never_done_nor_not_done(
-    robot: RobotConfig, embedder: Embedder, shipped: Detector, case: str
+    robot: RobotConfig,
+    embedder: Embedder,
+    shipped: Detector,
+    case: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     """A code task whose goal the camera decides: the look after the run cannot tell (looked
     at twice), so the outer check says it could not verify, once, and the episode ends; the
     Extra Bot is not asked and nothing runs again on a guess. The twin's truth: the relation
     holds, except the tower's (it held from the start) and the faint banana's (not moved)."""
-    scene, request, (kind, subject, target), change, said = CASES[case]
+    scene, asked, (kind, subject, target), change, said = CASES[case]
+    if change is None:  # the faint case: the browning found for this detector
+        change = request.getfixturevalue("faint_banana")
     goal = {"mentions": [subject, target],
             "relations": [{"relation": kind, "object": subject, "target": target}]}  # fmt: skip
     server = ScriptedBots(goal=[json.dumps(goal)], decision=[proposal(["Look."], "detect()\n")],
@@ -103,7 +144,7 @@ def test_what_the_look_cannot_tell_is_never_done_nor_not_done(
         world = _Changed(twin, change, api, code_limits(robot.code), scene, lambda: twin.time)
         recorder = Recorder(None)
         with server, recorder, open_bots(robot, recorder, server.base_url) as bots:
-            outcome = run_code_episode(world, request, bots, Corrections(), recorder)
+            outcome = run_code_episode(world, asked, bots, Corrections(), recorder)
     assert not outcome.done and outcome.runs == 1
     ((phase, message),) = [(e.phase, e.message) for e in outcome.events]
     assert phase == "goal" and message.startswith("could not verify: "), message
@@ -143,23 +184,23 @@ def test_a_program_that_failed_is_replanned_even_when_the_look_cannot_tell(
 def test_a_lost_object_is_looked_for_again_from_the_home_pose(
     robot: RobotConfig, embedder: Embedder, shipped: Detector
 ) -> None:
-    """The duck seen, then put in the box: the next look cannot tell, so the camera is read
+    """The teddy seen, then put in the box: the next look cannot tell, so the camera is read
     twice, the arm sent home first; with nothing missing a box alone costs no second read."""
     with code_world(robot, "toys", embedder, shipped) as (twin, api):
         api.home()
         world = RobotWorld(api, code_limits(robot.code), "toys", lambda: twin.time)
         _, state = world.look()
-        assert state.named("duck") is not None and [u.kind for u in state.unknown] == ["inside"]
+        assert state.named("teddy") is not None and [u.kind for u in state.unknown] == ["inside"]
         first = api.eyes.last
         assert first is not None and first.frame is not None
         world.look()
         assert api.eyes.last is not None and api.eyes.last.frame is not None
         assert api.eyes.last.frame.index == first.frame.index + 1  # nothing missing: one read
-        twin.set_object_pose("duck", (0.48, 0.32, 0.04))
+        twin.set_object_pose("teddy", IN_THE_BOX)
         twin.settle()
         before = api.eyes.last.frame.index
         _, state = world.look()
-        assert state.named("duck") is None and state.unknown
+        assert state.named("teddy") is None and state.unknown
         assert api.eyes.last.frame.index == before + 2
 
 
