@@ -182,6 +182,29 @@ def test_a_training_render_has_textures_and_labels() -> None:
             assert 0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height
 
 
+def test_a_working_pose_puts_the_tool_over_the_table_pointing_down() -> None:
+    """train.py --working-arm: the arm as the skills hold it (over the table, raised), in the
+    view, where near home it mostly is not; the pose is drawn only when the share is not 0."""
+    from onboard.drivers.twin import SCENES, Twin, load_scene
+
+    (x0, y0), (x1, y1) = dataset.WORK_AREA
+    with Twin(load_scene(SCENES / "tabletop.toml")) as twin:
+        home = np.array(twin.scene.arm.home)
+        down = twin.forward(tuple(map(float, home)))
+        reached = []
+        for k in range(6):
+            twin.reset_joints(tuple(map(float, home)))
+            dataset._working_pose(twin, np.random.default_rng(k), home)
+            tool = twin.ee_pose()
+            reached.append(not np.allclose(twin.joints(), home))
+            if reached[-1]:
+                assert x0 - 0.01 <= tool.x <= x1 + 0.01 and y0 - 0.01 <= tool.y <= y1 + 0.01
+                assert 0.02 <= tool.z <= dataset.WORK_HEIGHT + 0.01
+                assert math.cos(tool.rx - down.rx) > 0.99 and math.cos(tool.ry - down.ry) > 0.99
+    assert sum(reached) >= 4
+    assert dataset.BASE.working_arm == dataset.HARD.working_arm == 0.0
+
+
 def test_training_only_scenes_are_laid_out_as_the_tasks_leave_them() -> None:
     """The TASK_STATES (drawn in TRAIN's scenes only, never in BASE or HARD): belt_order's
     queue at the end stop goes away from the camera along its line of sight, a tower (task 2's

@@ -38,7 +38,7 @@ import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -191,6 +191,10 @@ class Conditions:
     scenes: float = 0.0
     #: (state, weight) pairs that replace TASK_STATES' weights (``train.py --states``)
     states: tuple[tuple[str, float], ...] = ()
+    #: the share of renders with the arm in a working pose (drawn only when not 0): its tool
+    #: pointing down anywhere over the table up to WORK_HEIGHT, as the skills move it; else
+    #: the arm is near its home pose, out of most of the view
+    working_arm: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -246,6 +250,9 @@ TRAIN = Conditions(
     textures=0.5,
     scenes=0.3,
 )
+#: where a working pose puts the tool, base frame ((x, y) low, (x, y) high), and how high
+WORK_AREA = ((0.25, -0.4), (0.7, 0.4))
+WORK_HEIGHT = 0.4
 HARD_SEEDS = (101, 102, 103, 104)  # never used in training or for the card's base figures
 SET_COUNT = 300  # renders per seed of the base (FRESH_SEEDS) and hard (HARD_SEEDS) sets
 #: colours of the distractor blocks and panels: far from the four block colours
@@ -969,6 +976,8 @@ def _render_chunk(count: int, seed: int, chunk: int, conditions: Conditions = BA
                 twin.reset_joints(tuple(map(float, home)))  # out of the way of the rays
                 placer()
                 twin.reset_joints(tuple(map(float, home + rng.normal(0, 0.3, 7))))
+                if conditions.working_arm and rng.random() < conditions.working_arm:
+                    _working_pose(twin, rng, home)
                 large = rng.random() < LARGE_FRACTION
                 view = _jitter_camera(rng, base.camera, large, conditions)
                 twin.scene = twin.scene.model_copy(update={"camera": view})
@@ -977,6 +986,23 @@ def _render_chunk(count: int, seed: int, chunk: int, conditions: Conditions = BA
                 truth, ignored = label(twin, seg, layout.classes, 320 / view.width)
                 samples.append(Sample(_degrade(rng, rgb, conditions), truth, ignored))
     return samples
+
+
+def _working_pose(twin: Twin, rng: np.random.Generator, home: npt.NDArray[np.float64]) -> None:
+    """The arm as a skill holds it: the tool over the table (WORK_AREA), pointing down, turned
+    about its axis, up to WORK_HEIGHT above the table; kept near home when IK cannot reach."""
+    (x0, y0), (x1, y1) = WORK_AREA
+    tool = twin.forward(tuple(map(float, home)))
+    goal = replace(
+        tool,
+        x=float(rng.uniform(x0, x1)),
+        y=float(rng.uniform(y0, y1)),
+        z=float(rng.uniform(0.03, WORK_HEIGHT)),
+        rz=tool.rz + float(rng.uniform(-math.pi / 2, math.pi / 2)),
+    )
+    solution = twin.solve_ik(goal, tuple(map(float, home)))
+    if solution.residual < 0.01:
+        twin.reset_joints(solution.joints[:7])
 
 
 def _texture(twin: Twin, rng: np.random.Generator) -> None:

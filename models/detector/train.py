@@ -412,6 +412,8 @@ def train(args: argparse.Namespace) -> None:
         conditions = dataclasses.replace(conditions, scenes=args.scenes)
     if args.states:
         conditions = dataclasses.replace(conditions, states=state_weights(args.states))
+    if args.working_arm:
+        conditions = dataclasses.replace(conditions, working_arm=args.working_arm)
     data = dataset.load(args.size, cache=not args.no_cache, scale=args.data, conditions=conditions)
     print(
         f"data: rendered in {data.seconds:.0f} s (0: cached);"
@@ -424,7 +426,7 @@ def train(args: argparse.Namespace) -> None:
             args.size,
             cache=not args.no_cache,
             scale=args.data * args.mix_base,
-            conditions=dataset.BASE,
+            conditions=dataclasses.replace(dataset.BASE, working_arm=args.working_arm),
         )
         data.train, data.val = concat(data.train, base.train), concat(data.val, base.val)
         print(
@@ -668,6 +670,14 @@ def main() -> None:
         metavar="STATE=W",
         help="draw the task state STATE with weight W instead of its dataset.TASK_STATES weight"
         " (repeatable; e.g. queue=3 for more of belt_order's queues)",
+    )
+    parser.add_argument(
+        "--working-arm",
+        type=_share,
+        default=0.0,
+        metavar="SHARE",
+        help="the share of renders (--mix-base's too) with the arm in a working pose over the"
+        " table, as the skills move it (dataset.Conditions.working_arm; default 0: near home)",
     )
     parser.add_argument(
         "--out", type=Path, default=HERE / "model.onnx", help="where to write the ONNX model"
