@@ -188,20 +188,25 @@ def test_a_working_pose_puts_the_tool_over_the_table_pointing_down() -> None:
     from onboard.drivers.twin import SCENES, Twin, load_scene
 
     (x0, y0), (x1, y1) = dataset.WORK_AREA
-    with Twin(load_scene(SCENES / "tabletop.toml")) as twin:
+    scene = load_scene(SCENES / "tabletop.toml")
+    layout = dataset.Layout(scene, {"red block": "red_block", "box": "box"}, "random")
+    with Twin(scene) as twin:
         home = np.array(twin.scene.arm.home)
         down = twin.forward(tuple(map(float, home)))
-        reached = []
-        for k in range(6):
+        reached, held = [], []
+        for k in range(8):
             twin.reset_joints(tuple(map(float, home)))
-            dataset._working_pose(twin, np.random.default_rng(k), home)
+            twin.set_object_pose("red block", (0.45, 0.0, 0.02))
+            dataset._working_pose(twin, np.random.default_rng(k), home, layout)
             tool = twin.ee_pose()
             reached.append(not np.allclose(twin.joints(), home))
             if reached[-1]:
                 assert x0 - 0.01 <= tool.x <= x1 + 0.01 and y0 - 0.01 <= tool.y <= y1 + 0.01
                 assert 0.02 <= tool.z <= dataset.WORK_HEIGHT + 0.01
                 assert math.cos(tool.rx - down.rx) > 0.99 and math.cos(tool.ry - down.ry) > 0.99
-    assert sum(reached) >= 4
+                block = twin.object_pose("red block")[0]
+                held.append(math.dist(block, (tool.x, tool.y, tool.z)) < 1e-3)
+    assert sum(reached) >= 5 and 0 < sum(held) < sum(reached)  # held half the time, a block
     assert dataset.BASE.working_arm == dataset.HARD.working_arm == 0.0
 
 

@@ -977,7 +977,7 @@ def _render_chunk(count: int, seed: int, chunk: int, conditions: Conditions = BA
                 placer()
                 twin.reset_joints(tuple(map(float, home + rng.normal(0, 0.3, 7))))
                 if conditions.working_arm and rng.random() < conditions.working_arm:
-                    _working_pose(twin, rng, home)
+                    _working_pose(twin, rng, home, layout)
                 large = rng.random() < LARGE_FRACTION
                 view = _jitter_camera(rng, base.camera, large, conditions)
                 twin.scene = twin.scene.model_copy(update={"camera": view})
@@ -988,9 +988,12 @@ def _render_chunk(count: int, seed: int, chunk: int, conditions: Conditions = BA
     return samples
 
 
-def _working_pose(twin: Twin, rng: np.random.Generator, home: npt.NDArray[np.float64]) -> None:
+def _working_pose(
+    twin: Twin, rng: np.random.Generator, home: npt.NDArray[np.float64], layout: Layout
+) -> None:
     """The arm as a skill holds it: the tool over the table (WORK_AREA), pointing down, turned
-    about its axis, up to WORK_HEIGHT above the table; kept near home when IK cannot reach."""
+    about its axis, up to WORK_HEIGHT above the table, and half the time holding one of the
+    scene's blocks or fruit between its fingers; kept near home when IK cannot reach."""
     (x0, y0), (x1, y1) = WORK_AREA
     tool = twin.forward(tuple(map(float, home)))
     goal = replace(
@@ -1001,8 +1004,13 @@ def _working_pose(twin: Twin, rng: np.random.Generator, home: npt.NDArray[np.flo
         rz=tool.rz + float(rng.uniform(-math.pi / 2, math.pi / 2)),
     )
     solution = twin.solve_ik(goal, tuple(map(float, home)))
-    if solution.residual < 0.01:
-        twin.reset_joints(solution.joints[:7])
+    if solution.residual >= 0.01:
+        return
+    twin.reset_joints(solution.joints[:7])
+    held = [name for name, label in layout.classes.items() if label in (*BLOCKS, *FOOD)]
+    if held and rng.random() < 0.5:
+        at = twin.ee_pose()
+        twin.set_object_pose(held[int(rng.integers(len(held)))], (at.x, at.y, at.z))
 
 
 def _texture(twin: Twin, rng: np.random.Generator) -> None:
