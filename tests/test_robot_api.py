@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from onboard.drivers.arm.base import Pose
 from onboard.drivers.arm.safety import SafeArm
 from onboard.drivers.factory import Hardware
 from onboard.drivers.twin.bodies import HANDLE_LINK
-from onboard.drivers.twin.world import Snapshot
+from onboard.drivers.twin.world import Snapshot, Twin
 from onboard.evaluation.tidy_eval import detector
 from onboard.grounding.embedder import Embedder
 from onboard.manip.session import scene_hardware
@@ -202,6 +203,23 @@ def tall_drawer(tmp_path: Path) -> Path:
     return path
 
 
+def handle_of(twin: Twin) -> tuple[float, float, float]:
+    """The drawer's handle where the twin has it: the test's truth stands in for the detector."""
+    lo, hi = twin._p.getAABB(twin.body_of("drawer"), HANDLE_LINK)
+    return tuple((a + b) / 2 for a, b in zip(lo, hi, strict=True))
+
+
+@contextmanager
+def shut_drawer(robot: RobotConfig, embedder: Embedder) -> Iterator[tuple[RobotAPI, Twin]]:
+    """Task 6's cabinet (its handle 10 cm up), the drawer shut, the arm at home."""
+    with scene_hardware(robot.with_arm_scene("drawer_closed")) as found:
+        api, twin = make_api(robot, found, embedder), found.twin
+        assert twin is not None
+        twin.set_drawer("drawer", 0.0)
+        twin.settle(1.0)
+        yield api, twin
+
+
 def test_the_drawer_is_pulled_open_and_pushed_shut_by_its_handle(
     robot: RobotConfig, embedder: Embedder, tmp_path: Path
 ) -> None:
@@ -210,16 +228,11 @@ def test_the_drawer_is_pulled_open_and_pushed_shut_by_its_handle(
         assert twin is not None
         twin.set_drawer("drawer", 0.05)
         twin.settle(1.0)
-
-        def handle() -> tuple[float, float, float]:  # the test's truth stands in for the detector
-            lo, hi = twin._p.getAABB(twin.body_of("drawer"), HANDLE_LINK)
-            return tuple((a + b) / 2 for a, b in zip(lo, hi, strict=True))
-
         centre = twin.object_pose("drawer")[0]
-        api.drawers.pull(handle(), centre, 0.12)
+        api.drawers.pull(handle_of(twin), centre, 0.12)
         twin.settle(1.0)
         assert twin.drawer_opening("drawer") == pytest.approx(0.17, abs=0.01)
-        api.drawers.pull(handle(), centre, -0.16)
+        api.drawers.pull(handle_of(twin), centre, -0.16)
         twin.settle(1.0)
         assert twin.drawer_opening("drawer") == pytest.approx(0.01, abs=0.01)
 
@@ -227,11 +240,7 @@ def test_the_drawer_is_pulled_open_and_pushed_shut_by_its_handle(
 def test_open_drawer_and_close_drawer_find_the_handle_through_the_detector(
     robot: RobotConfig, embedder: Embedder
 ) -> None:
-    with scene_hardware(robot.with_arm_scene("drawer_closed")) as found:  # task 6's drawer
-        api, twin = make_api(robot, found, embedder), found.twin
-        assert twin is not None
-        twin.set_drawer("drawer", 0.0)
-        twin.settle(1.0)
+    with shut_drawer(robot, embedder) as (api, twin):
         api.detect()
         api.open_drawer("drawer")
         assert twin.drawer_opening("drawer") > 0.12
@@ -248,13 +257,8 @@ def test_a_drawer_pulled_at_a_slant_to_its_runners_opens(
     otherwise, so no detector decides), the pull ended 2.5 mm short, the arm reported that
     it did not settle, and open_drawer failed with the drawer 0.147 m open. Such a stall
     near the goal, the handle still held, now ends the pull."""
-    with scene_hardware(robot.with_arm_scene("drawer_closed")) as found:
-        api, twin = make_api(robot, found, embedder), found.twin
-        assert twin is not None
-        twin.set_drawer("drawer", 0.0)
-        twin.settle(1.0)
-        lo, hi = twin._p.getAABB(twin.body_of("drawer"), HANDLE_LINK)
-        handle = tuple((a + b) / 2 for a, b in zip(lo, hi, strict=True))
+    with shut_drawer(robot, embedder) as (api, twin):
+        handle = handle_of(twin)
         x, y, z = twin.object_pose("drawer")[0]
         assert abs(handle[0] - x) < 1e-3  # the drawer slides along y: x is across its line
         api.drawers.pull(handle, (x + 0.03, y, z), OPEN_PULL)
@@ -264,15 +268,11 @@ def test_a_drawer_pulled_at_a_slant_to_its_runners_opens(
 def test_a_pull_that_ends_far_from_its_goal_is_still_the_arms_error(
     robot: RobotConfig, embedder: Embedder
 ) -> None:
-    with scene_hardware(robot.with_arm_scene("drawer_closed")) as found:
-        api, twin = make_api(robot, found, embedder), found.twin
-        assert twin is not None
-        twin.set_drawer("drawer", 0.0)
-        twin.settle(1.0)
-        lo, hi = twin._p.getAABB(twin.body_of("drawer"), HANDLE_LINK)
-        handle = tuple((a + b) / 2 for a, b in zip(lo, hi, strict=True))
-        with pytest.raises(ArmError, match="outside the workspace"):  # refused, the hand held
-            api.drawers.pull(handle, twin.object_pose("drawer")[0], 1.0)
+    with (
+        shut_drawer(robot, embedder) as (api, twin),
+        pytest.raises(ArmError, match="outside the workspace"),  # refused, the hand held
+    ):
+        api.drawers.pull(handle_of(twin), twin.object_pose("drawer")[0], 1.0)
 
 
 @pytest.mark.parametrize("scene", ["blocks"], indirect=True)
