@@ -8,8 +8,9 @@ Renders ``count`` images per seed of the card's base set (FRESH_SEEDS) and of th
 of 0.05, and matches each detection to a labelled object of its class (IoU >= 0.5, best
 score first, each object once). Per score bin: how many detections are an object the
 threshold (0.25) would miss, and how many are false. The band of
-:data:`onboard.perception.unknown.FAINT` is where the detections are more often an object
-than not. Prints a table and writes bench/results/faint_band.json.
+:data:`onboard.perception.unknown.FAINT` is where a detection is more often an object than
+below it (still far more often false: a faint box never becomes an object). Prints a table
+and writes bench/results/faint_band.json.
 """
 
 from __future__ import annotations

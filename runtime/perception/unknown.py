@@ -27,8 +27,8 @@ import numpy.typing as npt
 __all__ = ["FAINT", "Unknown", "UnknownKind", "faint", "inside", "stacks", "why_unknown"]
 
 #: a detection scored from this up to the detector's threshold says its class may be there
-#: (on the hard set about one such box in nine is an object the threshold misses; below
-#: 0.15 one in seventeen: bench/faint_band.py)
+#: (with the shipped model, on the hard set about one such box in fifteen is an object the
+#: threshold misses; from 0.10 to 0.15 one in twenty: bench/faint_band.py)
 FAINT = 0.15
 #: two objects whose centres are closer than this many of the smaller one's widths across
 #: and in height are seen at one place: one of them is not where it is said to be
