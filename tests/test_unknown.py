@@ -62,8 +62,9 @@ def browned(share: float) -> Any:
 def faint_banana(robot: RobotConfig, embedder: Embedder, shipped: Detector) -> Any:
     """The browning under which the detector under test sees the tabletop scene's banana
     only faintly, found by halving between seen (its own colour) and not even faint (the
-    table's). How brown depends on the model (the shipped one: about 0.6 of the way, where
-    it scores the banana 0.33 and at 0.7 under 0.05); that such a colour exists is asserted.
+    table's). How brown depends on the model (the base model, 60241d86: about 0.6 of the way,
+    where it scored the banana 0.33, and at 0.7 under 0.05); that such a colour exists is
+    asserted.
     Dimming the lights instead darkens the whole view before a sturdier model loses the
     banana."""
     # the middle half of the band, so that the test's own twin (its banana settled a little

@@ -995,7 +995,8 @@ def _working_pose(
     about its axis, up to WORK_HEIGHT above the table, and half the time holding one of the
     scene's blocks or fruit between its fingers; kept near home when IK cannot reach."""
     (x0, y0), (x1, y1) = WORK_AREA
-    tool = twin.forward(tuple(map(float, home)))
+    start = tuple(map(float, home))
+    tool = twin.forward(start)
     goal = replace(
         tool,
         x=float(rng.uniform(x0, x1)),
@@ -1003,7 +1004,7 @@ def _working_pose(
         z=float(rng.uniform(0.03, WORK_HEIGHT)),
         rz=tool.rz + float(rng.uniform(-math.pi / 2, math.pi / 2)),
     )
-    solution = twin.solve_ik(goal, tuple(map(float, home)))
+    solution = twin.solve_ik(goal, start)
     if solution.residual >= 0.01:
         return
     twin.reset_joints(solution.joints[:7])

@@ -59,8 +59,7 @@ class DrawerMotions:
         arm.move_to(at(STANDOFF), self.motions.speed)
         arm.move_to(at(GRASP_SHORT), PULL_SPEED)
         arm.grip(True)
-        width = arm.state().extra.get("gripper_width")
-        if width is not None and width < EMPTY_WIDTH:
+        if _holds_nothing(arm):
             arm.grip(False)
             arm.move_to(at(STANDOFF), self.motions.speed)
             raise ArmError("the gripper closed on nothing: the handle was not where it was seen")
@@ -99,10 +98,16 @@ def _pull_to(arm: Arm, goal: Pose) -> None:
         arm.move_to(goal, PULL_SPEED)
     except ArmError:
         state = arm.state()
-        width = state.extra.get("gripper_width")
         short = math.dist((state.pose.x, state.pose.y, state.pose.z), (goal.x, goal.y, goal.z))
-        if state.stopped or short > PULL_SLACK or (width is not None and width < EMPTY_WIDTH):
+        if state.stopped or short > PULL_SLACK or _holds_nothing(arm):
             raise
+
+
+def _holds_nothing(arm: Arm) -> bool:
+    """The gripper closed with less than EMPTY_WIDTH between its fingers (an arm that does
+    not report its width is taken to hold what it closed on)."""
+    width = arm.state().extra.get("gripper_width")
+    return width is not None and width < EMPTY_WIDTH
 
 
 def centre(drawer: Seen, look: Look) -> Point:
