@@ -438,6 +438,25 @@ def test_the_operator_page_shows_the_steps_state_prompt_reply_scores_and_detecti
     print(f"operator page screenshot: {shot}")
 
 
+def test_a_loop_that_has_returned_is_not_late(tmp_path: Path) -> None:
+    """After run() returns the beat ages while the process tears down (the twin, the API,
+    the e-stop inputs): under load that took over LATE seconds, and "loop_late" was logged
+    after "stopped". A loop that has ended no longer hangs."""
+    from onboard.service.heartbeat import Heartbeats
+
+    service, out = _service(tmp_path)
+    beats = Heartbeats(service.log, lambda: service.loop_beat, lambda: service._in_step, None,
+                       late=0.3, loop_ended=lambda: service.loop_ended)  # fmt: skip
+    service.loop_beat -= 1.0  # a beat a second old, as after run() and a slow teardown
+    assert beats.status()["loop"]["late"]
+    service.clock.post(service.clock.stop)
+    service.run()
+    assert service.loop_ended
+    service.loop_beat -= 1.0
+    assert not beats.status()["loop"]["late"]
+    assert [json.loads(x)["event"] for x in out.getvalue().splitlines()][-1] == "stopped"
+
+
 def test_heartbeats_log_a_late_loop_and_an_llm_link_that_stops_answering(tmp_path: Path) -> None:
     """The loop's beat (a timer on the service's loop) stops while the loop is blocked, and
     the LLM link's probe (a real loopback HTTP server) fails once the server is gone: each

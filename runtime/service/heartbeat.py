@@ -2,9 +2,10 @@
 
 The loop's beat is a timer on the loop itself (:meth:`Service._heartbeat`, every second): a
 step runs on the loop, so the beat pauses while a step runs and goes on after it; outside a
-step, a beat older than ``LATE`` seconds is a loop that hangs. The LLM link's beat is a probe
-from a thread of its own: ``GET {base_url}/models`` every ``every`` seconds (the
-OpenAI-style listing the local server and the hosted APIs answer), with the API key.
+step and before the loop has returned, a beat older than ``LATE`` seconds is a loop that
+hangs. The LLM link's beat is a probe from a thread of its own: ``GET {base_url}/models``
+every ``every`` seconds (the OpenAI-style listing the local server and the hosted APIs
+answer), with the API key.
 
 :class:`Heartbeats` logs ``heartbeat`` every ``log_every`` seconds, ``loop_late`` and
 ``llm_link_down`` / ``llm_link_up`` when they change; ``status()`` is what the page shows.
@@ -37,8 +38,11 @@ class Heartbeats:
         every: float = 5.0,
         log_every: float = 60.0,
         late: float = LATE,
+        loop_ended: Callable[[], bool] = lambda: False,
     ) -> None:
         self.log, self._loop_beat, self._in_step = log, loop_beat, in_step
+        #: the loop has returned: its last beat ages, but it no longer hangs
+        self._loop_ended = loop_ended
         self.late = late
         self.llm, self._key, self.every, self.log_every = llm, api_key, every, log_every
         #: the LLM link: ok (None: not probed yet), the probe's ms, the last answer's time
@@ -62,7 +66,7 @@ class Heartbeats:
             "loop": {
                 "age": round(age, 3),
                 "in_step": in_step,
-                "late": age > self.late and not in_step,
+                "late": age > self.late and not in_step and not self._loop_ended(),
             },
             "llm": {
                 "url": public_url(self.llm) if self.llm else None,

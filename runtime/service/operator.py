@@ -52,7 +52,8 @@ def operator(
             stack.callback(source.close)
             source.start(service.estop)
         in_step = lambda: service._in_step  # noqa: E731
-        beats = Heartbeats(log, lambda: service.loop_beat, in_step, llm, api_key)
+        beats = Heartbeats(log, lambda: service.loop_beat, in_step, llm, api_key,
+                           loop_ended=lambda: service.loop_ended)  # fmt: skip
         beats.start()
         stack.callback(beats.close)
         url = None

@@ -124,6 +124,8 @@ class Service:
         self.recent: deque[dict[str, Any]] = deque(maxlen=50)
         #: time.time() of the loop's last heartbeat (a timer on the loop, every second)
         self.loop_beat = time.time()
+        #: the loop has returned: no beat is due any more (the heartbeats stop calling it late)
+        self.loop_ended = False
         self._held: Callable[[], None] | None = None
         #: the step held for the operator's decision: run, step index, its next attempt, why
         self.waiting: tuple[Run, int, int, str] | None = None
@@ -277,6 +279,7 @@ class Service:
             except (Terminated, KeyboardInterrupt):
                 pass  # raised by _on_signal to unwind a step: self._signal says which
             finally:
+                self.loop_ended = True
                 self.notifier.send("STOPPING=1")
         if self._signal is not None:
             self.log.event("stopped", signal=self._signal)
