@@ -242,6 +242,26 @@ def _raises(call: Callable[[], object]) -> None:
         RAISED.append(str(exc))
 
 
+def test_a_line_that_leaves_the_reach_is_refused_before_anything_moves(
+    bus: So101Emulator, tmp_path: Path
+) -> None:
+    """Both ends reachable, the straight line between them passing too close to the base for
+    the elbow's limits: the whole line is solved first, so no servo is sent a goal."""
+    arm = connected(bus, tmp_path)
+    try:
+        left, right = (Pose(0.1, y, 0.1, math.pi, 0.0, 0.0) for y in (0.12, -0.12))
+        arm.move_to(left, 0.1)
+        goals = {name: bus.servo(name).goal() for name in JOINTS}
+        solve(right, lower=arm.lower, upper=arm.upper)  # the end alone is within reach
+        with pytest.raises(
+            ArmError, match=r"straight line to .* leaves the arm's reach on the way"
+        ):
+            arm.move_to(right, 0.1)
+        assert {name: bus.servo(name).goal() for name in JOINTS} == goals
+    finally:
+        arm.close()
+
+
 def test_gripper_state_is_read_from_the_jaw(bus: So101Emulator, tmp_path: Path) -> None:
     """Closing on an object stops short of closed: still closed (holding), at the object's
     width; after an open the jaw is back at its open end."""
@@ -264,7 +284,7 @@ def test_on_the_twin_the_bus_moves_the_twins_arm_and_torque_off_lets_it_fall() -
     """The bus emulator backed by the twin's SO-101: the goals written move the twin's arm,
     the positions read back are the twin's (also when something else moves it), and a stop
     (torque off) lets it fall under gravity; the next motion holds it again."""
-    from onboard.drivers.emulators.so101_twin import TwinServos
+    from onboard.drivers.emulators.so101_twin import STILL, TwinServos
     from onboard.drivers.twin import Scene, Twin
 
     with Twin() as panda_twin, pytest.raises(ValueError, match=r'model = "so101"'):
@@ -288,6 +308,10 @@ def test_on_the_twin_the_bus_moves_the_twins_arm_and_torque_off_lets_it_fall() -
             arm.stop()
             wait_until(lambda: twin.ee_pose().z < height - 0.03, "the limp arm sags")
             assert not any(bus.torque().values())
+            # the bus and the twin are read one after the other: compare them once it lies still
+            wait_until(
+                lambda: max(map(abs, twin.joint_velocities())) < STILL, "the limp arm comes to rest"
+            )
             fallen = arm.state().joints
             assert max(abs(a - b) for a, b in zip(fallen, twin.joints(), strict=True)) < 0.01
             arm.resume()

@@ -12,8 +12,9 @@ calibrated with ``lerobot-calibrate`` reuses it; the kinematics are onboard's ow
 - ``move_joints`` sends every joint's goal in one SYNC_WRITE with speeds that end them
   together, then reads the positions back (SYNC_READ) until every joint is within
   ``joint_tolerance`` (the reach check), a stop, or ``motion_timeout``; a joint that makes no
-  progress for ``stall_timeout`` fails it. ``move_to`` streams waypoints of a straight line
-  (one IK each) at ``waypoint_interval``, then does the same check.
+  progress for ``stall_timeout`` fails it. ``move_to`` solves a straight line (the tool's
+  orientation turning along it) into waypoints before anything moves, streams them at
+  ``waypoint_interval``, then does the same check.
 - ``stop()`` (any thread) switches every servo's torque off by a broadcast write (no answer
   needed, so it works while a reply is garbled): the arm goes limp, as LeRobot leaves it,
   and sags under its own weight. ``stop_mode = "hold"`` instead sets every goal to the last
@@ -54,6 +55,7 @@ from onboard.drivers.arm.so101_kinematics import (
     solve,
 )
 from onboard.drivers.device import Device
+from onboard.drivers.rotations import quat_from_euler, quat_to_euler, slerp
 
 __all__ = ["So101Arm"]
 
@@ -145,27 +147,45 @@ class So101Arm(Device):
             start = forward(now, self.links)
             distance = math.dist(start.position(), pose.position())
             duration = max(distance / velocity, 1e-3)
-            steps = max(1, math.ceil(duration / self.config.waypoint_interval))
-            interval = duration / steps
+            path = self._line(now, start, pose, math.ceil(duration / self.config.waypoint_interval))
+            path[-1] = final.joints
+            interval = duration / len(path)
             began = time.monotonic()
-            seed = now
-            for i in range(1, steps + 1):
-                s = i / steps
-                x, y, z = (
-                    a + (b - a) * s for a, b in zip(start.position(), pose.position(), strict=True)
-                )
-                point = Pose(x, y, z, pose.rx, pose.ry, pose.rz)
-                goal = final.joints if i == steps else solve(point, self.links, self.lower,
-                                                             self.upper, seed).joints  # fmt: skip
+            for i, goal in enumerate(path, start=1):
                 # each joint's speed is from where it is (read back), not where the path
                 # had it: a joint that lags (a load, gravity) is sent fast enough to catch up
                 self._send_goals(goal, self._joints(self._known), interval)
-                seed = goal
                 while time.monotonic() < began + i * interval:
                     self._check_stop()
                     self._read_positions()
                     time.sleep(_POLL)
             self._wait_reached(final.joints, interval)
+
+    def _line(
+        self, seed: tuple[float, ...], start: Pose, pose: Pose, steps: int
+    ) -> list[tuple[float, ...]]:
+        """Joints along the straight line from ``start`` to ``pose`` (the tool turning from
+        one orientation to the other on the way), all solved before anything moves; ArmError
+        when the line leaves the arm's reach."""
+        steps = max(1, steps)
+        q0 = quat_from_euler(start.rx, start.ry, start.rz)
+        q1 = quat_from_euler(pose.rx, pose.ry, pose.rz)
+        path = []
+        for i in range(1, steps + 1):
+            s = i / steps
+            x, y, z = (
+                a + (b - a) * s for a, b in zip(start.position(), pose.position(), strict=True)
+            )
+            point = Pose(x, y, z, *quat_to_euler(slerp(q0, q1, s)))
+            try:
+                seed = solve(point, self.links, self.lower, self.upper, seed).joints
+            except ArmError as exc:
+                raise ArmError(
+                    f"so101: the straight line to ({pose.x:.3f}, {pose.y:.3f}, {pose.z:.3f}) m "
+                    f"leaves the arm's reach on the way ({exc}); move there in steps around it"
+                ) from None
+            path.append(seed)
+        return path
 
     def grip(self, close: bool) -> None:
         cal = self.calibration["gripper"]

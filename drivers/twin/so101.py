@@ -47,6 +47,10 @@ JAW_FORCE = 10.0  # newtons the moving jaw closes with
 #: N m each joint's motor may apply (an STS3215 stalls at about 3 N m at 12 V)
 JOINT_TORQUE = 3.0
 MAX_JOINT_SPEED = 3000 * 2 * math.pi / 4096  # rad/s: the servo's top speed, 3000 steps/s
+#: N m a joint's gear train resists being turned with its torque off. Without it the limp
+#: links, light and with small inertia, never came to rest: on the table the wrist spun at
+#: PyBullet's 100 rad/s cap, where a real unpowered servo's gears hold the arm where it lands
+BACKDRIVE_FRICTION = 0.05
 #: metres from the wrist_roll joint to the palm, and the palm's depth; the jaws run from the
 #: palm to 5 mm past the tool point; the fixed jaw's inner face is this far off the tool axis
 ROLL_AT, PALM, TIP_PAST, FACE = 0.03, 0.02, 0.005, 0.022
@@ -113,9 +117,13 @@ class So101Body(ArmBody):
 
     def limp(self, joint: int) -> None:
         """Joint ``joint``'s motor off (a servo's torque off): it moves as gravity and
-        contacts push it, against the joint's damping only."""
+        contacts push it, against the joint's damping and its gears' friction only."""
         self._p.setJointMotorControl2(
-            self.body, ARM[joint], self._p.VELOCITY_CONTROL, targetVelocity=0.0, force=0.0
+            self.body,
+            ARM[joint],
+            self._p.VELOCITY_CONTROL,
+            targetVelocity=0.0,
+            force=BACKDRIVE_FRICTION,
         )
 
     def solve_ik(self, pose: Pose, seed: Sequence[float] | None = None) -> IKSolution:
