@@ -17,6 +17,7 @@ from onboard.drivers.arm.safety import SafetyLimits
 from onboard.drivers.camera.config import CameraConfig
 from onboard.fleet.settings import FleetMemberConfig
 from onboard.perception.pose import HandEyeConfig
+from onboard.perception.self_filter import HandZone
 from onboard.service.settings import ServiceConfig
 
 __all__ = [
@@ -282,6 +283,11 @@ class RobotConfig(_Strict):
     drivers: DriversConfig = DriversConfig()
     safety: SafetyLimits = SafetyLimits()
     hand_eye: HandEyeConfig | None = None
+    hand_zone: HandZone = Field(
+        default=HandZone(),
+        description="the robot's hand around its tool axis: a box the depth puts there is "
+        "unknown, not an object (runtime/perception/self_filter.py)",
+    )
     eval: EvalConfig = EvalConfig()
     code: CodeConfig = CodeConfig()
     service: ServiceConfig = ServiceConfig()

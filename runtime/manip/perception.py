@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from onboard.drivers.arm.base import Pose
 from onboard.drivers.camera.base import Camera, Frame
 from onboard.llm.content import png_bytes
 from onboard.manip.observation import SceneObservation
 from onboard.perception.detector import Detector
 from onboard.perception.latest import LATEST
 from onboard.perception.scene_observer import SceneObserver, SceneState
+from onboard.perception.self_filter import Hand
 from onboard.perception.unknown import FAINT
 
 __all__ = ["ScenePerception"]
@@ -19,7 +21,9 @@ class ScenePerception:
     """Reads a new frame, detects, locates: one :class:`SceneObservation` per :meth:`look`.
 
     It reads the camera and the detector only; what the gripper holds comes from
-    ``holding`` (the arm driver's own account of what it picked)."""
+    ``holding`` (the arm driver's own account of what it picked), and where the hand is
+    from ``tool`` (the tool's pose; None when the arm cannot say): a box on the hand is
+    unknown, not an object (runtime/perception/self_filter.py)."""
 
     def __init__(
         self,
@@ -29,6 +33,7 @@ class ScenePerception:
         now: Callable[[], float],
         holding: Callable[[], str | None] = lambda: None,
         images: bool = False,
+        tool: Callable[[], Pose | None] = lambda: None,
     ) -> None:
         self.camera = camera
         self.detector = detector
@@ -36,6 +41,7 @@ class ScenePerception:
         self.now = now
         self.holding = holding
         self.images = images
+        self.tool = tool
 
     def look(self) -> SceneObservation:
         """A look; one that cannot tell everything (a frame too dark or too blurred to trust:
@@ -53,4 +59,6 @@ class ScenePerception:
         frame = self.camera.read()
         found, dim = self.detector.detect_faint(frame.color, FAINT)
         LATEST.offer(frame.color, found)
-        return frame, self.observer.observe(found, frame, dim, self.detector.conf)
+        pose = self.tool()
+        hand = None if pose is None else Hand.from_pose(pose)
+        return frame, self.observer.observe(found, frame, dim, self.detector.conf, hand)

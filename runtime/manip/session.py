@@ -151,10 +151,11 @@ def run_scene_episode(
         perception = ScenePerception(
             found.camera,
             detector,
-            SceneObserver(hand_eye, sides="base", table=table),
+            SceneObserver(hand_eye, sides="base", table=table, zone=robot.hand_zone),
             clock.now,
             holding=lambda: arm.holding,
             images=skill.prompt.images,
+            tool=arm.tool_pose,
         )
         driver, look, look_latency = arm, perception.look, (lambda: 0.0)
     mapper = make_mapper(robot, skill)

@@ -26,7 +26,8 @@ import numpy.typing as npt
 from onboard.base.errors import CameraError
 from onboard.drivers.camera.base import Frame
 from onboard.perception.pose import Box, HandEye, Located, locate
-from onboard.perception.unknown import Unknown, faint, inside, stacks
+from onboard.perception.self_filter import Hand, HandZone
+from onboard.perception.unknown import Unknown, behind_hand, faint, inside, stacks
 from onboard.perception.view import view_problem
 
 if TYPE_CHECKING:
@@ -204,7 +205,8 @@ class SceneObserver:
     ``min_score``: detections below it are ignored; ``centre``: the fraction of each box whose
     median depth places it; ``sides``: left and right as the camera sees them, or as the robot
     does (base frame, +y left; needs the hand-eye); ``table``: the table's height in the base
-    frame, which tells an object resting raised with nothing seen under it (an unsure stack).
+    frame, which tells an object resting raised with nothing seen under it (an unsure stack);
+    ``zone``: the robot's hand around its tool axis (runtime/perception/self_filter.py).
     Positions are the visible surface at the box centre pushed back by half the object's width
     along the viewing ray: an estimate of the object's centre.
     """
@@ -217,6 +219,7 @@ class SceneObserver:
         centre: float = 0.5,
         sides: Literal["camera", "base"] = "camera",
         table: float | None = None,
+        zone: HandZone | None = None,
     ) -> None:
         if sides == "base" and hand_eye is None:
             raise ValueError('sides = "base" needs the hand-eye transform')
@@ -226,6 +229,7 @@ class SceneObserver:
         self.min_score = min_score
         self.centre = centre
         self.table = table
+        self.zone = zone if zone is not None else HandZone()
 
     def observe(
         self,
@@ -233,36 +237,56 @@ class SceneObserver:
         frame: Frame,
         faint: Sequence[Detection] = (),
         threshold: float = 0.25,
+        hand: Hand | None = None,
     ) -> SceneState:
         """Locate each detection; labels read as words ("red_block" becomes "red block").
         ``faint``: boxes the detector scored under its ``threshold`` (unknowns, never
-        objects)."""
+        objects). ``hand``: where the robot's hand is (base frame; needs the hand-eye): a
+        box whose depth puts it on the hand (``zone``) is unknown, never an object."""
         kept = [d for d in detections if d.score >= self.min_score]
-        names = _names([_words(d.label) for d in kept])
-        objects: list[SeenObject] = []
+        located: list[tuple[Detection, Located]] = []
         unlocated: list[str] = []
-        for name, det in zip(names, kept, strict=True):
+        on_hand: list[str] = []
+        for det in kept:
             try:
                 seen = locate(det.box, frame.depth, frame.intrinsics, self.centre)
             except CameraError:
                 unlocated.append(_words(det.label))
                 continue
-            objects.append(self._object(name, det, seen))
+            if self._on_hand(seen, hand):
+                on_hand.append(_words(det.label))
+                continue
+            located.append((det, seen))
+        names = _names([_words(d.label) for d, _ in located])
+        objects = [
+            self._object(name, d, seen) for name, (d, seen) in zip(names, located, strict=True)
+        ]
         based = self.hand_eye is not None
         up = np.array([0.0, 0.0, 1.0]) if based else np.array([0.0, -1.0, 0.0])
         frame_name: Literal["base", "camera"] = "base" if based else "camera"
         related = relate(objects, up, self.near, self.sides)
-        unknown = self._unknown(related, faint, threshold) if based else ()
+        unknown = self._unknown(related, faint, threshold, on_hand) if based else ()
         view = view_problem(frame.color)
         return SceneState(related, tuple(unlocated), frame_name, view, tuple(unknown))
 
+    def _on_hand(self, seen: Located, hand: Hand | None) -> bool:
+        """Whether the surface the box's depth found lies on the robot's hand."""
+        if hand is None or self.hand_eye is None:
+            return False
+        return self.zone.holds(hand, self.hand_eye.apply(seen.point))
+
     def _unknown(
-        self, objects: Sequence[SeenObject], dim: Sequence[Detection], threshold: float
+        self,
+        objects: Sequence[SeenObject],
+        dim: Sequence[Detection],
+        threshold: float,
+        on_hand: Sequence[str],
     ) -> list[Unknown]:
-        """What this look cannot tell: faint classes, unsure stacks, containers (a drawer's
-        opening is not measured here: what is in one is unknown)."""
+        """What this look cannot tell: faint classes, boxes on the hand, unsure stacks,
+        containers (a drawer's opening is not measured here: what is in one is unknown)."""
         labels = [o.label for o in objects]
         found = faint([(_words(d.label), d.score) for d in dim], labels, threshold)
+        found += behind_hand(on_hand, labels)
         loose = [(o.name, o.position, o.size) for o in objects if o.label not in _CONTAINERS]
         found += stacks(loose, self.table, {o.name for o in objects if o.related("on")})
         found += [inside(o.name) for o in objects if o.label in _CONTAINERS]

@@ -8,7 +8,9 @@ a reason it may be there unseen (issue 30, item 4). A view too dark or too blurr
   block shows as another or is placed where the one under it is), or an object resting
   raised with nothing seen under it: what is in the stack, and what rests on what, is unsure;
 - ``inside``: a container the camera cannot see into: a box (what lies in it may be hidden
-  by its rim or taken for something else) or a drawer not seen open.
+  by its rim or taken for something else) or a drawer not seen open;
+- ``hand``: a box of that class whose depth puts it on the robot's own hand
+  (runtime/perception/self_filter.py): the hand taken for an object, or one behind it.
 
 The goal checks read these through :func:`why_unknown`: a relation that does not hold, of an
 object not seen (or, for ``on`` and ``off``, of an object in an unsure stack), is unknown, so
@@ -24,7 +26,16 @@ from typing import Any, Literal, get_args
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["FAINT", "Unknown", "UnknownKind", "faint", "inside", "stacks", "why_unknown"]
+__all__ = [
+    "FAINT",
+    "Unknown",
+    "UnknownKind",
+    "behind_hand",
+    "faint",
+    "inside",
+    "stacks",
+    "why_unknown",
+]
 
 #: a detection scored from this up to the detector's threshold says its class may be there
 #: (with the shipped model, on the hard set about one such box in fifteen is an object the
@@ -36,13 +47,14 @@ SAME_PLACE = 0.6
 #: an object whose centre is this many of its widths above the table rests raised
 RAISED = 1.2
 
-UnknownKind = Literal["faint", "stack", "inside"]
+UnknownKind = Literal["faint", "stack", "inside", "hand"]
 
 
 @dataclass(frozen=True)
 class Unknown:
-    """One thing a look cannot tell. ``names``: for ``faint`` the class (as words), for
-    ``stack`` the objects in it, for ``inside`` the container; ``why``: said to the robot."""
+    """One thing a look cannot tell. ``names``: for ``faint`` and ``hand`` the class (as
+    words), for ``stack`` the objects in it, for ``inside`` the container; ``why``: said to
+    the robot."""
 
     kind: UnknownKind
     names: tuple[str, ...]
@@ -123,6 +135,20 @@ def inside(container: str, closed: bool = False) -> Unknown:
     return Unknown("inside", (container,), why)
 
 
+def behind_hand(labels: Sequence[str], seen: Sequence[str]) -> list[Unknown]:
+    """The classes (as words) of boxes on the robot's hand, one each, of those no object
+    ``seen`` has."""
+    return [
+        Unknown(
+            "hand",
+            (label,),
+            f"a {label} may be behind the robot's hand: a box of one "
+            "is seen there, and the depth puts it on the hand",
+        )
+        for label in sorted(set(labels) - set(seen))
+    ]
+
+
 def why_unknown(
     view: str | None,
     unknowns: Sequence[Unknown],
@@ -138,7 +164,7 @@ def why_unknown(
     missing = [n for n in names if n not in seen]
     kinds = {n.rstrip(" 0123456789") for n in missing}
     for u in unknowns:
-        if u.kind == "faint" and set(u.names) & kinds:
+        if u.kind in ("faint", "hand") and set(u.names) & kinds:
             return u.why
     for u in unknowns:
         if missing and u.kind in ("inside", "stack"):

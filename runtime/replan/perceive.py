@@ -30,7 +30,7 @@ from onboard.base.errors import ArmError
 from onboard.drivers.rotations import quat_from_euler
 from onboard.drivers.twin.frames import Transform
 from onboard.drivers.twin.scene import Scene, find_scene, load_scene
-from onboard.perception.unknown import Unknown, faint, inside, stacks
+from onboard.perception.unknown import Unknown, behind_hand, faint, inside, stacks
 from onboard.perception.view import view_problem
 from onboard.replan.api import RobotAPI
 from onboard.replan.drawer import opening
@@ -116,9 +116,11 @@ def state_of(look: Look, held: str | None, belts: tuple[Footprint, ...] = ()) ->
 
 
 def _unknown(look: Look, objects: list[ObjectState], held: str | None) -> list[Unknown]:
-    """What this look cannot tell (runtime/perception/unknown.py): classes seen only faintly,
-    unsure stacks, a box (its rim hides some of what is in it), a drawer not seen open."""
+    """What this look cannot tell (runtime/perception/unknown.py): classes seen only faintly
+    or on the robot's hand, unsure stacks, a box (its rim hides some of what is in it), a
+    drawer not seen open."""
     found = faint(list(look.faint), [o.kind for o in objects], look.threshold)
+    found += behind_hand(look.on_hand, [o.kind for o in objects])
     loose = [(o.name, np.array(o.position), o.size[0] if o.size else 0.04) for o in objects
              if o.kind not in CONTAINERS and o.name != held]  # fmt: skip
     resting = {o.name for o in objects if o.inside is not None or o.on not in (None, "table")}

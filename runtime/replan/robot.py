@@ -34,4 +34,5 @@ def robot_api(
     twin = found.twin
     pause, now = (twin.step, lambda: twin.time) if twin else (time.sleep, time.monotonic)
     return RobotAPI(found.arm, found.camera, detector, hand_eye_of(robot, NEEDS),
-                    embedder, pause, robot.code.handover, now=now)  # fmt: skip
+                    embedder, pause, robot.code.handover, now=now,
+                    hand_zone=robot.hand_zone)  # fmt: skip

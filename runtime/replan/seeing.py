@@ -3,7 +3,9 @@
 One :meth:`Eyes.look` reads a new frame, detects, locates (the scene observer with the
 hand-eye transform), names the objects stably (:class:`~onboard.replan.tracking.Tracker`) and
 measures what the motions need from the depth: each object's top, and where the drawers'
-handles are. Only the camera, the detector and the hand-eye calibration are read.
+handles are. Only the camera, the detector and the hand-eye calibration are read, and the
+tool's pose: a box the depth puts on the robot's hand is no object and no handle
+(runtime/perception/self_filter.py).
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import numpy as np
 import numpy.typing as npt
 
 from onboard.base.errors import CameraError
+from onboard.drivers.arm.base import Pose
 from onboard.drivers.camera.base import Camera, Frame
 from onboard.perception.detector import Detection, Detector
 from onboard.perception.latest import LATEST
 from onboard.perception.pose import HandEye, centre_region, locate
 from onboard.perception.scene_observer import SceneObserver
+from onboard.perception.self_filter import Hand, HandZone
 from onboard.perception.unknown import FAINT
 from onboard.replan.tracking import Point, Seen, Tracker
 
@@ -46,6 +50,8 @@ class Look:
     #: :data:`~onboard.perception.unknown.FAINT`: (class as words, score), never objects
     faint: tuple[tuple[str, float], ...] = ()
     threshold: float = 0.25
+    #: classes (as words) of boxes the depth put on the robot's hand: never objects
+    on_hand: tuple[str, ...] = ()
 
     def points(self, name: str) -> npt.NDArray[np.float64]:
         """The base-frame points (n, 3) the camera sees inside ``name``'s box."""
@@ -75,12 +81,15 @@ class Eyes:
         detector: Detector,
         hand_eye: HandEye,
         now: Callable[[], float],
+        tool: Callable[[], Pose | None] = lambda: None,
+        zone: HandZone | None = None,
     ) -> None:
         self.camera = camera
         self.detector = detector
         self.hand_eye = hand_eye
         self.now = now
-        self.observer = SceneObserver(hand_eye, sides="base")
+        self.tool = tool
+        self.observer = SceneObserver(hand_eye, sides="base", zone=zone)
         self.tracker = Tracker()
         self.last: Look | None = None
 
@@ -89,8 +98,12 @@ class Eyes:
         time = self.now()
         detections, dim = self.detector.detect_faint(frame.color, FAINT)
         LATEST.offer(frame.color, detections)
+        pose = self.tool()
+        hand = None if pose is None else Hand.from_pose(pose)
         parts = [d for d in detections if d.label in PARTS]
-        scene = self.observer.observe([d for d in detections if d.label not in PARTS], frame)
+        scene = self.observer.observe(
+            [d for d in detections if d.label not in PARTS], frame, hand=hand
+        )
         labels = [o.label for o in scene.objects]
         positions = [_point(o.position) for o in scene.objects]
         names = self.tracker.names(labels, positions)
@@ -105,7 +118,7 @@ class Eyes:
             for o in scene.objects
             if o.related("on")
         }
-        handles = [p for p in (self._handle(d, frame) for d in parts) if p is not None]
+        handles = [p for p in (self._handle(d, frame, hand) for d in parts) if p is not None]
         self.last = Look(
             time,
             {s.name: s for s in seen},
@@ -116,6 +129,7 @@ class Eyes:
             frame,
             tuple((_words(d.label), d.score) for d in dim if d.label not in PARTS),
             self.detector.conf,
+            tuple(u.names[0] for u in scene.unknown if u.kind == "hand"),
             lambda rows, cols: self._cloud(frame, rows, cols),
         )
         return self.last
@@ -136,11 +150,14 @@ class Eyes:
         camera = np.stack([(u[ok] - i.cx) / i.fx * z, (v[ok] - i.cy) / i.fy * z, z], axis=1)
         return self.hand_eye.apply(camera).reshape(-1, 3)
 
-    def _handle(self, detection: Detection, frame: Frame) -> Point | None:
-        """Where to grasp a handle: just behind its surface as seen, base frame."""
+    def _handle(self, detection: Detection, frame: Frame, hand: Hand | None) -> Point | None:
+        """Where to grasp a handle: just behind its surface as seen, base frame; None when
+        its depth puts it on the robot's hand."""
         try:
             seen = locate(detection.box, frame.depth, frame.intrinsics)
         except CameraError:
+            return None
+        if hand is not None and self.observer.zone.holds(hand, self.hand_eye.apply(seen.point)):
             return None
         return _point(self.hand_eye.apply(seen.behind(HANDLE_DEPTH)))
 

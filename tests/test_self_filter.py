@@ -1,0 +1,110 @@
+"""The robot's own hand is no object (runtime/perception/self_filter.py), on the twin: a box
+drawn where the Panda's hand is, over the table, is reported as unknown, not as an object at
+the hand; a box on a block on the table beside it, and on the block between the fingers, are
+objects. The boxes are drawn from the twin's geometry, not by a detector, so what is tested
+is the observer's rule, whatever model draws boxes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from onboard.config import RobotConfig
+from onboard.drivers.arm.base import Pose
+from onboard.drivers.camera.base import Frame
+from onboard.drivers.twin import SCENES, Twin, load_scene
+from onboard.perception.detector import Detection
+from onboard.perception.pose import HandEye
+from onboard.perception.scene_observer import SceneObserver
+from onboard.perception.self_filter import Hand, HandZone
+from onboard.perception.unknown import why_unknown
+
+#: pixels: half the side of a box drawn around a projected point
+HALF = 10
+
+
+@pytest.fixture(scope="module")
+def twin() -> Iterator[Twin]:
+    with Twin(load_scene(SCENES / "blocks.toml")) as twin:
+        twin.settle()
+        yield twin
+
+
+@pytest.fixture(scope="module")
+def hand_eye(robot: RobotConfig) -> HandEye:
+    """The example robot's calibration: the shipped scenes' camera in the arm's base frame."""
+    assert robot.hand_eye is not None
+    return HandEye.from_config(robot.hand_eye)
+
+
+def tool_at(twin: Twin, x: float, y: float, z: float) -> Pose:
+    """The Panda's tool pointing down at (x, y, z), base frame; its pose."""
+    home = tuple(map(float, twin.scene.arm.home))
+    solution = twin.solve_ik(replace(twin.forward(home), x=x, y=y, z=z), home)
+    assert solution.residual < 0.01
+    twin.reset_joints(solution.joints[:7])
+    return twin.ee_pose()
+
+
+def look(twin: Twin, hand_eye: HandEye) -> tuple[Frame, np.ndarray]:
+    rgb, depth, _ = twin.render()
+    return Frame(rgb, depth, twin.intrinsics(), 0.0), np.linalg.inv(hand_eye.matrix)
+
+
+def box_at(point: tuple[float, ...], to_camera: np.ndarray, frame: Frame, label: str) -> Detection:
+    """A box of ``label`` around where the base-frame ``point`` shows in the image."""
+    x, y, z = to_camera[:3, :3] @ np.array(point) + to_camera[:3, 3]
+    k = frame.intrinsics
+    u, v = k.fx * x / z + k.cx, k.fy * y / z + k.cy
+    return Detection(label, 0.9, np.array([u - HALF, v - HALF, u + HALF, v + HALF]))
+
+
+def test_a_box_on_the_hand_is_unknown_and_a_block_beside_it_an_object(
+    twin: Twin, hand_eye: HandEye
+) -> None:
+    block = twin.to_base(twin.object_pose("red block")[0])
+    pose = tool_at(twin, block[0] + 0.05, block[1] + 0.1, 0.15)  # over the table, beside it
+    frame, to_camera = look(twin, hand_eye)
+    hand = Hand.from_pose(pose)
+    on_hand = tuple(hand.tip + 0.15 * hand.back)  # the hand's palm, above the fingers
+    boxes = [
+        box_at(on_hand, to_camera, frame, "plate"),
+        box_at(block, to_camera, frame, "red_block"),
+    ]
+    observer = SceneObserver(hand_eye, sides="base")
+
+    state = observer.observe(boxes, frame, hand=hand)
+    assert [o.label for o in state.objects] == ["red block"]
+    assert [(u.kind, u.names) for u in state.unknown] == [("hand", ("plate",))]
+    # a goal that needs the plate cannot tell: what the hand hides may be there
+    why = why_unknown(None, state.unknown, ["red block", "plate"], ["red block"], "on")
+    assert why is not None and "behind the robot's hand" in why
+
+    # without the hand's pose the same box is a plate in mid-air, where the hand is
+    blind = observer.observe(boxes, frame)
+    plate = next(o for o in blind.objects if o.label == "plate")
+    assert np.linalg.norm(plate.position - hand.tip) < 0.3 and not blind.unknown
+    # and a zone of length 0 is no check
+    off = SceneObserver(hand_eye, sides="base", zone=HandZone(length=0.0))
+    assert len(off.observe(boxes, frame, hand=hand).objects) == 2
+
+
+def test_the_block_between_the_fingers_is_an_object(twin: Twin, hand_eye: HandEye) -> None:
+    """The grasp (the first ``grasp`` metres behind the fingertips) is left out: the object
+    being grasped, or held, is seen as itself."""
+    block = twin.to_base(twin.object_pose("red block")[0])
+    pose = tool_at(twin, *block)
+    frame, to_camera = look(twin, hand_eye)
+    state = SceneObserver(hand_eye, sides="base").observe(
+        [box_at(block, to_camera, frame, "red_block")], frame, hand=Hand.from_pose(pose)
+    )
+    assert [o.label for o in state.objects] == ["red block"] and not state.unknown
+
+
+def test_the_robot_toml_section_sets_the_zone(robot: RobotConfig) -> None:
+    assert robot.hand_zone == HandZone()
+    data = robot.model_dump(exclude={"root"}) | {"hand_zone": {"radius": 0.05}}
+    assert RobotConfig.model_validate(data).hand_zone.radius == 0.05
