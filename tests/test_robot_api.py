@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from onboard.base.errors import ArmError
@@ -20,6 +22,8 @@ from onboard.drivers.twin.world import Snapshot, Twin
 from onboard.evaluation.tidy_eval import detector
 from onboard.grounding.embedder import Embedder
 from onboard.manip.session import scene_hardware
+from onboard.perception.detector import Detection, Detector
+from onboard.perception.pose import HandEye
 from onboard.replan.api import (
     DRAW_AWAY,
     FUNCTIONS,
@@ -29,6 +33,7 @@ from onboard.replan.api import (
     api_doc,
     call,
 )
+from onboard.replan.drawer import HANDLE_TO_PANEL, HandleMissed
 from onboard.replan.names import API_NAMES
 from onboard.replan.robot import robot_api
 from onboard.replan.tracking import STALE, Seen, Tracker
@@ -273,6 +278,73 @@ def test_a_pull_that_ends_far_from_its_goal_is_still_the_arms_error(
         pytest.raises(ArmError, match="outside the workspace"),  # refused, the hand held
     ):
         api.drawers.pull(handle_of(twin), twin.object_pose("drawer")[0], 1.0)
+
+
+def test_a_pull_whose_hand_comes_away_without_the_handle_is_a_miss(
+    robot: RobotConfig, embedder: Embedder
+) -> None:
+    """Grasped 16 mm above the handle (where a candidate detector saw a second handle box),
+    the fingers met the drawer's front, not the bar, and the pull reached its goal without
+    the drawer: a pull the arm completed said nothing of it. The empty hand after a pull now
+    does."""
+    with shut_drawer(robot, embedder) as (api, twin):
+        x, y, z = handle_of(twin)
+        with pytest.raises(HandleMissed, match="came away without the handle"):
+            api.drawers.pull((x, y, z + 0.016), twin.object_pose("drawer")[0], OPEN_PULL)
+        assert twin.drawer_opening("drawer") < 0.01
+
+
+class SecondHandle(Detector):
+    """A stand-in for a model that boxes the drawer's front above its handle as a second
+    handle (as candidate 7093d6fa did, 16 mm above the bar): the shipped model's boxes, and a
+    copy of its handle box centred on pixel ``at``."""
+
+    def __init__(self, shipped: Detector, at: tuple[float, float]) -> None:
+        super().__init__(shipped.path, shipped.classes)
+        self.at = at
+
+    def detect_faint(
+        self, image: npt.NDArray[np.uint8], floor: float
+    ) -> tuple[list[Detection], list[Detection]]:
+        found, dim = super().detect_faint(image, floor)
+        handle = next(d for d in found if d.label == "handle")
+        x1, y1, x2, y2 = handle.box
+        u, v = self.at
+        w, h = (x2 - x1) / 2, (y2 - y1) / 2
+        return [*found, Detection("handle", handle.score, (u - w, v - h, u + w, v + h))], dim
+
+
+def pixel_of(
+    robot: RobotConfig, twin: Twin, point: tuple[float, float, float]
+) -> tuple[float, float]:
+    """Where the base-frame ``point`` shows in the twin camera's image."""
+    assert robot.hand_eye is not None
+    to_camera = np.linalg.inv(HandEye.from_config(robot.hand_eye).matrix)
+    x, y, z = to_camera[:3, :3] @ np.array(point) + to_camera[:3, 3]
+    k = twin.intrinsics()
+    return k.fx * x / z + k.cx, k.fy * y / z + k.cy
+
+
+def test_open_drawer_tries_the_next_handle_when_the_hand_misses_the_first(
+    robot: RobotConfig, embedder: Embedder
+) -> None:
+    with scene_hardware(robot.with_arm_scene("drawer_closed")) as found:
+        twin = found.twin
+        assert twin is not None
+        twin.set_drawer("drawer", 0.0)
+        twin.settle(1.0)
+        x, y, z = handle_of(twin)
+        on_the_front = pixel_of(robot, twin, (x, y + HANDLE_TO_PANEL, z + 0.016))
+        api = robot_api(robot, found, embedder, SecondHandle(detector(), on_the_front))
+        api.home()
+        api.detect()
+        look = api.eyes.last
+        assert look is not None
+        drawer = look.objects["drawer"].position
+        first = min(look.handles, key=lambda h: math.dist(h[:2], drawer[:2]))
+        assert first[2] > z + 0.01, f"the premise: the false handle comes first ({look.handles})"
+        api.open_drawer("drawer")
+        assert twin.drawer_opening("drawer") > 0.12
 
 
 @pytest.mark.parametrize("scene", ["blocks"], indirect=True)

@@ -36,7 +36,7 @@ from onboard.manip.resolve import ObjectResolver
 from onboard.perception.detector import Detector
 from onboard.perception.pose import HandEye
 from onboard.perception.self_filter import HandZone
-from onboard.replan.drawer import DrawerMotions
+from onboard.replan.drawer import DrawerMotions, HandleMissed
 from onboard.replan.names import API_NAMES
 from onboard.replan.seeing import Eyes, Look
 from onboard.replan.spots import free_spot
@@ -265,8 +265,8 @@ class RobotAPI:
         self._hand_free()
         look = self._seeing(name)
         drawer = look.objects[name]
-        handle = self._handle_of(drawer, look)
-        self.drawers.pull(handle, self.drawers.centre(drawer, look), OPEN_PULL)
+        centre = self.drawers.centre(drawer, look)
+        self._by_handle(drawer, look, lambda h: self.drawers.pull(h, centre, OPEN_PULL))
 
     @_api
     def close_drawer(self, name: str = "drawer") -> None:
@@ -274,9 +274,12 @@ class RobotAPI:
         self._hand_free()
         look = self._seeing(name)
         drawer = look.objects[name]
-        handle = self._handle_of(drawer, look)
-        opening = self.drawers.opening(handle, drawer, look)
-        self.drawers.pull(handle, self.drawers.centre(drawer, look), -opening)
+        centre = self.drawers.centre(drawer, look)
+
+        def push(handle: tuple[float, float, float]) -> None:
+            self.drawers.pull(handle, centre, -self.drawers.opening(handle, drawer, look))
+
+        self._by_handle(drawer, look, push)
 
     @_api
     def move_to(self, x: float, y: float, z: float) -> None:
@@ -510,12 +513,30 @@ class RobotAPI:
         self.motions.pick(name, at, rise, approach, before_close=when_it_passes)
 
     def _handle_of(self, drawer: Seen, look: Look) -> tuple[float, float, float]:
+        return self._handles_of(drawer, look)[0]
+
+    def _handles_of(self, drawer: Seen, look: Look) -> list[tuple[float, float, float]]:
+        """The handles seen near ``drawer``, nearest first."""
         if "handle" not in look.classes:
             raise _Failed("the detector has no 'handle' class: it cannot see the drawer's handle")
         near = [h for h in look.handles if math.dist(h[:2], drawer.position[:2]) < 0.4]
         if not near:
             raise _Failed(f"no handle seen near {drawer.name}")
-        return min(near, key=lambda h: math.dist(h[:2], drawer.position[:2]))
+        return sorted(near, key=lambda h: math.dist(h[:2], drawer.position[:2]))
+
+    def _by_handle(
+        self, drawer: Seen, look: Look, move: Callable[[tuple[float, float, float]], None]
+    ) -> None:
+        """``move`` the drawer by the nearest handle seen; when the hand misses it (two boxes
+        seen as a handle, one of them not), by the next one, until one holds."""
+        handles = self._handles_of(drawer, look)
+        for i, handle in enumerate(handles):
+            try:
+                move(handle)
+                return
+            except HandleMissed:
+                if i == len(handles) - 1:
+                    raise
 
 
 def _velocity(before: Seen, after: Seen) -> tuple[float, float]:

@@ -20,7 +20,7 @@ from onboard.manip.motions import Motions
 from onboard.replan.seeing import Look
 from onboard.replan.tracking import Point, Seen
 
-__all__ = ["DrawerMotions", "centre", "opening"]
+__all__ = ["DrawerMotions", "HandleMissed", "centre", "opening"]
 
 #: metres in front of the handle the tool lines up before it moves in
 STANDOFF = 0.12
@@ -40,13 +40,21 @@ EMPTY_WIDTH = 0.004
 PULL_SLACK = 0.005
 
 
+class HandleMissed(ArmError):
+    """The hand did not get or keep the handle where it was seen: the drawer did not move
+    (another box seen as the handle may be the handle)."""
+
+
 class DrawerMotions:
     def __init__(self, motions: Motions) -> None:
         self.motions = motions
 
     def pull(self, handle: Point, centre: Point, distance: float) -> None:
         """Grasp the handle, move it ``distance`` m away from the drawer's centre (negative:
-        towards it), let go, back off and home."""
+        towards it), let go, back off and home. HandleMissed when the fingers closed on
+        nothing, or had nothing between them after a pull: a hand that closed above or below
+        the handle comes away without the drawer, which a pull that reached its goal does
+        not tell."""
         out = _outward(handle, centre)
         arm, rpy = self.motions.arm, _level_pointing(-out)
 
@@ -62,7 +70,9 @@ class DrawerMotions:
         if _holds_nothing(arm):
             arm.grip(False)
             arm.move_to(at(STANDOFF), self.motions.speed)
-            raise ArmError("the gripper closed on nothing: the handle was not where it was seen")
+            raise HandleMissed(
+                "the gripper closed on nothing: the handle was not where it was seen"
+            )
         # the pull goes out from where the hand closed, not from the line the handle was seen
         # on: fingers that met the handle short of it hold the drawer off that line, and a
         # pull along it would press the drawer into its cabinet
@@ -72,6 +82,10 @@ class DrawerMotions:
             return Pose(held.x + out[0] * shift, held.y + out[1] * shift, held.z, *rpy)
 
         _pull_to(arm, beyond(distance))
+        if distance > 0 and _holds_nothing(arm):  # a push needs no grip; a pull does
+            arm.grip(False)
+            self.motions.home()
+            raise HandleMissed("the hand came away without the handle: the drawer did not follow")
         arm.grip(False)
         arm.move_to(beyond(distance + STANDOFF / 2), self.motions.speed)
         self.motions.home()
