@@ -75,6 +75,7 @@ def test_the_so101_profile_drives_the_servo_bus_through_the_factory(tmp_path: Pa
     robot = load_robot(tmp_path / "s" / "robot.toml")
     config = robot.drivers.arm
     assert config is not None and config.kind == "so101"
+    assert robot.hand_zone.grasp + robot.hand_zone.length < 0.15  # its small hand, not a Panda's
     home = So101Arm(config).home_joints()
     with So101Emulator(start_joints=home) as bus:
         arm_config = config.model_copy(update={"url": bus.path})

@@ -49,6 +49,13 @@ zero_offsets = [0.0, 0.0, 0.0, 0.0, 0.0]   # check this: rad, each joint at its 
 stop_mode = "torque_off"       # check this: stop() goes limp (the arm sags); "hold" holds it
 speed = 0.05                   # m/s when a move names none
 
+# the hand around the tool axis, metres: a box the depth puts there is unknown, not an object
+# (docs/perception.md); the SO-101's jaws are 5.5 cm long, its palm and wrist 5 cm behind them
+[hand_zone]
+grasp = 0.05                   # the jaws: what they hold is an object
+length = 0.06                  # the palm and the wrist behind them
+radius = 0.05                  # the open jaws' half-span and a margin
+
 [safety]
 mode = "refuse"
 workspace = { min = [-0.35, -0.35, 0.0], max = [0.35, 0.35, 0.40] }   # check this: your table
