@@ -18,7 +18,7 @@ from onboard.drivers.camera.base import Frame
 from onboard.drivers.twin import SCENES, Twin, load_scene
 from onboard.perception.detector import Detection
 from onboard.perception.pose import HandEye
-from onboard.perception.scene_observer import SceneObserver
+from onboard.perception.scene_observer import SceneObserver, SceneState
 from onboard.perception.self_filter import Hand, HandZone
 from onboard.perception.unknown import why_unknown
 
@@ -79,6 +79,7 @@ def test_a_box_on_the_hand_is_unknown_and_a_block_beside_it_an_object(
     state = observer.observe(boxes, frame, hand=hand)
     assert [o.label for o in state.objects] == ["red block"]
     assert [(u.kind, u.names) for u in state.unknown] == [("hand", ("plate",))]
+    assert SceneState.from_record(state.to_record()).unknown == state.unknown  # replays as seen
     # a goal that needs the plate cannot tell: what the hand hides may be there
     why = why_unknown(None, state.unknown, ["red block", "plate"], ["red block"], "on")
     assert why is not None and "behind the robot's hand" in why
