@@ -1,26 +1,36 @@
 """The robot's own hand is no object (runtime/perception/self_filter.py), on the twin: a box
 drawn where the Panda's hand is, over the table, is reported as unknown, not as an object at
 the hand; a box on a block on the table beside it, and on the block between the fingers, are
-objects. The boxes are drawn from the twin's geometry, not by a detector, so what is tested
-is the observer's rule, whatever model draws boxes."""
+objects; and the code skill's look, with such a box, sends the arm home before it looks
+again. The boxes are drawn from the twin's geometry, not by a detector (the last test adds one
+to the shipped model's through a stand-in), so what is tested is the runtime's rule, whatever
+model draws boxes."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from onboard.config import RobotConfig
 from onboard.drivers.arm.base import Pose
 from onboard.drivers.camera.base import Frame
 from onboard.drivers.twin import SCENES, Twin, load_scene
-from onboard.perception.detector import Detection
+from onboard.evaluation.code_trials import code_world
+from onboard.evaluation.tidy_eval import detector
+from onboard.grounding.embedder import Embedder
+from onboard.perception.detector import Detection, Detector
 from onboard.perception.pose import HandEye
 from onboard.perception.scene_observer import SceneObserver, SceneState
 from onboard.perception.self_filter import Hand, HandZone
 from onboard.perception.unknown import why_unknown
+from onboard.replan.episode import RobotWorld
+from onboard.replan.perceive import perceive
+from onboard.replan.robot import code_limits
 
 #: pixels: half the side of a box drawn around a projected point
 HALF = 10
@@ -109,3 +119,50 @@ def test_the_robot_toml_section_sets_the_zone(robot: RobotConfig) -> None:
     assert robot.hand_zone == HandZone()
     data = robot.model_dump(exclude={"root"}) | {"hand_zone": {"radius": 0.05}}
     assert RobotConfig.model_validate(data).hand_zone.radius == 0.05
+
+
+class HandAsPlate(Detector):
+    """A stand-in for a model that takes the hand for a plate when the arm is out over the
+    table (as the shipped models did: bench/arm_phantoms.py): the shipped model's boxes, and
+    a plate box on the palm unless the tool is at its home position ``home``."""
+
+    def __init__(self, twin: Twin, hand_eye: HandEye, home: Pose) -> None:
+        shipped = detector()
+        super().__init__(shipped.path, shipped.classes)
+        self.twin, self.hand_eye, self.home = twin, hand_eye, home
+
+    def detect_faint(
+        self, image: npt.NDArray[np.uint8], floor: float
+    ) -> tuple[list[Detection], list[Detection]]:
+        found, dim = super().detect_faint(image, floor)
+        pose = self.twin.ee_pose()
+        if math.dist(pose.position(), self.home.position()) < 0.05:
+            return found, dim
+        hand = Hand.from_pose(pose)
+        frame = Frame(image, np.zeros(image.shape[:2], np.float32), self.twin.intrinsics(), 0.0)
+        palm = tuple(hand.tip + 0.15 * hand.back)
+        box = box_at(palm, np.linalg.inv(self.hand_eye.matrix), frame, "plate")
+        return [*found, box], dim
+
+
+def test_a_box_on_the_hand_sends_the_arm_home_before_the_second_look(
+    robot: RobotConfig, embedder: Embedder, hand_eye: HandEye
+) -> None:
+    """The code skill's look (RobotWorld): a box on the hand is unknown, so the look is taken
+    again, and the arm, its gripper empty, goes home first: the hand may be taken for an
+    object or hide one. From home the second look sees no box on the hand."""
+    with code_world(robot, "tabletop", embedder, detector()) as (twin, api):
+        api.home()
+        home = twin.ee_pose()
+        api.eyes.detector = HandAsPlate(twin, hand_eye, home)
+        api.move_to(0.5, 0.0, 0.15)
+        world = RobotWorld(api, code_limits(robot.code), "tabletop", lambda: twin.time)
+        assert any(u.kind == "hand" for u in perceive(api).unknown), "the premise"
+        before = api.eyes.last
+        assert before is not None and before.frame is not None
+        _, state = world.look()
+        assert math.dist(twin.ee_pose().position(), home.position()) < 0.01
+        assert not any(u.kind == "hand" for u in state.unknown)
+        last = api.eyes.last
+        assert last is not None and last.frame is not None
+        assert last.frame.index == before.frame.index + 2

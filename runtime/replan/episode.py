@@ -147,18 +147,19 @@ class RobotWorld:
         """A look; one that cannot tell everything (a frame too dark or too blurred to trust,
         a faint box, an unsure stack: runtime/perception/view.py, unknown.py; a box or a closed
         drawer while something seen before is missing) is taken once more before the look
-        says so (the loop sees the second). With something missing, the gripper empty and the
-        arm free to move (not stopped after an early end), the arm goes to its home pose
-        first: it may have hidden what is missing (as ``RobotAPI`` looks again for a name it
-        lost)."""
+        says so (the loop sees the second). With something missing or a box on the robot's
+        own hand, the gripper empty and the arm free to move (not stopped after an early
+        end), the arm goes to its home pose first: it may have hidden what is missing, or
+        been taken for an object (as ``RobotAPI`` looks again for a name it lost)."""
         from onboard.replan.perceive import perceive, scene_image
 
         state = perceive(self.api, self.fixtures)
         lost = [n for n in self.api.eyes.tracker.tracks
                 if state.named(n) is None and state.held != n]  # fmt: skip
         unsure = any(u.kind != "inside" for u in state.unknown) or (lost and state.unknown)
+        arm_in_the_way = lost or any(u.kind == "hand" for u in state.unknown)
         if state.view is not None or unsure:
-            if lost and state.held is None and not self._stopped:
+            if arm_in_the_way and state.held is None and not self._stopped:
                 with contextlib.suppress(ArmError):  # else it looks from where it is
                     self.api.motions.home()
             state = perceive(self.api, self.fixtures)
