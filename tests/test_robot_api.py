@@ -23,7 +23,7 @@ from onboard.evaluation.tidy_eval import detector
 from onboard.grounding.embedder import Embedder
 from onboard.manip.session import scene_hardware
 from onboard.perception.detector import Detection, Detector
-from onboard.perception.pose import HandEye
+from onboard.perception.pose import HandEye, project
 from onboard.replan.api import (
     DRAW_AWAY,
     FUNCTIONS,
@@ -314,17 +314,6 @@ class SecondHandle(Detector):
         return [*found, Detection("handle", handle.score, (u - w, v - h, u + w, v + h))], dim
 
 
-def pixel_of(
-    robot: RobotConfig, twin: Twin, point: tuple[float, float, float]
-) -> tuple[float, float]:
-    """Where the base-frame ``point`` shows in the twin camera's image."""
-    assert robot.hand_eye is not None
-    to_camera = np.linalg.inv(HandEye.from_config(robot.hand_eye).matrix)
-    x, y, z = to_camera[:3, :3] @ np.array(point) + to_camera[:3, 3]
-    k = twin.intrinsics()
-    return k.fx * x / z + k.cx, k.fy * y / z + k.cy
-
-
 def test_open_drawer_tries_the_next_handle_when_the_hand_misses_the_first(
     robot: RobotConfig, embedder: Embedder
 ) -> None:
@@ -334,7 +323,10 @@ def test_open_drawer_tries_the_next_handle_when_the_hand_misses_the_first(
         twin.set_drawer("drawer", 0.0)
         twin.settle(1.0)
         x, y, z = handle_of(twin)
-        on_the_front = pixel_of(robot, twin, (x, y + HANDLE_TO_PANEL, z + 0.016))
+        assert robot.hand_eye is not None
+        to_camera = HandEye.from_config(robot.hand_eye).inverse()
+        panel = to_camera.apply((x, y + HANDLE_TO_PANEL, z + 0.016))  # above the bar
+        on_the_front = project(panel, twin.intrinsics())
         api = robot_api(robot, found, embedder, SecondHandle(detector(), on_the_front))
         api.home()
         api.detect()

@@ -18,13 +18,13 @@ import pytest
 
 from onboard.config import RobotConfig
 from onboard.drivers.arm.base import Pose
-from onboard.drivers.camera.base import Frame
+from onboard.drivers.camera.base import Frame, Intrinsics
 from onboard.drivers.twin import SCENES, Twin, load_scene
 from onboard.evaluation.code_trials import code_world
 from onboard.evaluation.tidy_eval import detector
 from onboard.grounding.embedder import Embedder
 from onboard.perception.detector import Detection, Detector
-from onboard.perception.pose import HandEye
+from onboard.perception.pose import HandEye, project
 from onboard.perception.scene_observer import SceneObserver, SceneState
 from onboard.perception.self_filter import Hand, HandZone
 from onboard.perception.unknown import why_unknown
@@ -59,16 +59,16 @@ def tool_at(twin: Twin, x: float, y: float, z: float) -> Pose:
     return twin.ee_pose()
 
 
-def look(twin: Twin, hand_eye: HandEye) -> tuple[Frame, np.ndarray]:
+def look(twin: Twin) -> Frame:
     rgb, depth, _ = twin.render()
-    return Frame(rgb, depth, twin.intrinsics(), 0.0), np.linalg.inv(hand_eye.matrix)
+    return Frame(rgb, depth, twin.intrinsics(), 0.0)
 
 
-def box_at(point: tuple[float, ...], to_camera: np.ndarray, frame: Frame, label: str) -> Detection:
+def box_at(
+    point: tuple[float, ...], hand_eye: HandEye, intrinsics: Intrinsics, label: str
+) -> Detection:
     """A box of ``label`` around where the base-frame ``point`` shows in the image."""
-    x, y, z = to_camera[:3, :3] @ np.array(point) + to_camera[:3, 3]
-    k = frame.intrinsics
-    u, v = k.fx * x / z + k.cx, k.fy * y / z + k.cy
+    u, v = project(hand_eye.inverse().apply(point), intrinsics)
     return Detection(label, 0.9, np.array([u - HALF, v - HALF, u + HALF, v + HALF]))
 
 
@@ -77,12 +77,12 @@ def test_a_box_on_the_hand_is_unknown_and_a_block_beside_it_an_object(
 ) -> None:
     block = twin.to_base(twin.object_pose("red block")[0])
     pose = tool_at(twin, block[0] + 0.05, block[1] + 0.1, 0.15)  # over the table, beside it
-    frame, to_camera = look(twin, hand_eye)
+    frame = look(twin)
     hand = Hand.from_pose(pose)
     on_hand = tuple(hand.tip + 0.15 * hand.back)  # the hand's palm, above the fingers
     boxes = [
-        box_at(on_hand, to_camera, frame, "plate"),
-        box_at(block, to_camera, frame, "red_block"),
+        box_at(on_hand, hand_eye, frame.intrinsics, "plate"),
+        box_at(block, hand_eye, frame.intrinsics, "red_block"),
     ]
     observer = SceneObserver(hand_eye, sides="base")
 
@@ -108,9 +108,9 @@ def test_the_block_between_the_fingers_is_an_object(twin: Twin, hand_eye: HandEy
     being grasped, or held, is seen as itself."""
     block = twin.to_base(twin.object_pose("red block")[0])
     pose = tool_at(twin, *block)
-    frame, to_camera = look(twin, hand_eye)
+    frame = look(twin)
     state = SceneObserver(hand_eye, sides="base").observe(
-        [box_at(block, to_camera, frame, "red_block")], frame, hand=Hand.from_pose(pose)
+        [box_at(block, hand_eye, frame.intrinsics, "red_block")], frame, hand=Hand.from_pose(pose)
     )
     assert [o.label for o in state.objects] == ["red block"] and not state.unknown
 
@@ -139,9 +139,8 @@ class HandAsPlate(Detector):
         if math.dist(pose.position(), self.home.position()) < 0.05:
             return found, dim
         hand = Hand.from_pose(pose)
-        frame = Frame(image, np.zeros(image.shape[:2], np.float32), self.twin.intrinsics(), 0.0)
         palm = tuple(hand.tip + 0.15 * hand.back)
-        box = box_at(palm, np.linalg.inv(self.hand_eye.matrix), frame, "plate")
+        box = box_at(palm, self.hand_eye, self.twin.intrinsics(), "plate")
         return [*found, box], dim
 
 

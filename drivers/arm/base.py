@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from onboard.drivers.rotations import quat_from_euler, quat_to_euler, slerp
+
 __all__ = ["Arm", "ArmState", "Pose"]
 
 
@@ -22,6 +24,14 @@ class Pose:
 
     def position(self) -> tuple[float, float, float]:
         return (self.x, self.y, self.z)
+
+    def toward(self, goal: Pose, s: float) -> Pose:
+        """The pose ``s`` (0..1) of the way to ``goal``: on the straight line between the
+        positions, the orientation turning along the shorter arc (slerp)."""
+        x, y, z = (a + (b - a) * s for a, b in zip(self.position(), goal.position(), strict=True))
+        q0 = quat_from_euler(self.rx, self.ry, self.rz)
+        q1 = quat_from_euler(goal.rx, goal.ry, goal.rz)
+        return Pose(x, y, z, *quat_to_euler(slerp(q0, q1, s)))
 
 
 @dataclass(frozen=True)

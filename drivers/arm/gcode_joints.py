@@ -27,7 +27,6 @@ from onboard.base.errors import ArmError
 from onboard.drivers.arm.base import Pose
 from onboard.drivers.arm.config import GcodeArmConfig
 from onboard.drivers.arm.dh import Chain, Link
-from onboard.drivers.rotations import quat_from_euler, quat_to_euler, slerp
 
 __all__ = ["JointSpace", "Waypoint", "chain_of"]
 
@@ -116,20 +115,13 @@ class JointSpace:
         start = self.chain.forward(here)
         length = math.dist(start.position(), pose.position())
         count = max(1, math.ceil(length / self.config.segment))
-        q0 = quat_from_euler(start.rx, start.ry, start.rz)
-        q1 = quat_from_euler(pose.rx, pose.ry, pose.rz)
         seed = tuple(here)
         self.chain.solve(pose, seed)  # the target itself first: its refusal names it
         before = dict(zip(self.letters, self._fw(seed), strict=True))
         waypoints = []
         for k in range(1, count + 1):
-            s = k / count
-            x, y, z = (
-                a + (b - a) * s for a, b in zip(start.position(), pose.position(), strict=True)
-            )
-            rx, ry, rz = quat_to_euler(slerp(q0, q1, s))
             try:
-                seed = self.chain.solve(Pose(x, y, z, rx, ry, rz), seed)
+                seed = self.chain.solve(start.toward(pose, k / count), seed)
             except ArmError as exc:
                 raise ArmError(
                     f"GcodeArm: the straight line to ({pose.x:.3f}, {pose.y:.3f}, "

@@ -55,7 +55,6 @@ from onboard.drivers.arm.so101_kinematics import (
     solve,
 )
 from onboard.drivers.device import Device
-from onboard.drivers.rotations import quat_from_euler, quat_to_euler, slerp
 
 __all__ = ["So101Arm"]
 
@@ -168,15 +167,9 @@ class So101Arm(Device):
         one orientation to the other on the way), all solved before anything moves; ArmError
         when the line leaves the arm's reach."""
         steps = max(1, steps)
-        q0 = quat_from_euler(start.rx, start.ry, start.rz)
-        q1 = quat_from_euler(pose.rx, pose.ry, pose.rz)
         path = []
         for i in range(1, steps + 1):
-            s = i / steps
-            x, y, z = (
-                a + (b - a) * s for a, b in zip(start.position(), pose.position(), strict=True)
-            )
-            point = Pose(x, y, z, *quat_to_euler(slerp(q0, q1, s)))
+            point = start.toward(pose, i / steps)
             try:
                 seed = solve(point, self.links, self.lower, self.upper, seed).joints
             except ArmError as exc:

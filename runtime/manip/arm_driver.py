@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from onboard.base.errors import ArmError, DriverError
-from onboard.drivers.arm.base import Pose
 from onboard.drivers.arm.safety import SafeArm
 from onboard.drivers.base import Args, Done, Running
 from onboard.loop.clock import Clock, Timer
@@ -130,13 +129,6 @@ class ArmDriver:
         return {"joints": [round(q, 6) for q in state.joints],
                 "pose": [round(v, 6) for v in (p.x, p.y, p.z, p.rx, p.ry, p.rz)],
                 "gripper_closed": state.gripper_closed}  # fmt: skip
-
-    def tool_pose(self) -> Pose | None:
-        """Where the tool is now, or None when the arm cannot say."""
-        try:
-            return self.arm.state().pose
-        except (ArmError, DriverError, OSError):
-            return None
 
     def stop(self) -> None:
         """Halt the arm now and refuse commands until :meth:`resume`; the gripper stays as

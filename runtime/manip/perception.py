@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from onboard.drivers.arm.base import Pose
 from onboard.drivers.camera.base import Camera, Frame
 from onboard.llm.content import png_bytes
 from onboard.manip.observation import SceneObservation
@@ -22,8 +21,8 @@ class ScenePerception:
 
     It reads the camera and the detector only; what the gripper holds comes from
     ``holding`` (the arm driver's own account of what it picked), and where the hand is
-    from ``tool`` (the tool's pose; None when the arm cannot say): a box on the hand is
-    unknown, not an object (runtime/perception/self_filter.py)."""
+    from ``hand`` (None when the arm cannot say): a box on the hand is unknown, not an
+    object (runtime/perception/self_filter.py)."""
 
     def __init__(
         self,
@@ -33,7 +32,7 @@ class ScenePerception:
         now: Callable[[], float],
         holding: Callable[[], str | None] = lambda: None,
         images: bool = False,
-        tool: Callable[[], Pose | None] = lambda: None,
+        hand: Callable[[], Hand | None] = lambda: None,
     ) -> None:
         self.camera = camera
         self.detector = detector
@@ -41,7 +40,7 @@ class ScenePerception:
         self.now = now
         self.holding = holding
         self.images = images
-        self.tool = tool
+        self.hand = hand
 
     def look(self) -> SceneObservation:
         """A look; one that cannot tell everything (a frame too dark or too blurred to trust:
@@ -59,6 +58,5 @@ class ScenePerception:
         frame = self.camera.read()
         found, dim = self.detector.detect_faint(frame.color, FAINT)
         LATEST.offer(frame.color, found)
-        pose = self.tool()
-        hand = None if pose is None else Hand.from_pose(pose)
+        hand = self.hand()
         return frame, self.observer.observe(found, frame, dim, self.detector.conf, hand)

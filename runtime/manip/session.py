@@ -41,6 +41,7 @@ from onboard.manip.verify import Effects, EffectVerify, SceneCheck
 from onboard.perception.detector import Detector
 from onboard.perception.pose import HandEye
 from onboard.perception.scene_observer import SceneObserver
+from onboard.perception.self_filter import Hand
 
 __all__ = [
     "SceneOptions",
@@ -155,7 +156,7 @@ def run_scene_episode(
             clock.now,
             holding=lambda: arm.holding,
             images=skill.prompt.images,
-            tool=arm.tool_pose,
+            hand=lambda: Hand.of(arm.arm),
         )
         driver, look, look_latency = arm, perception.look, (lambda: 0.0)
     mapper = make_mapper(robot, skill)

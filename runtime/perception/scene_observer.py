@@ -253,7 +253,7 @@ class SceneObserver:
             except CameraError:
                 unlocated.append(_words(det.label))
                 continue
-            if self._on_hand(seen, hand):
+            if self.on_hand(seen, hand):
                 on_hand.append(_words(det.label))
                 continue
             located.append((det, seen))
@@ -269,7 +269,7 @@ class SceneObserver:
         view = view_problem(frame.color)
         return SceneState(related, tuple(unlocated), frame_name, view, tuple(unknown))
 
-    def _on_hand(self, seen: Located, hand: Hand | None) -> bool:
+    def on_hand(self, seen: Located, hand: Hand | None) -> bool:
         """Whether the surface the box's depth found lies on the robot's hand."""
         if hand is None or self.hand_eye is None:
             return False

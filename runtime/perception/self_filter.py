@@ -20,7 +20,8 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from onboard.drivers.arm.base import Pose
+from onboard.base.errors import ArmError, DriverError
+from onboard.drivers.arm.base import Arm, Pose
 from onboard.drivers.rotations import rpy_to_matrix
 
 __all__ = ["Hand", "HandZone"]
@@ -40,6 +41,15 @@ class Hand:
         """The tool's pose as the Arm API gives it: its z axis points out of the fingers."""
         rotation = rpy_to_matrix((pose.rx, pose.ry, pose.rz))
         return cls(np.array(pose.position(), dtype=np.float64), -rotation[:, 2])
+
+    @classmethod
+    def of(cls, arm: Arm) -> Hand | None:
+        """Where ``arm``'s hand is now; None when the arm cannot say (its check is then
+        skipped for this look, as without a pose)."""
+        try:
+            return cls.from_pose(arm.state().pose)
+        except (ArmError, DriverError, OSError):
+            return None
 
 
 class HandZone(BaseModel):

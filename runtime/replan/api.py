@@ -26,8 +26,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from onboard.base.errors import ArmError, CodeError, DriverError, OnboardError
-from onboard.drivers.arm.base import Pose
+from onboard.base.errors import CodeError, OnboardError
 from onboard.drivers.arm.safety import SafeArm
 from onboard.drivers.camera.base import Camera
 from onboard.grounding.mapping import Embeds
@@ -35,7 +34,7 @@ from onboard.manip.motions import APPROACH, Motions
 from onboard.manip.resolve import ObjectResolver
 from onboard.perception.detector import Detector
 from onboard.perception.pose import HandEye
-from onboard.perception.self_filter import HandZone
+from onboard.perception.self_filter import Hand, HandZone
 from onboard.replan.drawer import DrawerMotions, HandleMissed
 from onboard.replan.names import API_NAMES
 from onboard.replan.seeing import Eyes, Look
@@ -140,7 +139,7 @@ class RobotAPI:
         ``hand_zone``: robot.toml's ``[hand_zone]``."""
         self.arm = arm
         self.motions = Motions(arm, speed)
-        self.eyes = Eyes(camera, detector, hand_eye, now, self._tool, hand_zone)
+        self.eyes = Eyes(camera, detector, hand_eye, now, lambda: Hand.of(arm), hand_zone)
         self.resolver = ObjectResolver(embedder)
         self.pause = pause
         self.now = now
@@ -309,14 +308,6 @@ class RobotAPI:
         self.pause(seconds)
 
     @_api
-    def _tool(self) -> Pose | None:
-        """Where the tool is (for the eyes: what is on the hand), or None when the arm
-        cannot say."""
-        try:
-            return self.arm.state().pose
-        except (ArmError, DriverError, OSError):
-            return None
-
     def holding(self) -> str | None:
         """The name of what the gripper holds, by the robot's own account, or None."""
         return self.motions.holding

@@ -3,8 +3,8 @@
 One :meth:`Eyes.look` reads a new frame, detects, locates (the scene observer with the
 hand-eye transform), names the objects stably (:class:`~onboard.replan.tracking.Tracker`) and
 measures what the motions need from the depth: each object's top, and where the drawers'
-handles are. Only the camera, the detector and the hand-eye calibration are read, and the
-tool's pose: a box the depth puts on the robot's hand is no object and no handle
+handles are. Only the camera, the detector and the hand-eye calibration are read, and where
+the robot's hand is: a box the depth puts on the robot's hand is no object and no handle
 (runtime/perception/self_filter.py).
 """
 
@@ -17,7 +17,6 @@ import numpy as np
 import numpy.typing as npt
 
 from onboard.base.errors import CameraError
-from onboard.drivers.arm.base import Pose
 from onboard.drivers.camera.base import Camera, Frame
 from onboard.perception.detector import Detection, Detector
 from onboard.perception.latest import LATEST
@@ -81,14 +80,14 @@ class Eyes:
         detector: Detector,
         hand_eye: HandEye,
         now: Callable[[], float],
-        tool: Callable[[], Pose | None] = lambda: None,
+        hand: Callable[[], Hand | None] = lambda: None,
         zone: HandZone | None = None,
     ) -> None:
         self.camera = camera
         self.detector = detector
         self.hand_eye = hand_eye
         self.now = now
-        self.tool = tool
+        self.hand = hand
         self.observer = SceneObserver(hand_eye, sides="base", zone=zone)
         self.tracker = Tracker()
         self.last: Look | None = None
@@ -98,8 +97,7 @@ class Eyes:
         time = self.now()
         detections, dim = self.detector.detect_faint(frame.color, FAINT)
         LATEST.offer(frame.color, detections)
-        pose = self.tool()
-        hand = None if pose is None else Hand.from_pose(pose)
+        hand = self.hand()
         parts = [d for d in detections if d.label in PARTS]
         scene = self.observer.observe(
             [d for d in detections if d.label not in PARTS], frame, hand=hand
@@ -157,7 +155,7 @@ class Eyes:
             seen = locate(detection.box, frame.depth, frame.intrinsics)
         except CameraError:
             return None
-        if hand is not None and self.observer.zone.holds(hand, self.hand_eye.apply(seen.point)):
+        if self.observer.on_hand(seen, hand):
             return None
         return _point(self.hand_eye.apply(seen.behind(HANDLE_DEPTH)))
 
