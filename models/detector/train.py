@@ -434,7 +434,7 @@ def train(args: argparse.Namespace) -> None:
             f" {len(base.val.images)} val images mixed in"
         )
     classes = list(dataset.CLASSES)
-    model = TinyDet(len(classes), (args.size, args.size))
+    model = TinyDet(len(classes), (args.size, args.size), args.widths)
     params = sum(p.numel() for p in model.parameters())
     print(f"model: {params:,} parameters; {len(classes)} classes")
     if args.init:
@@ -611,6 +611,16 @@ def _share(text: str) -> float:
     return share
 
 
+def _widths(text: str) -> tuple[int, ...]:
+    try:
+        widths = tuple(int(w) for w in text.split(","))
+    except ValueError:
+        widths = ()
+    if len(widths) != 5 or any(w < 2 or w % 2 for w in widths):
+        raise argparse.ArgumentTypeError(f"{text} is not five even channel counts (12,24,40,64,96)")
+    return widths
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=16)
@@ -619,6 +629,14 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=416)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--widths",
+        type=_widths,
+        default=WIDTHS,
+        metavar="W1,...,W5",
+        help="the channels at strides 2, 4, 8, 16 and 32 (default %(default)s; the speed goal,"
+        " 60 fps end to end at 320x240 on one thread, bounds them); --init's must match",
+    )
     parser.add_argument("--data", type=float, default=1.0, help="scale the data set sizes")
     parser.add_argument("--no-cache", action="store_true", help="render the data set again")
     parser.add_argument(
