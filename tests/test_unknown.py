@@ -8,6 +8,7 @@ the look is taken again, and the goal check says it could not verify, never done
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -93,6 +94,25 @@ class FaintBanana(Detector):
         assert banana, found  # the premise: the model sees the banana
         faint = [Detection(d.label, (FAINT + self.conf) / 2, d.box) for d in banana]
         return [d for d in found if d.label != "banana"], [*dim, *faint]
+
+
+class DuckUnseen(Detector):
+    """A stand-in for a model that does not see the duck once it is in the box (the shipped
+    model reads it as a yellow block, CARD.md): the real model's boxes, after :meth:`hide`
+    without the duck's."""
+
+    hidden = False
+
+    def hide(self) -> None:
+        self.hidden = True
+
+    def detect_faint(
+        self, image: npt.NDArray[np.uint8], floor: float
+    ) -> tuple[list[Detection], list[Detection]]:
+        found, dim = super().detect_faint(image, floor)
+        if not self.hidden:
+            return found, dim
+        return [d for d in found if d.label != "duck"], [d for d in dim if d.label != "duck"]
 
 
 class _Changed(RobotWorld):
@@ -221,18 +241,24 @@ def test_a_lost_object_is_looked_for_again_from_the_home_pose(
         assert api.eyes.last.frame.index == before + 2
 
 
+#: where the duck sits in the toys scene's box
+DUCK_IN_THE_BOX = (0.48, 0.32, 0.04)
+
+
 def test_tidys_goal_check_says_it_could_not_see_a_duck_in_the_box(
     robot: RobotConfig, embedder: Embedder, shipped: Detector
 ) -> None:
     """The manipulation skill's goal check on the same case: read while the duck is on the
-    table, checked after it went into the box: not verified because it could not see, after a
-    second look (the frame read twice), and never "the duck on the blue block" missing."""
+    table, checked after it went into the box, where the model (a stand-in: ``DuckUnseen``)
+    does not see it: not verified because it could not see, after a second look (the frame
+    read twice), and never "the duck on the blue block" missing."""
     tidy = load_robot_skill(robot, "tidy")
     assert robot.hand_eye is not None
+    model = DuckUnseen(shipped.path, shipped.classes)
     with scene_hardware(robot.with_arm_scene("toys")) as found:
         assert found.camera is not None and found.twin is not None
         observer = SceneObserver(HandEye.from_config(robot.hand_eye), sides="base")
-        perception = ScenePerception(found.camera, shipped, observer, lambda: 0.0)
+        perception = ScenePerception(found.camera, model, observer, lambda: 0.0)
         goal = SceneGoal(tidy, "put the duck on the blue block", ObjectResolver(embedder),
                          known=shipped.classes)  # fmt: skip
         first = perception.look()
@@ -243,8 +269,9 @@ def test_tidys_goal_check_says_it_could_not_see_a_duck_in_the_box(
         assert check.check([Step(tidy.end)], first).feedback.startswith(
             "goal not verified: the duck"
         )
-        found.twin.set_object_pose("duck", (0.48, 0.32, 0.04))
+        found.twin.set_object_pose("duck", DUCK_IN_THE_BOX)
         found.twin.settle()
+        model.hide()
         again = perception.look()
     verdict = check.check([Step(tidy.end)], again)
     assert not verdict.ok and verdict.final
@@ -253,3 +280,25 @@ def test_tidys_goal_check_says_it_could_not_see_a_duck_in_the_box(
         " of what is in the box (looked at twice)"
     )
     assert again.frame == first.frame + 2  # the box is in view: every look is taken twice
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit (CARD.md): the shipped model reads the duck in the box as a yellow"
+    " block; a wider candidate (94ff1fa7) sees a duck there",
+)
+def test_the_shipped_model_sees_the_duck_in_the_box_as_a_duck(
+    robot: RobotConfig, shipped: Detector
+) -> None:
+    """Issue 30's goal, for the real model: with the duck put in the box, the look names a
+    duck where it lies (within 5 cm), not a yellow block."""
+    assert robot.hand_eye is not None
+    with scene_hardware(robot.with_arm_scene("toys")) as found:
+        assert found.camera is not None and found.twin is not None
+        observer = SceneObserver(HandEye.from_config(robot.hand_eye), sides="base")
+        perception = ScenePerception(found.camera, shipped, observer, lambda: 0.0)
+        found.twin.set_object_pose("duck", DUCK_IN_THE_BOX)
+        found.twin.settle()
+        truth, _ = found.twin.object_pose("duck")
+        seen = perception.look().scene.named("duck")
+    assert any(math.dist(duck.position, truth) < 0.05 for duck in seen), seen
