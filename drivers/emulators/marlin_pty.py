@@ -17,6 +17,8 @@ below names the source it follows; paths are in that repository):
   (Marlin/src/gcode/queue.cpp ``GCodeQueue::get_serial_commands``, ``gcode_line_error``,
   ``flush_and_request_resend``). A line error empties the serial buffer (the lines sent after
   the bad one are lost too).
+  Within :meth:`busy` nothing is read (a test's board that takes no line, so the host's
+  window fills in full).
 - **The first move.** A move planned into an empty planner waits (``delay_before_delivering``,
   BLOCK_DELAY_FOR_1ST_MOVE: 100 ms in ``Planner::get_current_block``) until three moves are
   planned or the delay is over. Here the delay ends at the host's next line, or when the
@@ -58,6 +60,7 @@ Faults for tests (from :class:`PtyController`): :meth:`inject_garbage`, :meth:`f
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import logging
@@ -70,7 +73,7 @@ import threading
 import time
 import tty
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from onboard.drivers.arm.base import Arm, Pose
@@ -501,6 +504,8 @@ class MarlinEmulator(PtyController):
         self._ep_kill = False
         self._ep_quickstop = False
         self._reset_pending = False
+        self._reading = threading.Event()  # cleared: busy, the serial buffer is not read
+        self._reading.set()
         self._watch: int | None = None
         # -- firmware state (serve thread) --
         self._ring: deque[str] = deque()
@@ -623,6 +628,18 @@ class MarlinEmulator(PtyController):
             thread.start()
             self._threads.append(thread)
         return self
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """Within: the board takes no line from its serial buffer, as one busy in a long
+        blocking command; what arrives is received (and counted) but not answered."""
+        self._reading.clear()
+        try:
+            yield
+        finally:
+            self._reading.set()
+            with self._rx_cond:
+                self._rx_cond.notify_all()
 
     def reset(self) -> None:
         """Press the reset button: the board reboots (and prints its banner)."""
@@ -1028,7 +1045,7 @@ class MarlinEmulator(PtyController):
             with self._rx_cond:
                 if self._reset_pending:
                     raise _Reboot
-                if not self._rx or self._muted:
+                if not self._rx or self._muted or not self._reading.is_set():
                     return
                 line = self._rx.popleft()
                 self._rx_bytes -= len(line) + 1
