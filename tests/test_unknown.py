@@ -54,9 +54,9 @@ def shipped() -> Detector:
 
 class MergedTower(Detector):
     """A stand-in for a model that cannot part a tower squared to the camera (the shipped
-    models before 94ff1fa7, CARD.md "Towers": only the lower blocks' front faces show, and the
-    red and the yellow block's boxes each cover both): the real model's boxes, the red and the
-    yellow block's widened to their union."""
+    model, CARD.md "Towers": only the lower blocks' front faces show, and the red and the
+    yellow block's boxes each cover both; the wider candidate 94ff1fa7 parts it): the real
+    model's boxes, the red and the yellow block's widened to their union."""
 
     def detect_faint(
         self, image: npt.NDArray[np.uint8], floor: float
