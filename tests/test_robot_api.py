@@ -8,9 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
 import pytest
+from standin_detectors import AlteredDetector, Found
 
 from onboard.base.errors import ArmError
 from onboard.config import RobotConfig
@@ -294,7 +293,7 @@ def test_a_pull_whose_hand_comes_away_without_the_handle_is_a_miss(
         assert twin.drawer_opening("drawer") < 0.01
 
 
-class SecondHandle(Detector):
+class SecondHandle(AlteredDetector):
     """A stand-in for a model that boxes the drawer's front above its handle as a second
     handle (as candidate 7093d6fa did, 16 mm above the bar): the shipped model's boxes, and a
     copy of its handle box centred on pixel ``at``."""
@@ -303,10 +302,7 @@ class SecondHandle(Detector):
         super().__init__(shipped.path, shipped.classes)
         self.at = at
 
-    def detect_faint(
-        self, image: npt.NDArray[np.uint8], floor: float
-    ) -> tuple[list[Detection], list[Detection]]:
-        found, dim = super().detect_faint(image, floor)
+    def alter(self, found: Found, dim: Found) -> tuple[Found, Found]:
         handle = next(d for d in found if d.label == "handle")
         x1, y1, x2, y2 = handle.box
         u, v = self.at

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
-import numpy.typing as npt
 import pytest
+from standin_detectors import AlteredDetector, Found
 
 from onboard.config import RobotConfig
 from onboard.drivers.arm.base import Pose
@@ -23,7 +23,7 @@ from onboard.drivers.twin import SCENES, Twin, load_scene
 from onboard.evaluation.code_trials import code_world
 from onboard.evaluation.tidy_eval import detector
 from onboard.grounding.embedder import Embedder
-from onboard.perception.detector import Detection, Detector
+from onboard.perception.detector import Detection
 from onboard.perception.pose import HandEye, project
 from onboard.perception.scene_observer import SceneObserver, SceneState
 from onboard.perception.self_filter import Hand, HandZone
@@ -121,7 +121,7 @@ def test_the_robot_toml_section_sets_the_zone(robot: RobotConfig) -> None:
     assert RobotConfig.model_validate(data).hand_zone.radius == 0.05
 
 
-class HandAsPlate(Detector):
+class HandAsPlate(AlteredDetector):
     """A stand-in for a model that takes the hand for a plate when the arm is out over the
     table (as the shipped models did: bench/arm_phantoms.py): the shipped model's boxes, and
     a plate box on the palm unless the tool is at its home position ``home``."""
@@ -131,10 +131,7 @@ class HandAsPlate(Detector):
         super().__init__(shipped.path, shipped.classes)
         self.twin, self.hand_eye, self.home = twin, hand_eye, home
 
-    def detect_faint(
-        self, image: npt.NDArray[np.uint8], floor: float
-    ) -> tuple[list[Detection], list[Detection]]:
-        found, dim = super().detect_faint(image, floor)
+    def alter(self, found: Found, dim: Found) -> tuple[Found, Found]:
         pose = self.twin.ee_pose()
         if math.dist(pose.position(), self.home.position()) < 0.05:
             return found, dim

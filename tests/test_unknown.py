@@ -12,10 +12,9 @@ import math
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import pytest
 from scripted_bots import ScriptedBots, proposal
+from standin_detectors import AlteredDetector, Found
 from test_replan_loop import MATCH
 
 from onboard.catalog import load_robot_skill
@@ -52,16 +51,13 @@ def shipped() -> Detector:
     return detector()
 
 
-class MergedTower(Detector):
+class MergedTower(AlteredDetector):
     """A stand-in for a model that cannot part a tower squared to the camera (the shipped
     model, CARD.md "Towers": only the lower blocks' front faces show, and the red and the
     yellow block's boxes each cover both; the wider candidate 94ff1fa7 parts it): the real
     model's boxes, the red and the yellow block's widened to their union."""
 
-    def detect_faint(
-        self, image: npt.NDArray[np.uint8], floor: float
-    ) -> tuple[list[Detection], list[Detection]]:
-        found, dim = super().detect_faint(image, floor)
+    def alter(self, found: Found, dim: Found) -> tuple[Found, Found]:
         merged = [d for d in found if d.label in ("red_block", "yellow_block")]
         assert len(merged) == 2, found  # the premise: the model sees both blocks
         union = (
@@ -73,7 +69,7 @@ class MergedTower(Detector):
         return [Detection(d.label, d.score, union) if d in merged else d for d in found], dim
 
 
-class FaintBanana(Detector):
+class FaintBanana(AlteredDetector):
     """A stand-in for a model that sees the banana only faintly once it has faded (as a
     banana browned towards the table's colour: bench/faint_band.py's band): the real model's
     boxes, after :meth:`fade` the banana's scored in the middle of the band from ``FAINT`` to
@@ -84,10 +80,7 @@ class FaintBanana(Detector):
     def fade(self, twin: Twin) -> None:
         self.faded = True
 
-    def detect_faint(
-        self, image: npt.NDArray[np.uint8], floor: float
-    ) -> tuple[list[Detection], list[Detection]]:
-        found, dim = super().detect_faint(image, floor)
+    def alter(self, found: Found, dim: Found) -> tuple[Found, Found]:
         if not self.faded:
             return found, dim
         banana = [d for d in found if d.label == "banana"]
@@ -96,7 +89,7 @@ class FaintBanana(Detector):
         return [d for d in found if d.label != "banana"], [*dim, *faint]
 
 
-class DuckUnseen(Detector):
+class DuckUnseen(AlteredDetector):
     """A stand-in for a model that does not see the duck once it is in the box (the shipped
     model reads it as a yellow block, CARD.md): the real model's boxes, after :meth:`hide`
     without the duck's."""
@@ -106,10 +99,7 @@ class DuckUnseen(Detector):
     def hide(self) -> None:
         self.hidden = True
 
-    def detect_faint(
-        self, image: npt.NDArray[np.uint8], floor: float
-    ) -> tuple[list[Detection], list[Detection]]:
-        found, dim = super().detect_faint(image, floor)
+    def alter(self, found: Found, dim: Found) -> tuple[Found, Found]:
         if not self.hidden:
             return found, dim
         return [d for d in found if d.label != "duck"], [d for d in dim if d.label != "duck"]
