@@ -235,7 +235,7 @@ class RobotAPI:
         look = self._seeing(container)
         seen = look.objects[container]
         if seen.label == "drawer":
-            handle = self._handle_of(seen, look)
+            handle = self._handles_of(seen, look)[0]  # the nearest
             x, y = self.drawers.inside(handle, self.drawers.centre(seen, look), INTO_DRAWER)
             self._put(x, y, handle[2])
         else:
@@ -502,9 +502,6 @@ class RobotAPI:
                 self.pause(wait)
 
         self.motions.pick(name, at, rise, approach, before_close=when_it_passes)
-
-    def _handle_of(self, drawer: Seen, look: Look) -> tuple[float, float, float]:
-        return self._handles_of(drawer, look)[0]
 
     def _handles_of(self, drawer: Seen, look: Look) -> list[tuple[float, float, float]]:
         """The handles seen near ``drawer``, nearest first."""
