@@ -347,6 +347,54 @@ def _check_duck(poses: dict[str, Pose], specs: dict[str, object], camera: np.nda
     assert 0.0 < duck[2] - box[2] < 0.1  # on its floor, below its rim
 
 
+def test_opt_in_states_are_drawn_only_when_named_and_laid_out_as_they_say() -> None:
+    """dataset.OPT_IN_STATES (train.py --states lookalikes=W, open_drawer=W): never in TRAIN's
+    default draws; named, a yellow block stands beside a lemon (and a red block beside an
+    apple), and the drawer is open half its travel or more, the blocks on its floor."""
+    from onboard.drivers.twin import SCENES, Twin, load_scene
+
+    view = load_scene(SCENES / "tabletop.toml")
+    every = dataclasses.replace(dataset.TRAIN, scenes=1.0)
+    default = {
+        dataset.random_layout(np.random.default_rng(k), view, every).composition for k in range(80)
+    }
+    assert default == set(dataset.TASK_STATES)
+    named = dataclasses.replace(every, states=tuple((s, 1.0) for s in dataset.OPT_IN_STATES))
+    drawn = {
+        dataset.random_layout(np.random.default_rng(k), view, named).composition for k in range(80)
+    }
+    assert drawn == set(dataset.TASK_STATES) | set(dataset.OPT_IN_STATES)
+    for k in range(3):
+        rng = np.random.default_rng([7, k])
+        layout = dataset.random_layout(rng, view, dataset.TRAIN, "lookalikes")
+        with Twin(layout.scene) as twin:
+            dataset.Placer(twin, layout, rng)()
+            on_table = {
+                n: twin.object_pose(n)[0] for n in layout.classes if twin.object_pose(n)[0][0] < 2
+            }
+            for block, fruit in (("yellow_block", "lemon"), ("red_block", "apple")):
+                blocks = [p for n, p in on_table.items() if layout.classes[n] == block]
+                fruits = [p for n, p in on_table.items() if layout.classes[n] == fruit]
+                for p in blocks[: len(fruits)]:  # paired in order; the nearest within 12 cm
+                    assert min(math.dist(p[:2], q[:2]) for q in fruits) < 0.12
+            assert any(layout.classes[n] == "lemon" for n in on_table)
+        layout = dataset.random_layout(rng, view, dataset.TRAIN, "open_drawer")
+        with Twin(layout.scene) as twin:
+            dataset.Placer(twin, layout, rng)()
+            (drawer,) = (n for n, c in layout.classes.items() if c == "drawer")
+            depth = next(o.extent for o in layout.scene.objects if o.name == drawer)[0]
+            assert twin.drawer_opening(drawer) >= 0.5 * 0.8 * (depth - dataset.WALL) - 1e-3
+            centre = twin.object_pose(drawer)[0]
+            for name, c in layout.classes.items():
+                position = twin.object_pose(name)[0]
+                if (
+                    c in dataset.BLOCKS
+                    and position[0] < 2
+                    and math.dist(position[:2], centre[:2]) < 0.3
+                ):
+                    assert position[2] < centre[2] + 0.05  # in it or beside it, never on its top
+
+
 def test_average_takes_the_weighted_mean_of_one_graphs_weights(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -95,6 +95,12 @@ COMPOSITIONS = {
 #: pair squared to the camera, at yaw 0 or any yaw, the other blocks on the table.
 #: Each is drawn with its weight: the pair, which the tidy skill's goals read, twice as often.
 TASK_STATES = {"queue": 1.0, "facing_tower": 1.0, "duck_box": 1.0, "block_pair": 2.0}
+#: Task states drawn only when ``train.py --states`` names them (so TRAIN's default renders,
+#: and the shipped model's recipe, stay as they were): lookalikes: yellow blocks beside
+#: lemons and red blocks beside apples, a lemon end-on to the camera half the time (under a
+#: tinted light only the shape tells them apart); open_drawer: task 6 under way, a drawer
+#: pulled half to fully open at any yaw, blocks in it, a lemon and a yellow block beside it.
+OPT_IN_STATES = {"lookalikes": 1.0, "open_drawer": 1.0}
 #: the blocks of task 4's belt_order, which the queue holds in any order
 QUEUE = ("red_block", "green_block", "blue_block")
 BLOCK_COLORS = {  # as the twin's scene files colour them
@@ -448,6 +454,23 @@ def _compose_duck_box(rng: np.random.Generator) -> list[str]:
     return ["box", "duck", "teddy", *_small(rng, int(rng.integers(1, 4)), (*BLOCKS, *FOOD))]
 
 
+def _compose_lookalikes(rng: np.random.Generator) -> list[str]:
+    """Objects of one hue side by side: yellow blocks and lemons, red blocks and apples."""
+    pairs = int(rng.integers(1, 3))
+    return [
+        *["yellow_block", "lemon"] * pairs,
+        *["red_block", "apple"] * int(rng.integers(0, 3 - pairs)),
+        *_small(rng, int(rng.integers(0, 3))),
+    ]
+
+
+def _compose_open_drawer(rng: np.random.Generator) -> list[str]:
+    """Task 6 under way: a drawer pulled far open, blocks in it, a lemon and a yellow block
+    beside it, and a few others."""
+    inside = _small(rng, int(rng.integers(0, 3)), BLOCKS)
+    return ["drawer", *inside, "lemon", "yellow_block", *_small(rng, int(rng.integers(0, 3)))]
+
+
 def _object(rng: np.random.Generator, name: str, label: str, composition: str) -> ObjectSpec:
     kind = "block" if label.endswith("_block") else label
     base = BLOCK_COLORS.get(label) or DEFAULT_COLORS[kind]
@@ -684,6 +707,40 @@ class Placer:
         if blocks and self.rng.random() < 0.3:
             self._drop_on(blocks[0], self._near_centre(box, 0.07))
 
+    def _lookalikes(self) -> None:
+        """Each yellow block with a lemon, each red block with an apple, a few centimetres
+        apart; a lemon (a capsule along its x) end-on to the camera half the time."""
+        pairs = zip(self._of("yellow_block", "red_block"), self._of("lemon", "apple"), strict=False)
+        for first, second in list(pairs):
+            spot = self._on_table(first)
+            if spot is None:
+                continue
+            radius = _footprint(self.specs[second])
+            for _ in range(12):  # a free spot beside it (else the scatter places it)
+                turn = self._yaw()
+                gap = _footprint(self.specs[first]) + radius + float(self.rng.uniform(0.0, 0.04))
+                x, y = spot[0] + gap * math.cos(turn), spot[1] + gap * math.sin(turn)
+                if all(math.hypot(x - px, y - py) > radius + pr for px, py, pr in self.placed):
+                    break
+            else:
+                continue
+            yaw = self._yaw()
+            if self.specs[second].kind == "lemon" and self.rng.random() < 0.5:
+                yaw = self._towards_camera(x, y) + math.radians(float(self.rng.uniform(-10, 10)))
+            self._put(second, (x, y, self.rest_z[second]), yaw, radius)
+
+    def _open_drawer(self) -> None:
+        """A drawer open half its travel or more, at any yaw, blocks on its floor."""
+        drawer = self._of("drawer")[0]
+        extent = self.specs[drawer].extent or (0.3, 0.3, 0.2)
+        travel = 0.8 * (extent[0] - WALL)
+        opening = float(self.rng.uniform(0.5 * travel, travel))
+        self.twin.put_drawer(drawer, opening)
+        if self._on_table(drawer) is None:
+            return
+        for name in self._of(*BLOCKS)[: int(self.rng.integers(0, 3))]:
+            self._into_drawer(name, drawer, opening)
+
     def _block_pair(self) -> None:
         """The tidy skill's stack: the first block on the table, the second on it, at yaw 0 (as
         the scene file's blocks are set), squared to the camera or any yaw, placed as an arm
@@ -843,6 +900,8 @@ _COMPOSERS = {
     "facing_tower": _compose_facing_tower,
     "duck_box": _compose_duck_box,
     "block_pair": _compose_block_pair,
+    "lookalikes": _compose_lookalikes,
+    "open_drawer": _compose_open_drawer,
 }
 
 

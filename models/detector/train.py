@@ -383,8 +383,10 @@ def class_options(pairs: list[str], flag: str) -> dict[int, float]:
 
 
 def state_weights(pairs: list[str]) -> tuple[tuple[str, float], ...]:
-    """``STATE=WEIGHT`` pairs of --states, checked against dataset.TASK_STATES."""
-    named = _named_numbers(pairs, "--states", list(dataset.TASK_STATES), "task state")
+    """``STATE=WEIGHT`` pairs of --states, checked against dataset.TASK_STATES and
+    dataset.OPT_IN_STATES."""
+    states = [*dataset.TASK_STATES, *dataset.OPT_IN_STATES]
+    named = _named_numbers(pairs, "--states", states, "task state")
     for name, weight in named.items():
         if weight < 0:
             raise SystemExit(f"train.py: error: --states {name}={weight:g}: a weight is 0 or more")
@@ -687,7 +689,8 @@ def main() -> None:
         default=[],
         metavar="STATE=W",
         help="draw the task state STATE with weight W instead of its dataset.TASK_STATES weight"
-        " (repeatable; e.g. queue=3 for more of belt_order's queues)",
+        " (repeatable; e.g. queue=3 for more of belt_order's queues); dataset.OPT_IN_STATES"
+        " (lookalikes, open_drawer) are drawn only when named here",
     )
     parser.add_argument(
         "--working-arm",
