@@ -100,7 +100,7 @@ TASK_STATES = {"queue": 1.0, "facing_tower": 1.0, "duck_box": 1.0, "block_pair":
 #: lemons and red blocks beside apples, a lemon end-on to the camera half the time (under a
 #: tinted light only the shape tells them apart); open_drawer: task 6 under way, a drawer
 #: pulled half to fully open at any yaw, blocks in it, a lemon and a yellow block beside it.
-OPT_IN_STATES = {"lookalikes": 1.0, "open_drawer": 1.0}
+OPT_IN_STATES = ("lookalikes", "open_drawer")
 #: the blocks of task 4's belt_order, which the queue holds in any order
 QUEUE = ("red_block", "green_block", "blue_block")
 BLOCK_COLORS = {  # as the twin's scene files colour them
@@ -732,8 +732,7 @@ class Placer:
     def _open_drawer(self) -> None:
         """A drawer open half its travel or more, at any yaw, blocks on its floor."""
         drawer = self._of("drawer")[0]
-        extent = self.specs[drawer].extent or (0.3, 0.3, 0.2)
-        travel = 0.8 * (extent[0] - WALL)
+        travel = self._travel(drawer)
         opening = float(self.rng.uniform(0.5 * travel, travel))
         self.twin.put_drawer(drawer, opening)
         if self._on_table(drawer) is None:
@@ -770,10 +769,14 @@ class Placer:
             if self._on_table(name) is None:
                 self.left.remove(name)
 
+    def _travel(self, drawer: str) -> float:
+        """The farthest a render opens ``drawer``: 80% of its depth inside the back wall."""
+        extent = self.specs[drawer].extent or (0.3, 0.3, 0.2)
+        return 0.8 * (extent[0] - WALL)
+
     def _open(self, drawer: str, closed: float) -> float:
         """Set the drawer closed (with probability ``closed``) or open some way; returns how far."""
-        extent = self.specs[drawer].extent or (0.3, 0.3, 0.2)
-        travel = 0.8 * (extent[0] - WALL)
+        travel = self._travel(drawer)
         opening = 0.0 if self.rng.random() < closed else float(self.rng.uniform(0.04, travel))
         self.twin.put_drawer(drawer, opening)
         return opening
