@@ -350,7 +350,8 @@ def _check_duck(poses: dict[str, Pose], specs: dict[str, object], camera: np.nda
 def test_opt_in_states_are_drawn_only_when_named_and_laid_out_as_they_say() -> None:
     """dataset.OPT_IN_STATES (train.py --states lookalikes=W, open_drawer=W): never in TRAIN's
     default draws; named, a yellow block stands beside a lemon (and a red block beside an
-    apple), and the drawer is open half its travel or more, the blocks on its floor."""
+    apple), every one on the table's spot area, and the drawer is open half its travel or
+    more, the blocks on its floor."""
     from onboard.drivers.twin import SCENES, Twin, load_scene
 
     view = load_scene(SCENES / "tabletop.toml")
@@ -364,6 +365,15 @@ def test_opt_in_states_are_drawn_only_when_named_and_laid_out_as_they_say() -> N
         dataset.random_layout(np.random.default_rng(k), view, named).composition for k in range(80)
     }
     assert drawn == set(dataset.TASK_STATES) | set(dataset.OPT_IN_STATES)
+    (x0, x1), y1 = dataset.SPOT_X, dataset.SPOT_Y
+    for k in range(8):  # a fruit put beside its block stays on the spot area, never past it
+        rng = np.random.default_rng([8, k])
+        layout = dataset.random_layout(rng, view, dataset.TRAIN, "lookalikes")
+        with Twin(layout.scene) as twin:
+            dataset.Placer(twin, layout, rng)()
+            for name in layout.classes:
+                x, y, _ = twin.object_pose(name)[0]
+                assert x > 2 or (x0 <= x <= x1 and abs(y) <= y1), (k, name, x, y)
     for k in range(3):
         rng = np.random.default_rng([7, k])
         layout = dataset.random_layout(rng, view, dataset.TRAIN, "lookalikes")

@@ -720,7 +720,7 @@ class Placer:
                 turn = self._yaw()
                 gap = _footprint(self.specs[first]) + radius + float(self.rng.uniform(0.0, 0.04))
                 x, y = spot[0] + gap * math.cos(turn), spot[1] + gap * math.sin(turn)
-                if all(math.hypot(x - px, y - py) > radius + pr for px, py, pr in self.placed):
+                if _is_free(x, y, radius, self.placed):
                     break
             else:
                 continue
@@ -874,16 +874,26 @@ class Placer:
                 tops.append(name)
 
 
+#: where objects are laid on the table (base frame, metres): x from, x to, and |y| up to
+SPOT_X, SPOT_Y = (0.22, 0.8), 0.42
+
+
 def _free_spot(
     rng: np.random.Generator, placed: list[tuple[float, float, float]], radius: float
 ) -> tuple[float, float] | None:
     for _ in range(40):
-        x, y = float(rng.uniform(0.22, 0.8)), float(rng.uniform(-0.42, 0.42))
-        if math.hypot(x, y) < 0.2 + radius:
-            continue  # the arm's base
-        if all(math.hypot(x - px, y - py) > radius + pr + 0.01 for px, py, pr in placed):
+        x, y = float(rng.uniform(*SPOT_X)), float(rng.uniform(-SPOT_Y, SPOT_Y))
+        if _is_free(x, y, radius, placed):
             return x, y
     return None
+
+
+def _is_free(x: float, y: float, radius: float, placed: list[tuple[float, float, float]]) -> bool:
+    """A circle of ``radius`` at (x, y) is on the spot area, clear of the arm's base, and 1 cm
+    clear of every placed one."""
+    if not (SPOT_X[0] <= x <= SPOT_X[1] and abs(y) <= SPOT_Y) or math.hypot(x, y) < 0.2 + radius:
+        return False
+    return all(math.hypot(x - px, y - py) > radius + pr + 0.01 for px, py, pr in placed)
 
 
 def _yaw_quat(yaw: float) -> tuple[float, float, float, float]:
