@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -29,9 +31,8 @@ from onboard.loop.recorder import Recorder
 from onboard.manip.goal import GoalCheck, SceneGoal
 from onboard.manip.perception import ScenePerception
 from onboard.manip.resolve import ObjectResolver
-from onboard.manip.session import scene_hardware
+from onboard.manip.session import hand_eye_of, scene_hardware
 from onboard.perception.detector import Detection, Detector
-from onboard.perception.pose import HandEye
 from onboard.perception.scene_observer import SceneObserver
 from onboard.perception.unknown import FAINT
 from onboard.replan.bots import open_bots
@@ -235,6 +236,17 @@ def test_a_lost_object_is_looked_for_again_from_the_home_pose(
 DUCK_IN_THE_BOX = (0.48, 0.32, 0.04)
 
 
+@contextmanager
+def looking_at_the_toys(
+    robot: RobotConfig, model: Detector
+) -> Iterator[tuple[Twin, ScenePerception]]:
+    """The toys scene on the twin, and its looks through ``model`` (robot.toml's hand-eye)."""
+    with scene_hardware(robot.with_arm_scene("toys")) as found:
+        assert found.camera is not None and found.twin is not None
+        observer = SceneObserver(hand_eye_of(robot), sides="base")
+        yield found.twin, ScenePerception(found.camera, model, observer, lambda: 0.0)
+
+
 def test_tidys_goal_check_says_it_could_not_see_a_duck_in_the_box(
     robot: RobotConfig, embedder: Embedder, shipped: Detector
 ) -> None:
@@ -243,12 +255,8 @@ def test_tidys_goal_check_says_it_could_not_see_a_duck_in_the_box(
     does not see it: not verified because it could not see, after a second look (the frame
     read twice), and never "the duck on the blue block" missing."""
     tidy = load_robot_skill(robot, "tidy")
-    assert robot.hand_eye is not None
     model = DuckUnseen(shipped.path, shipped.classes)
-    with scene_hardware(robot.with_arm_scene("toys")) as found:
-        assert found.camera is not None and found.twin is not None
-        observer = SceneObserver(HandEye.from_config(robot.hand_eye), sides="base")
-        perception = ScenePerception(found.camera, model, observer, lambda: 0.0)
+    with looking_at_the_toys(robot, model) as (twin, perception):
         goal = SceneGoal(tidy, "put the duck on the blue block", ObjectResolver(embedder),
                          known=shipped.classes)  # fmt: skip
         first = perception.look()
@@ -259,8 +267,8 @@ def test_tidys_goal_check_says_it_could_not_see_a_duck_in_the_box(
         assert check.check([Step(tidy.end)], first).feedback.startswith(
             "goal not verified: the duck"
         )
-        found.twin.set_object_pose("duck", DUCK_IN_THE_BOX)
-        found.twin.settle()
+        twin.set_object_pose("duck", DUCK_IN_THE_BOX)
+        twin.settle()
         model.hide()
         again = perception.look()
     verdict = check.check([Step(tidy.end)], again)
@@ -282,13 +290,9 @@ def test_the_shipped_model_sees_the_duck_in_the_box_as_a_duck(
 ) -> None:
     """Issue 30's goal, for the real model: with the duck put in the box, the look names a
     duck where it lies (within 5 cm), not a yellow block."""
-    assert robot.hand_eye is not None
-    with scene_hardware(robot.with_arm_scene("toys")) as found:
-        assert found.camera is not None and found.twin is not None
-        observer = SceneObserver(HandEye.from_config(robot.hand_eye), sides="base")
-        perception = ScenePerception(found.camera, shipped, observer, lambda: 0.0)
-        found.twin.set_object_pose("duck", DUCK_IN_THE_BOX)
-        found.twin.settle()
-        truth, _ = found.twin.object_pose("duck")
+    with looking_at_the_toys(robot, shipped) as (twin, perception):
+        twin.set_object_pose("duck", DUCK_IN_THE_BOX)
+        twin.settle()
+        truth, _ = twin.object_pose("duck")
         seen = perception.look().scene.named("duck")
     assert any(math.dist(duck.position, truth) < 0.05 for duck in seen), seen
