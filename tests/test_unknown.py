@@ -56,10 +56,14 @@ class MergedTower(AlteredDetector):
     """A stand-in for a model that cannot part a tower squared to the camera (the shipped
     model, CARD.md "Towers": only the lower blocks' front faces show, and the red and the
     yellow block's boxes each cover both; the wider candidate 94ff1fa7 parts it): the real
-    model's boxes, the red and the yellow block's widened to their union."""
+    model's boxes, its best red and best yellow block box widened to their union (a second,
+    weaker box of either colour dropped)."""
 
     def alter(self, found: Found, dim: Found) -> tuple[Found, Found]:
-        merged = [d for d in found if d.label in ("red_block", "yellow_block")]
+        colours = ("red_block", "yellow_block")
+        best = [max((d for d in found if d.label == c), key=lambda d: d.score, default=None)
+                for c in colours]  # fmt: skip
+        merged = [d for d in best if d is not None]
         assert len(merged) == 2, found  # the premise: the model sees both blocks
         union = (
             min(d.box[0] for d in merged),
@@ -67,7 +71,8 @@ class MergedTower(AlteredDetector):
             max(d.box[2] for d in merged),
             max(d.box[3] for d in merged),
         )
-        return [Detection(d.label, d.score, union) if d in merged else d for d in found], dim
+        kept = [d for d in found if d.label not in colours]
+        return [*kept, *(Detection(d.label, d.score, union) for d in merged)], dim
 
 
 class FaintBanana(AlteredDetector):
