@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from test_packaging import build_wheel
 
+from onboard.bundled import DETECTOR_DIR_ENV
 from onboard.cli.main import NO_ROBOT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +71,9 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     )).stdout.strip()  # fmt: skip
     dev = sysconfig.get_paths()["purelib"]
     Path(purelib, "dev-venv.pth").write_text(dev + "\n", encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # the wheel's own files are the subject: no detector folder named by the caller (gate.py)
+    unset = ("PYTHONPATH", "VIRTUAL_ENV", DETECTOR_DIR_ENV)
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env["PATH"] = os.pathsep.join([str(path / "bin"), env.get("PATH", "")])
     return Venv(path, Path(purelib), env)
 

@@ -27,11 +27,14 @@ from onboard.bundled import DETECTOR_DIR_ENV
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 #: the tests whose robots act on the detector's boxes: the skills that stack, queue, open the
-#: drawer and check their goal by looking, and the detector's own scene tests
+#: drawer and check their goal by looking, the dry run's perceived scenes (the tower), the
+#: baselines that take the tower apart, and the detector's own scene tests
 SKILL_TESTS = (
     "tests/test_tidy.py",
     "tests/test_robot_api.py",
     "tests/test_code_tasks.py",
+    "tests/test_dryrun.py",
+    "tests/test_baselines.py",
     "tests/test_unknown.py",
     "tests/test_detector.py",
     "tests/test_pose.py",
