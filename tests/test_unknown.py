@@ -71,8 +71,9 @@ class MergedTower(AlteredDetector):
             max(d.box[2] for d in merged),
             max(d.box[3] for d in merged),
         )
-        kept = [d for d in found if d.label not in colours]
-        return [*kept, *(Detection(d.label, d.score, union) for d in merged)], dim
+        tower = [Detection(d.label, d.score, union) if d in merged else d
+                 for d in found if d.label not in colours or d in merged]  # fmt: skip
+        return tower, dim  # best first, as the model's
 
 
 class FaintBanana(AlteredDetector):
