@@ -110,6 +110,18 @@ def test_repeated_labels_get_numbered_names() -> None:
     assert len(state.named("red block")) == 2
 
 
+def test_a_stacked_blocks_box_read_also_as_the_block_on_it_is_one_object() -> None:
+    """The wider detectors' second reading (runtime/perception/readings.py): the red block's
+    box scored also as yellow, weaker; the yellow block is seen on it, so it is one red block."""
+    detections, frame = scene(SCENE)
+    red = next(d for d in detections if d.label == "red block")
+    detections.append(Detection("yellow block", 0.4, red.box))
+    state = SceneObserver(CAMERA_TO_BASE).observe(detections, frame)
+    assert sorted(o.name for o in state.objects) == sorted(SCENE)
+    assert state.named("yellow block")[0].related("on") == ["red block"]
+    assert not [u for u in state.unknown if u.kind == "stack"]
+
+
 def test_no_depth_and_low_scores() -> None:
     detections, frame = scene({"red block": (0.60, 0.10, 0.025)})
     frame.depth[:, :] = np.where(frame.depth < 1.0, 0.0, frame.depth)  # the block has no depth

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
@@ -26,6 +26,7 @@ import numpy.typing as npt
 from onboard.base.errors import CameraError
 from onboard.drivers.camera.base import Frame
 from onboard.perception.pose import Box, HandEye, Located, locate
+from onboard.perception.readings import Reading, second_readings
 from onboard.perception.self_filter import Hand, HandZone
 from onboard.perception.unknown import Unknown, behind_hand, faint, inside, stacks
 from onboard.perception.view import view_problem
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from onboard.perception.detector import Detection
 
 __all__ = [
+    "CONTAINERS",
     "RELATIONS",
     "Relation",
     "RelationKind",
@@ -242,7 +244,9 @@ class SceneObserver:
         """Locate each detection; labels read as words ("red_block" becomes "red block").
         ``faint``: boxes the detector scored under its ``threshold`` (unknowns, never
         objects). ``hand``: where the robot's hand is (base frame; needs the hand-eye): a
-        box whose depth puts it on the hand (``zone``) is unknown, never an object."""
+        box whose depth puts it on the hand (``zone``) is unknown, never an object. A weaker
+        reading of a place another class holds, its own class seen more strongly elsewhere, is
+        dropped (runtime/perception/readings.py)."""
         kept = [d for d in detections if d.score >= self.min_score]
         located: list[tuple[Detection, Located]] = []
         unlocated: list[str] = []
@@ -257,12 +261,14 @@ class SceneObserver:
                 on_hand.append(_words(det.label))
                 continue
             located.append((det, seen))
-        names = _names([_words(d.label) for d, _ in located])
-        objects = [
-            self._object(name, d, seen) for name, (d, seen) in zip(names, located, strict=True)
-        ]
         based = self.hand_eye is not None
         up = np.array([0.0, 0.0, 1.0]) if based else np.array([0.0, -1.0, 0.0])
+        objects = [self._object(_words(d.label), d, seen) for d, seen in located]
+        readings = [Reading(o.label, o.score, o.position, o.size) for o in objects]
+        twice = second_readings(readings, up, CONTAINERS)
+        objects = [o for i, o in enumerate(objects) if i not in twice]
+        names = _names([o.label for o in objects])
+        objects = [replace(o, name=name) for o, name in zip(objects, names, strict=True)]
         frame_name: Literal["base", "camera"] = "base" if based else "camera"
         related = relate(objects, up, self.near, self.sides)
         unknown = self._unknown(related, faint, threshold, on_hand) if based else ()
@@ -287,9 +293,9 @@ class SceneObserver:
         labels = [o.label for o in objects]
         found = faint([(_words(d.label), d.score) for d in dim], labels, threshold)
         found += behind_hand(on_hand, labels)
-        loose = [(o.name, o.position, o.size) for o in objects if o.label not in _CONTAINERS]
+        loose = [(o.name, o.position, o.size) for o in objects if o.label not in CONTAINERS]
         found += stacks(loose, self.table, {o.name for o in objects if o.related("on")})
-        found += [inside(o.name) for o in objects if o.label in _CONTAINERS]
+        found += [inside(o.name) for o in objects if o.label in CONTAINERS]
         return found
 
     def _object(self, name: str, det: Detection, seen: Located) -> SeenObject:
@@ -302,7 +308,7 @@ class SceneObserver:
 
 
 #: the classes (as words) of containers the camera cannot see all of the inside of
-_CONTAINERS = frozenset({"box", "drawer"})
+CONTAINERS = frozenset({"box", "drawer"})
 
 
 def _words(label: str) -> str:
