@@ -13,7 +13,9 @@ seen where there is nothing of the kind, not a real object boxed badly; *found* 
 of the visible objects detected (IoU >= 0.5). Each model is measured twice: as it detects,
 and after the scene observer's hand check (runtime/perception/self_filter.py, robot.toml's
 default ``[hand_zone]``): a box whose depth puts it on the hand is unknown, not an object, so
-it is neither a phantom nor a found object. Prints a table and writes
+it is neither a phantom nor a found object. Then, as the observer goes on, after its rule of
+one place, one object (runtime/perception/readings.py): a weaker box the depth puts at a
+stronger one's place is dropped when it is a second reading of it. Prints a table and writes
 bench/results/arm_phantoms.json.
 """
 
@@ -40,6 +42,8 @@ from onboard.base.digest import file_sha256
 from onboard.drivers.twin import SCENES, Twin, load_scene
 from onboard.perception.detector import Detection, Detector, box_iou
 from onboard.perception.pose import locate
+from onboard.perception.readings import Reading, second_readings
+from onboard.perception.scene_observer import CONTAINERS
 from onboard.perception.self_filter import Hand, HandZone
 
 SCENE_FILES = ("blocks", "tower", "tabletop", "fruit", "toys")
@@ -65,6 +69,10 @@ def classes_of(scene: Any) -> dict[str, str]:
 
 #: IoU under which a detection overlaps no object of its class
 APART = 0.1
+#: as the detector gives them, after the hand check, after the second readings too
+WAYS = ("raw", "checked", "observed")
+AFTER = {"raw": "no", "checked": "hand", "observed": "hand, readings"}
+UP = np.array([0.0, 0.0, 1.0])
 
 
 def score(
@@ -88,6 +96,7 @@ class Shot:
     truth: list[tuple[str, Any]]  # (class, box) of the visible objects
     hidden: list[tuple[str, Any]]  # of the mostly hidden ones
     on_hand: Callable[[Detection], bool]  # whether the depth puts a box on the hand
+    reading: Callable[[Detection], Reading]  # the box as the observer locates it (base frame)
 
 
 def on_hand_of(twin: Twin, depth: Any) -> Callable[[Detection], bool]:
@@ -102,6 +111,21 @@ def on_hand_of(twin: Twin, depth: Any) -> Callable[[Detection], bool]:
         return zone.holds(hand, np.array(twin.to_base(tuple(float(v) for v in world))))
 
     return check
+
+
+def reading_of(twin: Twin, depth: Any) -> Callable[[Detection], Reading]:
+    """The box located as the scene observer locates it: its surface point pushed back by
+    half its width, in the arm's base frame."""
+    intrinsics, camera = twin.intrinsics(), twin.camera_pose()
+
+    def read(detection: Detection) -> Reading:
+        seen = locate(detection.box, depth, intrinsics)
+        world = camera[:3, :3] @ seen.behind(seen.size[0] / 2) + camera[:3, 3]
+        base = np.array(twin.to_base(tuple(float(v) for v in world)))
+        words = detection.label.replace("_", " ")
+        return Reading(words, detection.score, base, seen.size[0])
+
+    return read
 
 
 def renders() -> list[Shot]:
@@ -123,21 +147,25 @@ def renders() -> list[Shot]:
                 twin.reset_joints(joints)
                 rgb, depth, seg = twin.render(links=True)
                 truth, hidden = dataset.label(twin, seg, classes, 320 / scene.camera.width)
-                out.append(Shot(name, pose, rgb, truth, hidden, on_hand_of(twin, depth)))
+                checks = on_hand_of(twin, depth), reading_of(twin, depth)
+                out.append(Shot(name, pose, rgb, truth, hidden, *checks))
     return out
 
 
 def measure(model: Path, shots: list[Shot]) -> dict[str, Any]:
-    """The model's tallies as it detects (``raw``) and after the hand check (``checked``)."""
+    """The model's tallies as it detects (``raw``), after the hand check (``checked``) and
+    after the observer's second readings too (``observed``)."""
     detector = Detector(model, ROOT / "models" / "detector" / "classes.json")
     tallies: dict[str, dict[str, Counter[str]]] = {
-        way: {"home": Counter(), "over the table": Counter()} for way in ("raw", "checked")
+        way: {"home": Counter(), "over the table": Counter()} for way in WAYS
     }
-    kinds: dict[str, Counter[str]] = {"raw": Counter(), "checked": Counter()}
+    kinds: dict[str, Counter[str]] = {way: Counter() for way in WAYS}
     for shot in shots:
         found = detector.detect(shot.image)
         kept = [d for d in found if not shot.on_hand(d)]
-        for way, boxes in (("raw", found), ("checked", kept)):
+        twice = second_readings([shot.reading(d) for d in kept], UP, CONTAINERS)
+        observed = [d for i, d in enumerate(kept) if i not in twice]
+        for way, boxes in zip(WAYS, (found, kept, observed), strict=True):
             phantoms, hit = score(boxes, shot.truth, shot.hidden)
             tally = tallies[way]["home" if shot.pose == "home" else "over the table"]
             tally["renders"] += 1
@@ -146,7 +174,8 @@ def measure(model: Path, shots: list[Shot]) -> dict[str, Any]:
             tally["phantoms"] += len(phantoms)
             tally["with a phantom"] += bool(phantoms)
             tally["confident phantoms"] += sum(d.score >= 0.5 for d in phantoms)
-            tally["on the hand"] += len(found) - len(boxes)
+            tally["on the hand"] += len(found) - len(kept) if way != "raw" else 0
+            tally["second readings"] += len(kept) - len(boxes) if way == "observed" else 0
             if shot.pose != "home":
                 kinds[way].update(d.label for d in phantoms)
     return {
@@ -164,21 +193,22 @@ def main() -> None:
     shots = renders()
     rows = [measure(m, shots) for m in [SHIPPED, *args.model]]
     table = Table(title="the arm over the table: detections that are no object (threshold 0.25)")
-    for column in ("model", "hand check", "arm", "renders", "phantoms", "renders with one",
-                   "of them >= 0.5", "objects found", "unknown: on the hand"):  # fmt: skip
+    for column in ("model", "checks", "arm", "renders", "phantoms", "renders with one",
+                   "of them >= 0.5", "objects found", "unknown: on the hand",
+                   "second readings"):  # fmt: skip
         table.add_column(column)
     for row in rows:
         name = "shipped" if Path(row["model"]) == SHIPPED else Path(row["model"]).name
-        for way, arm in itertools.product(("raw", "checked"), ("home", "over the table")):
+        for way, arm in itertools.product(WAYS, ("home", "over the table")):
             t = row[way][arm]
-            table.add_row(f"{name} ({row['sha256'][:8]})", "no" if way == "raw" else "yes", arm,
+            table.add_row(f"{name} ({row['sha256'][:8]})", AFTER[way], arm,
                           str(t["renders"]), str(t["phantoms"]), str(t["with a phantom"]),
                           str(t["confident phantoms"]),
                           f"{t['found'] / max(t['objects'], 1):.1%} of {t['objects']}",
-                          str(t["on the hand"]))  # fmt: skip
+                          str(t["on the hand"]), str(t["second readings"]))  # fmt: skip
     Console(width=140).print(table)
     for row in rows:
-        for way in ("raw", "checked"):
+        for way in WAYS:
             kinds = ", ".join(f"{k} {n}" for k, n in row["phantom classes"][way].items()) or "none"
             print(f"{row['sha256'][:8]} ({way}): phantoms with the arm over the table: {kinds}")
     path = write_results("arm_phantoms", {"environment": environment(), "points": POINTS,
