@@ -436,6 +436,21 @@ def test_a_track_not_seen_in_the_last_look_does_not_take_the_name_of_one_that_wa
     assert tracker.names(["blue block"] * 2, [seen_at, far]) == ["blue block", "blue block 2"]
 
 
+def test_a_block_on_the_belt_keeps_its_name_beside_a_weak_box_just_behind_it() -> None:
+    # measured with a wider candidate detector on belt_order: the red block carried at 3 cm/s,
+    # then a weak red box 2.6 cm behind it, nearer the block's last position than the block
+    tracker = Tracker()
+    for time, x in ((0.8, 0.424), (1.0, 0.43)):
+        tracker.update([Seen("red block", "red block", (x, 0.0, 0.025), 0.04, 0.045, time)])
+    block, weak = (0.444, 0.0, 0.025), (0.418, 0.0, 0.025)
+    assert tracker.names(["red block"] * 2, [weak, block]) == ["red block", "red block 2"]
+    assert tracker.names(["red block"] * 2, [weak, block], 1.2) == ["red block 2", "red block"]
+    # carried on for half a second at most: a block that stopped is met where it stopped
+    assert tracker.expected(tracker.tracks["red block"], 9.0)[0] == pytest.approx(0.445)
+    tracker.moved("red block", (0.3, 0.2, 0.025), 0.045, 1.5)
+    assert tracker.expected(tracker.tracks["red block"], 2.0) == (0.3, 0.2, 0.025)
+
+
 def test_the_hand_turns_to_come_down_into_an_open_drawer_under_its_cabinet(
     robot: RobotConfig, embedder: Embedder
 ) -> None:

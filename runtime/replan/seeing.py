@@ -104,7 +104,7 @@ class Eyes:
         )
         labels = [o.label for o in scene.objects]
         positions = [_point(o.position) for o in scene.objects]
-        names = self.tracker.names(labels, positions)
+        names = self.tracker.names(labels, positions, time)
         by_observer = dict(zip((o.name for o in scene.objects), names, strict=True))
         seen = [
             Seen(name, o.label, _point(o.position), o.size, self._top(o.box, frame), time)
