@@ -445,13 +445,6 @@ def test_shipped_card_matches_the_model(shipped: Detector) -> None:
     assert shipped.input_shape == (416, 416)
 
 
-FACE_ON_TOWER = pytest.mark.xfail(
-    strict=True,
-    reason="known limit (CARD.md): in a tower squared to the camera only the lower blocks'"
-    " front faces show, and their boxes merge (the base model: IoU 0.43 red, 0.44-0.47 yellow)",
-)
-
-
 @pytest.mark.parametrize(
     "scene",
     [
@@ -461,7 +454,7 @@ FACE_ON_TOWER = pytest.mark.xfail(
         "blocks",
         "drawer",
         "conveyor",
-        pytest.param("tower", marks=FACE_ON_TOWER),
+        "tower",
         "closed-drawer",
     ],
 )
