@@ -38,8 +38,8 @@ __all__ = [
 ]
 
 #: a detection scored from this up to the detector's threshold says its class may be there
-#: (with the shipped model, on the hard set about one such box in seventeen is an object the
-#: threshold misses; from 0.10 to 0.15 one in twenty-two: bench/faint_band.py)
+#: (with the shipped model, on the hard set about one such box in twelve is an object the
+#: threshold misses; from 0.10 to 0.15 one in twenty-five: bench/faint_band.py)
 FAINT = 0.15
 #: two objects whose centres are closer than this many of the smaller one's widths across
 #: and in height are seen at one place: one of them is not where it is said to be
