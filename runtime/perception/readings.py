@@ -58,8 +58,9 @@ def one_place(a: Reading, b: Reading, up: Vec) -> bool:
 def second_readings(
     readings: Sequence[Reading], up: Vec, containers: Collection[str] = ()
 ) -> set[int]:
-    """The indices of ``readings`` that are second readings of a place a stronger reading of
-    another class holds. ``up``: the unit vector up in the readings' frame."""
+    """The indices of ``readings`` that are second readings of a place a stronger reading
+    holds (of their class, or of another while theirs is accounted for). ``up``: the unit
+    vector up in the readings' frame; ``containers``: labels never either side."""
     found = set()
     for i, weak in enumerate(readings):
         if weak.label in containers:

@@ -244,9 +244,8 @@ class SceneObserver:
         """Locate each detection; labels read as words ("red_block" becomes "red block").
         ``faint``: boxes the detector scored under its ``threshold`` (unknowns, never
         objects). ``hand``: where the robot's hand is (base frame; needs the hand-eye): a
-        box whose depth puts it on the hand (``zone``) is unknown, never an object. A weaker
-        reading of a place another class holds, its own class seen more strongly elsewhere, is
-        dropped (runtime/perception/readings.py)."""
+        box whose depth puts it on the hand (``zone``) is unknown, never an object. A second
+        reading of a place a stronger one holds is dropped (runtime/perception/readings.py)."""
         kept = [d for d in detections if d.score >= self.min_score]
         located: list[tuple[Detection, Located]] = []
         unlocated: list[str] = []
