@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from onboard.perception.unknown import SAME_PLACE
+from onboard.perception.unknown import one_place as at_one_place
 
 __all__ = ["Reading", "accounted", "clear", "one_place", "second_readings"]
 
@@ -47,12 +47,8 @@ class Reading:
 
 
 def one_place(a: Reading, b: Reading, up: Vec) -> bool:
-    """Whether ``a`` and ``b`` are seen at one place: closer than :data:`SAME_PLACE` of the
-    smaller one's width across and along ``up``."""
-    apart = a.position - b.position
-    along = float(apart @ up)
-    limit = SAME_PLACE * min(a.size, b.size)
-    return abs(along) < limit and float(np.linalg.norm(apart - along * up)) < limit
+    """Whether ``a`` and ``b`` are seen at one place (:func:`unknown.one_place`)."""
+    return at_one_place(a.position, a.size, b.position, b.size, up)
 
 
 def second_readings(

@@ -33,6 +33,7 @@ __all__ = [
     "behind_hand",
     "faint",
     "inside",
+    "one_place",
     "stacks",
     "why_unknown",
 ]
@@ -87,6 +88,17 @@ def faint(labels: Sequence[tuple[str, float]], seen: Sequence[str], conf: float)
 
 
 Vec = npt.NDArray[np.float64]
+#: up in the base frame
+UP = np.array([0.0, 0.0, 1.0])
+
+
+def one_place(pa: Vec, sa: float, pb: Vec, sb: float, up: Vec = UP) -> bool:
+    """Whether centres ``pa`` and ``pb`` (widths ``sa``, ``sb``) are seen at one place: closer
+    than :data:`SAME_PLACE` of the smaller width across and along ``up``."""
+    apart = pa - pb
+    along = float(apart @ up)
+    limit = SAME_PLACE * min(sa, sb)
+    return abs(along) < limit and float(np.linalg.norm(apart - along * up)) < limit
 
 
 def stacks(
@@ -101,8 +113,7 @@ def stacks(
     done: set[str] = set()
     for i, (a, pa, sa) in enumerate(objects):
         for b, pb, sb in objects[i + 1 :]:
-            limit = SAME_PLACE * min(sa, sb)
-            if np.hypot(*(pa[:2] - pb[:2])) < limit and abs(float(pa[2] - pb[2])) < limit:
+            if one_place(pa, sa, pb, sb):
                 column = _column(objects, pa)
                 if not done.issuperset(column):
                     done.update(column)
