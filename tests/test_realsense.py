@@ -7,12 +7,18 @@ CI sets ONBOARD_REQUIRE_REALSENSE=1 so a missing ``realsense`` extra fails inste
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib.util
+import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -40,9 +46,52 @@ def _sdk() -> None:
         pytest.skip("the realsense extra (pyrealsense2) is not installed")
 
 
-@pytest.fixture
-def playback() -> Iterator[RealSenseCamera]:
-    _sdk()
+def in_child(test: Callable[[], None]) -> Callable[[], None]:
+    """Run the test in a forked child, its camera's close() included, and fail it there.
+
+    librealsense can abort the whole process natively while a playback stops (one CI run
+    did, in pipeline.stop(); see realsenseai/librealsense#9446). In a pytest-xdist worker
+    that killed the worker and then hung the run; in a child it fails this one test with
+    the signal that ended it.
+    """
+
+    @functools.wraps(test)
+    def run() -> None:
+        _sdk()
+        context = multiprocessing.get_context("fork")
+        receive, send = context.Pipe(duplex=False)
+
+        def child() -> None:
+            try:
+                test()
+            except BaseException:  # the assertion's message goes back to the parent
+                send.send(traceback.format_exc())
+            else:
+                send.send("")
+
+        # daemon: a child that hangs is killed when its worker exits, after the test's timeout
+        process = context.Process(target=child, name=test.__name__, daemon=True)
+        with warnings.catch_warnings():  # 3.12+ warns of fork beside threads: the child
+            warnings.simplefilter("ignore", DeprecationWarning)  # runs only this test
+            process.start()
+        send.close()
+        try:
+            failure = receive.recv()
+        except EOFError:  # the child died before it could say
+            process.join()
+            code = process.exitcode or 0
+            ended = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            pytest.fail(f"{test.__name__}: the forked child died of {ended}", pytrace=False)
+        process.join()
+        if failure:
+            pytest.fail(f"{test.__name__}, in a forked child:\n{failure}", pytrace=False)
+
+    return run
+
+
+@contextlib.contextmanager
+def playing() -> Iterator[RealSenseCamera]:
+    """The recording, played back (open it inside an ``in_child`` test)."""
     with RealSenseCamera(RealSenseConfig(playback=RECORDING)) as camera:
         yield camera
 
@@ -155,59 +204,65 @@ def test_recording_is_small_and_present() -> None:
     assert RECORDING.stat().st_size < 5_000_000
 
 
-def test_playback_frames(playback: RealSenseCamera) -> None:
-    camera: Camera = playback  # the protocol, checked by mypy
-    frame = camera.read()
-    assert frame.color.shape == (240, 320, 3) and frame.color.dtype == np.uint8
-    assert frame.depth.shape == (240, 320) and frame.depth.dtype == np.float32
-    assert frame.intrinsics == playback.intrinsics == COLOR_INTRINSICS
-    assert abs(frame.timestamp - time.monotonic()) < 1.0
-    newer = playback.read_timeout(1.0)
-    assert newer.index > frame.index and newer.timestamp >= frame.timestamp
-    assert float((frame.depth > 0).mean()) > 0.95  # aligned depth covers the color image
+@in_child
+def test_playback_frames() -> None:
+    with playing() as playback:
+        camera: Camera = playback  # the protocol, checked by mypy
+        frame = camera.read()
+        assert frame.color.shape == (240, 320, 3) and frame.color.dtype == np.uint8
+        assert frame.depth.shape == (240, 320) and frame.depth.dtype == np.float32
+        assert frame.intrinsics == playback.intrinsics == COLOR_INTRINSICS
+        assert abs(frame.timestamp - time.monotonic()) < 1.0
+        newer = playback.read_timeout(1.0)
+        assert newer.index > frame.index and newer.timestamp >= frame.timestamp
+        assert float((frame.depth > 0).mean()) > 0.95  # aligned depth covers the color image
 
 
-def test_known_object_depth_through_align(playback: RealSenseCamera) -> None:
+@in_child
+def test_known_object_depth_through_align() -> None:
     """The red cube's front face: 0.600 m, its centre at (0, 0.09, 0.6) in the color frame."""
-    for _ in range(5):
-        frame = playback.read()
-        seen = locate(red_box(frame), frame.depth, frame.intrinsics)
-        assert abs(seen.depth - RED_FRONT_DEPTH) < 0.01
-        assert np.linalg.norm(seen.point - RED_FRONT_CENTRE) < 0.01
-        assert seen.size[0] == pytest.approx(0.06, abs=0.01)
+    with playing() as playback:
+        for _ in range(5):
+            frame = playback.read()
+            seen = locate(red_box(frame), frame.depth, frame.intrinsics)
+            assert abs(seen.depth - RED_FRONT_DEPTH) < 0.01
+            assert np.linalg.norm(seen.point - RED_FRONT_CENTRE) < 0.01
+            assert seen.size[0] == pytest.approx(0.06, abs=0.01)
 
 
-def test_ended_playback_is_a_frozen_camera(playback: RealSenseCamera) -> None:
-    frames = 0
-    with pytest.raises(StaleFrame, match="playback ended"):
-        for _ in range(200):
-            playback.read()
-            frames += 1
-    assert 10 <= frames <= 30  # the file holds 30 framesets; a slow reader may skip some
-    last = playback.latest(max_age=5.0)  # the last frame is still there while young ...
-    time.sleep(0.15)
-    with pytest.raises(StaleFrame, match=r"over max_age 0\.1 s"):  # ... and refused once old
-        playback.latest(max_age=0.1)
-    with pytest.raises(StaleFrame):
-        playback.read_timeout(0.1)
-    assert playback.latest(max_age=5.0) is last
+@in_child
+def test_ended_playback_is_a_frozen_camera() -> None:
+    with playing() as playback:
+        frames = 0
+        with pytest.raises(StaleFrame, match="playback ended"):
+            for _ in range(200):
+                playback.read()
+                frames += 1
+        assert 10 <= frames <= 30  # the file holds 30 framesets; a slow reader may skip some
+        last = playback.latest(max_age=5.0)  # the last frame is still there while young ...
+        time.sleep(0.15)
+        with pytest.raises(StaleFrame, match=r"over max_age 0\.1 s"):  # ... and refused once old
+            playback.latest(max_age=0.1)
+        with pytest.raises(StaleFrame):
+            playback.read_timeout(0.1)
+        assert playback.latest(max_age=5.0) is last
 
 
+@in_child
 def test_repeat_playback_keeps_delivering() -> None:
-    _sdk()
     config = RealSenseConfig(playback=RECORDING, playback_repeat=True)
     with RealSenseCamera(config) as camera:
         indices = [camera.read().index for _ in range(40)]  # past the 30 in the file
     assert indices == sorted(indices) and len(set(indices)) == 40
 
 
+@in_child
 def test_missing_recording_is_a_camera_error() -> None:
-    _sdk()
     with pytest.raises(CameraError, match="not found"):
         RealSenseCamera(RealSenseConfig(playback=ROOT / "no-such.db3")).connect()
 
 
+@in_child
 def test_unknown_serial_lists_what_is_connected() -> None:
-    _sdk()
     with pytest.raises(CameraError, match=r"no RealSense connected|connected serials"):
         RealSenseCamera(RealSenseConfig(serial="not-a-serial")).connect()
