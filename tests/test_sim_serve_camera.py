@@ -310,6 +310,8 @@ class FakeCamera:
 
     def close(self) -> None:
         self.done.set()
+        with contextlib.suppress(OSError):  # on Linux close() alone leaves accept() blocked
+            self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
 
 

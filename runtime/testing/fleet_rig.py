@@ -96,6 +96,8 @@ class Proxy:
 
     def close(self) -> None:
         self.cut()
+        with contextlib.suppress(OSError):  # on Linux close() alone leaves accept() blocked
+            self._server.shutdown(socket.SHUT_RDWR)
         self._server.close()
 
 
