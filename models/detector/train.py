@@ -34,6 +34,7 @@ if __name__ == "__main__" and "--eval-only" in sys.argv[1:]:
 sys.path.insert(0, str(HERE))
 
 import argparse  # noqa: E402
+import copy  # noqa: E402
 import dataclasses  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
@@ -544,10 +545,15 @@ def load_exported(model: TinyDet, path: Path, size: int) -> None:
             norm.bias.copy_(b)
             norm.running_mean.zero_()
             norm.running_var.fill_(1.0 - norm.eps)
-        x = torch.rand(1, 3, size, size, generator=torch.Generator().manual_seed(0))
-        model.export = True
-        mine = model(x).numpy()
-        model.export = False
+        # the check runs at the file's own input size, which --size may change (the
+        # network is convolutional: only its anchor points depend on the size)
+        dims = proto.graph.input[0].type.tensor_type.shape.dim
+        theirs_size = (int(dims[2].dim_value), int(dims[3].dim_value))
+        checked = copy.deepcopy(model)
+        checked.points, checked.strides = anchor_points(theirs_size)
+        x = torch.rand(1, 3, *theirs_size, generator=torch.Generator().manual_seed(0))
+        checked.export = True
+        mine = checked(x).numpy()
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     theirs = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
     if not np.allclose(mine, theirs, atol=1e-3, rtol=1e-3):
@@ -652,7 +658,8 @@ def main() -> None:
     parser.add_argument(
         "--init",
         type=Path,
-        help="start from this ONNX model exported by train.py (fine-tuning; batch norms frozen)",
+        help="start from this ONNX model exported by train.py (fine-tuning; batch norms frozen;"
+        " its input size may differ from --size)",
     )
     parser.add_argument(
         "--weigh",
