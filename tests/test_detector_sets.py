@@ -23,6 +23,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
+from onboard.perception.detector import Detection
+
 pytest.importorskip("onboard.drivers.twin", reason="the twin (pybullet) is not installed")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,8 +117,34 @@ def test_the_hard_set_measures_the_shipped_model_without_writing(
     out = capsys.readouterr().out
     assert f"model.onnx on the hard set: 2 renders from each of seeds [{seed}]" in out
     assert f"| seed {seed} | min | boxes |" in out
+    assert "| name | boxes | found | weak | missed | taken for (most often) |" in out
     assert "wrote" not in out
     assert sorted((DETECTOR / "eval").glob("*.json")) == before
+
+
+def test_outcomes_say_where_each_true_box_went() -> None:
+    """The highest-scoring detection at IoU >= 0.5 decides, whatever its class; sides are in
+    pixels of a 320-wide frame (a 640-wide render's boxes count half)."""
+    lemon, block = (10.0, 10.0, 30.0, 26.0), (100.0, 100.0, 112.0, 112.0)
+    shown = [
+        [  # a 320x240 render: the lemon is taken for a yellow block (0.6 over its own 0.3)
+            Detection("lemon", 0.3, lemon),
+            Detection("yellow_block", 0.6, (11.0, 10.0, 30.0, 26.0)),
+            Detection("yellow_block", 0.9, (60.0, 60.0, 70.0, 70.0)),  # overlaps nothing
+        ],
+        [Detection("yellow_block", 0.8, block)],  # a 640x480 render: found
+        [Detection("yellow_block", 0.2, block)],  # found, but below what the runtime takes
+        [Detection("yellow_block", 0.9, (100.0, 100.0, 106.0, 106.0))],  # IoU 0.25: missed
+    ]
+    truths = [[("lemon", lemon)], [("yellow_block", block)], [("yellow_block", block)]]
+    truths.append([("yellow_block", block)])
+    result = evaluate.outcomes(shown, truths, [320, 640, 320, 320])
+    assert result["lemon"] == {"counts": {"as yellow_block": 1}, "median_side": {"taken": 16.0}}
+    assert result["yellow_block"]["counts"] == {"found": 1, "weak": 1, "missed": 1}
+    assert result["yellow_block"]["median_side"] == {"found": 6.0, "weak": 12.0, "missed": 12.0}
+    table = evaluate.outcome_table({"classes": ["yellow_block", "lemon"], "outcomes": result})
+    assert "| `lemon` | 1 | 0 | 0 | 0 | `yellow_block` 1 | – / – / 16.0 |" in table
+    assert "| `yellow_block` | 3 | 1 | 1 | 1 | – | 6.0 / 12.0 / – |" in table
 
 
 @pytest.mark.parametrize(

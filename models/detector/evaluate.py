@@ -16,9 +16,11 @@ conditions of a set may render a training split (``dataset.SPLITS``).
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import json
 import math
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -32,7 +34,12 @@ import dataset  # noqa: E402
 
 from onboard.base.digest import file_sha256  # noqa: E402
 from onboard.base.errors import ModelError  # noqa: E402
-from onboard.perception.detector import Detection, Detector, mean_average_precision  # noqa: E402
+from onboard.perception.detector import (  # noqa: E402
+    Detection,
+    Detector,
+    box_iou,
+    mean_average_precision,
+)
 
 RESULTS = HERE / "eval"
 CARD = HERE / "CARD.md"
@@ -57,6 +64,79 @@ def fingerprint(samples: Sequence[dataset.Sample]) -> str:
     return digest.hexdigest()
 
 
+#: a detection at or above this score is one the runtime acts on (Detector's default conf)
+ACTED_ON = 0.5
+#: the frame width box sides are given in (the twin's camera), whatever the render's size
+SIDE_WIDTH = 320
+
+
+def outcomes(
+    found: Sequence[Sequence[Detection]],
+    truths: Sequence[dataset.Truth],
+    frame_widths: Sequence[int],
+    iou: float = 0.5,
+) -> dict[str, dict[str, Any]]:
+    """Where each class's true boxes went: the highest-scoring detection at IoU >= ``iou`` is
+    of its class at ACTED_ON or above (``found``), of its class below it (``weak``), of
+    another class (``as <class>``), or there is none (``missed``). Per class: those counts
+    and the median shorter side of the boxes of each outcome (``taken``: any other class), in
+    pixels of a SIDE_WIDTH-wide frame. mAP says how much a class loses; this says to what."""
+    counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    sides: dict[str, dict[str, list[float]]] = collections.defaultdict(
+        lambda: collections.defaultdict(list)
+    )
+    for detections, truth, width in zip(found, truths, frame_widths, strict=True):
+        boxes = [d.box for d in detections]
+        for label, box in truth:
+            best: Detection | None = None
+            if boxes:
+                overlaps = box_iou(box, boxes)
+                for d, overlap in zip(detections, overlaps, strict=True):
+                    if overlap >= iou and (best is None or d.score > best.score):
+                        best = d
+            if best is None:
+                outcome = "missed"
+            elif best.label != label:
+                outcome = f"as {best.label}"
+            else:
+                outcome = "found" if best.score >= ACTED_ON else "weak"
+            counts[label][outcome] += 1
+            side = min(box[2] - box[0], box[3] - box[1]) * SIDE_WIDTH / width
+            sides[label]["taken" if outcome.startswith("as ") else outcome].append(side)
+    return {
+        label: {
+            "counts": dict(counts[label].most_common()),
+            "median_side": {o: round(statistics.median(v), 1) for o, v in sides[label].items()},
+        }
+        for label in counts
+    }
+
+
+def outcome_table(result: dict[str, Any]) -> str:
+    """The markdown table of where each class's boxes went (``outcomes``), pooled."""
+    lines = [
+        "| name | boxes | found | weak | missed | taken for (most often) | median side px:"
+        " found / missed / taken |",
+        "| --- | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    for name in result["classes"]:
+        row = result["outcomes"].get(name)
+        if row is None:
+            continue
+        counts, side = row["counts"], row["median_side"]
+        taken = {o[3:]: n for o, n in counts.items() if o.startswith("as ")}
+        top = ", ".join(
+            f"`{c}` {n}" for c, n in sorted(taken.items(), key=lambda i: (-i[1], i[0]))[:3]
+        )
+        lines.append(
+            f"| `{name}` | {sum(counts.values())} | {counts.get('found', 0)}"
+            f" | {counts.get('weak', 0)} | {counts.get('missed', 0)} | {top or '–'}"
+            f" | {side.get('found', '–')} / {side.get('missed', '–')}"
+            f" / {side.get('taken', '–')} |"
+        )
+    return "\n".join(lines)
+
+
 def measure(
     model: Path,
     conditions: dataset.Conditions,
@@ -70,6 +150,7 @@ def measure(
     found_all: list[list[Detection]] = []
     truths_all: list[dataset.Truth] = []
     ignored_all: list[dataset.Truth] = []
+    widths: list[int] = []
     per_seed: dict[str, Any] = {}
     probe = ""
     started = time.perf_counter()
@@ -87,6 +168,7 @@ def measure(
         found_all += found
         truths_all += truths
         ignored_all += ignored
+        widths += [s.image.shape[1] for s in samples]
     pooled, per_class = mean_average_precision(found_all, truths_all, ignored=ignored_all)
     boxes = {
         name: sum(label == name for truth in truths_all for label, _ in truth)
@@ -102,6 +184,7 @@ def measure(
         "per_class": per_class,
         "per_seed": per_seed,
         "boxes": boxes,
+        "outcomes": outcomes(found_all, truths_all, widths),
         "probe_sha256": probe,
         "seconds": round(time.perf_counter() - started, 1),
     }
@@ -262,6 +345,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(result))
     weak = [n for n, (ap, _) in spread(result)["class_min"].items() if ap < 0.9]
     print(f"\nclasses under 0.9 on some seed: {', '.join(weak) if weak else 'none'}")
+    print(
+        f"\nwhere each class's boxes went (best detection at IoU 0.5; found: score >= {ACTED_ON}):"
+    )
+    print(outcome_table(result))
     if seeds == set_seeds and args.count == dataset.SET_COUNT and not args.no_write:
         path = result_path(args.name, result["model"]["sha256"])
         path.parent.mkdir(parents=True, exist_ok=True)
