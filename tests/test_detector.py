@@ -193,6 +193,46 @@ def test_letterbox_moves_image_content_where_to_input_says() -> None:
     np.testing.assert_allclose(box.to_source([found])[0], [300, 100, 460, 200], atol=2.5)
 
 
+def _bilinear(image: npt.NDArray[np.uint8], h: int, w: int) -> npt.NDArray[np.uint8]:
+    """Half-pixel-centre bilinear, rows then columns, in float32: the resize models were
+    trained with, written plainly (per pixel triplet)."""
+
+    def taps(src: int, dst: int) -> tuple[Any, Any, Any]:
+        pos = np.clip((np.arange(dst, dtype=np.float64) + 0.5) * (src / dst) - 0.5, 0, src - 1)
+        lo = np.floor(pos).astype(np.int64)
+        return lo, np.minimum(lo + 1, src - 1), (pos - lo).astype(np.float32)
+
+    y0, y1, wy = taps(image.shape[0], h)
+    x0, x1, wx = taps(image.shape[1], w)
+    top, bottom = image[y0].astype(np.float32), image[y1].astype(np.float32)
+    rows = top + (bottom - top) * wy[:, None, None]
+    out = rows[:, x0] + (rows[:, x1] - rows[:, x0]) * wx[None, :, None]
+    return np.rint(out).astype(np.uint8)
+
+
+@pytest.mark.parametrize(
+    ("source", "shape"),
+    [
+        ((240, 320), (416, 416)),
+        ((240, 320), (448, 448)),
+        ((480, 640), (416, 416)),
+        ((37, 91), (32, 64)),
+    ],
+)
+def test_letterbox_resizes_to_the_same_bytes_as_plain_bilinear(
+    source: tuple[int, int], shape: tuple[int, int]
+) -> None:
+    """The fast resize must not change a pixel: a model sees what it was trained on."""
+    image = np.random.default_rng(7).integers(0, 256, (*source, 3), dtype=np.uint8)
+    padded, box = letterbox(image, shape)
+    ratio = min(shape[0] / source[0], shape[1] / source[1])
+    new_h, new_w = round(source[0] * ratio), round(source[1] * ratio)
+    left, top = box.pad
+    assert np.array_equal(
+        padded[top : top + new_h, left : left + new_w], _bilinear(image, new_h, new_w)
+    )
+
+
 def test_letterbox_rejects_non_rgb() -> None:
     with pytest.raises(ValueError, match="uint8"):
         letterbox(np.zeros((10, 10), np.uint8), (32, 32))
