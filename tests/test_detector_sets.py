@@ -147,6 +147,32 @@ def test_outcomes_say_where_each_true_box_went() -> None:
     assert "| `yellow_block` | 3 | 1 | 1 | 1 | – | 6.0 / 12.0 / – |" in table
 
 
+def test_the_card_shows_where_the_boxes_went_when_a_measurement_kept_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"a candidate")
+    monkeypatch.setattr(evaluate, "RESULTS", tmp_path)
+    per_class = {"lemon": 0.8, "yellow_block": 0.95}
+    result = {
+        "classes": ["yellow_block", "lemon"],
+        "seeds": [101],
+        "count": 2,
+        "map": 0.875,
+        "per_class": per_class,
+        "per_seed": {"101": {"map": 0.875, "per_class": per_class}},
+        "boxes": {"yellow_block": 3, "lemon": 1},
+    }
+    sha = evaluate.file_sha256(model)
+    evaluate.result_path("base", sha).write_text(json.dumps(result))
+    outcomes = {"lemon": {"counts": {"as yellow_block": 1}, "median_side": {"taken": 16.0}}}
+    evaluate.result_path("hard", sha).write_text(json.dumps(result | {"outcomes": outcomes}))
+    section = evaluate.card_section(model)
+    assert section.count("Where the") == 1 and "Where the hard set's true boxes went" in section
+    assert "| `lemon` | 1 | 0 | 0 | 0 | `yellow_block` 1 | – / – / 16.0 |" in section
+    assert "`lemon` 0.800 (seed 101)" in section  # under 0.9 on a seed
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

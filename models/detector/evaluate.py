@@ -280,6 +280,15 @@ def card_section(model: Path = MODEL) -> str:
             table(result),
             "",
         ]
+        if "outcomes" in result:  # measurements made since evaluate.py kept them
+            lines += [
+                f"Where the {name} set's true boxes went (`outcomes`: the highest-scoring"
+                f" detection at IoU 0.5; found: its class at {ACTED_ON} or more, as the runtime"
+                " takes it; sides in pixels of a 320-wide frame):",
+                "",
+                outcome_table(result),
+                "",
+            ]
     lines.append(END)
     return "\n".join(lines)
 
