@@ -64,8 +64,9 @@ def fingerprint(samples: Sequence[dataset.Sample]) -> str:
     return digest.hexdigest()
 
 
-#: a detection at or above this score is one the runtime acts on (Detector's default conf)
-ACTED_ON = 0.5
+#: a confident detection: the score tests/test_detector.py asks of each object it finds in a
+#: twin scene (the runtime keeps boxes from 0.25, Detector's default conf, up)
+CONFIDENT = 0.5
 #: the frame width box sides are given in (the twin's camera), whatever the render's size
 SIDE_WIDTH = 320
 
@@ -77,7 +78,7 @@ def outcomes(
     iou: float = 0.5,
 ) -> dict[str, dict[str, Any]]:
     """Where each class's true boxes went: the highest-scoring detection at IoU >= ``iou`` is
-    of its class at ACTED_ON or above (``found``), of its class below it (``weak``), of
+    of its class at CONFIDENT or above (``found``), of its class below it (``weak``), of
     another class (``as <class>``), or there is none (``missed``). Per class: those counts
     and the median shorter side of the boxes of each outcome (``taken``: any other class), in
     pixels of a SIDE_WIDTH-wide frame. mAP says how much a class loses; this says to what."""
@@ -99,7 +100,7 @@ def outcomes(
             elif best.label != label:
                 outcome = f"as {best.label}"
             else:
-                outcome = "found" if best.score >= ACTED_ON else "weak"
+                outcome = "found" if best.score >= CONFIDENT else "weak"
             counts[label][outcome] += 1
             side = min(box[2] - box[0], box[3] - box[1]) * SIDE_WIDTH / width
             sides[label]["taken" if outcome.startswith("as ") else outcome].append(side)
@@ -283,8 +284,8 @@ def card_section(model: Path = MODEL) -> str:
         if "outcomes" in result:  # measurements made since evaluate.py kept them
             lines += [
                 f"Where the {name} set's true boxes went (`outcomes`: the highest-scoring"
-                f" detection at IoU 0.5; found: its class at {ACTED_ON} or more, as the runtime"
-                " takes it; sides in pixels of a 320-wide frame):",
+                f" detection at IoU 0.5; found: its class at {CONFIDENT} or more; sides in pixels"
+                " of a 320-wide frame):",
                 "",
                 outcome_table(result),
                 "",
@@ -354,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(result))
     weak = [n for n, (ap, _) in spread(result)["class_min"].items() if ap < 0.9]
     print(f"\nclasses under 0.9 on some seed: {', '.join(weak) if weak else 'none'}")
-    print(f"\nwhere each class's boxes went (found: its class at score >= {ACTED_ON}):")
+    print(f"\nwhere each class's boxes went (found: its class at score >= {CONFIDENT}):")
     print(outcome_table(result))
     if seeds == set_seeds and args.count == dataset.SET_COUNT and not args.no_write:
         path = result_path(args.name, result["model"]["sha256"])
