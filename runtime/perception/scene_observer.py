@@ -28,7 +28,7 @@ from onboard.drivers.camera.base import Frame
 from onboard.perception.pose import Box, HandEye, Located, locate
 from onboard.perception.readings import Reading, second_readings
 from onboard.perception.self_filter import Hand, HandZone
-from onboard.perception.unknown import Unknown, behind_hand, faint, inside, stacks
+from onboard.perception.unknown import UP, Unknown, behind_hand, faint, inside, stacks
 from onboard.perception.view import view_problem
 
 if TYPE_CHECKING:
@@ -261,7 +261,7 @@ class SceneObserver:
                 continue
             located.append((det, seen))
         based = self.hand_eye is not None
-        up = np.array([0.0, 0.0, 1.0]) if based else np.array([0.0, -1.0, 0.0])
+        up = UP if based else np.array([0.0, -1.0, 0.0])
         objects = [self._object(_words(d.label), d, seen) for d, seen in located]
         readings = [Reading(o.label, o.score, o.position, o.size) for o in objects]
         twice = second_readings(readings, up, CONTAINERS)

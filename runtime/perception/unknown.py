@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 __all__ = [
     "FAINT",
+    "UP",
     "Unknown",
     "UnknownKind",
     "behind_hand",
