@@ -9,13 +9,15 @@ escape sequences for the terminal, a recording path into missing folders, a skil
 
 from __future__ import annotations
 
+import contextlib
 import json
 import selectors
 import signal
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,8 @@ import pytest
 from arm_harness import BOUND, twin_arm
 from test_cli import ONBOARD, ROOT, SCENARIOS, Result, onboard, one_line_error, robot_copy
 
-from onboard.cli.main import NO_ROBOT
+from onboard.base.signals import Terminated, on_stop_signals, sigterm_arrived
+from onboard.cli.main import NO_ROBOT, reported
 from onboard.drivers.arm.jaka import JsonStream
 from onboard.drivers.emulators.jaka_server import JakaServer
 from onboard.loop.exitcodes import ExitCode
@@ -302,6 +305,55 @@ def test_sigterm_during_start_up_exits_143(tmp_path: Path) -> None:
     assert process.returncode == ExitCode.SIGTERM == 143, err
     assert err.decode().strip() == "onboard: stopped by SIGTERM"
     assert not (tmp_path / "recordings").exists() or not any((tmp_path / "recordings").iterdir())
+
+
+def sigterm_now() -> None:
+    """SIGTERM to this process; its handler runs before this returns (the main thread)."""
+    assert threading.current_thread() is threading.main_thread(), "signals need the main thread"
+    signal.raise_signal(signal.SIGTERM)
+
+
+def wrapping_library() -> int:
+    """What pydantic-core did in a CI run: SIGTERM landed while it built a model's validators,
+    and the Terminated the handler raised came out as its own error (a SchemaError, 'Error
+    building "literal" validator: Terminated')."""
+    try:
+        sigterm_now()
+    except Terminated as exc:
+        raise RuntimeError('Error building "literal" validator: Terminated') from exc
+    return ExitCode.SUCCESS
+
+
+def swallowing_library() -> int:
+    with contextlib.suppress(Terminated):
+        sigterm_now()
+    return ExitCode.SUCCESS
+
+
+@pytest.mark.parametrize("command", [wrapping_library, swallowing_library])
+def test_sigterm_a_library_caught_still_exits_143(
+    command: Callable[[], int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert reported(command) == ExitCode.SIGTERM
+    assert capsys.readouterr().err.strip() == "onboard: stopped by SIGTERM"
+
+
+def test_sigterm_swallowed_in_start_up_stops_the_episode_at_once() -> None:
+    stops: list[str] = []
+
+    def start_up_then_episode() -> int:
+        swallowing_library()
+        with on_stop_signals(stops.append):
+            assert stops == ["SIGTERM"]  # before the episode's first step
+        return ExitCode.SUCCESS
+
+    assert reported(start_up_then_episode) == ExitCode.SIGTERM
+    assert stops == ["SIGTERM"]
+
+
+def test_a_command_without_sigterm_keeps_its_code() -> None:
+    assert reported(lambda: ExitCode.TASK_FAILED) == ExitCode.TASK_FAILED
+    assert not sigterm_arrived()
 
 
 # -- 7. the JAKA emulator refuses what a controller must not run ---------------------------------

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["Terminated", "on_stop_signals", "terminate_raises"]
+__all__ = ["Terminated", "on_stop_signals", "sigterm_arrived", "terminate_raises"]
 
 
 class Terminated(BaseException):
@@ -17,7 +17,21 @@ class Terminated(BaseException):
     and ``onboard`` exits 143 instead of dying of the signal."""
 
 
+#: Whether SIGTERM arrived in the current :func:`terminate_raises` block. A library may
+#: catch :class:`Terminated` where it calls back into Python and raise its own error instead
+#: (pydantic-core turns it into a SchemaError while it builds a model's validators) or drop
+#: it: the latch remembers the signal whatever became of the exception.
+_sigterm = threading.Event()
+
+
+def sigterm_arrived() -> bool:
+    """SIGTERM arrived while :func:`terminate_raises` was in force, whatever a library made
+    of the :class:`Terminated` it raised."""
+    return _sigterm.is_set()
+
+
 def _raise_terminated(_signum: int, _frame: object) -> None:
+    _sigterm.set()
     raise Terminated
 
 
@@ -29,6 +43,7 @@ def terminate_raises() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _sigterm.clear()
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield
@@ -41,7 +56,9 @@ def on_stop_signals(stop: Callable[[str], None], enabled: bool = True) -> Iterat
     """Call ``stop(signal name)`` on SIGINT/SIGTERM; restore the old handlers after.
 
     Only the main thread may install handlers; elsewhere (or when not ``enabled``) this is
-    a no-op. ``stop`` runs in the signal handler: it should only post or set a flag.
+    a no-op. ``stop`` runs in the signal handler: it should only post or set a flag. A SIGTERM
+    that arrived during start-up and was swallowed on the way (:func:`sigterm_arrived`) is
+    passed on at once: the episode stops before its first step.
     """
     if not enabled or threading.current_thread() is not threading.main_thread():
         yield
@@ -52,6 +69,8 @@ def on_stop_signals(stop: Callable[[str], None], enabled: bool = True) -> Iterat
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if sigterm_arrived():
+            stop(signal.SIGTERM.name)
         yield
     finally:
         for sig, old in previous.items():

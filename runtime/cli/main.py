@@ -16,12 +16,12 @@ import contextlib
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onboard.base.errors import ConfigError, OnboardError, UsageError
-from onboard.base.signals import Terminated, terminate_raises
+from onboard.base.signals import Terminated, sigterm_arrived, terminate_raises
 from onboard.base.terminal import shown
 from onboard.cli.arm_profiles import PROFILES
 from onboard.loop.exitcodes import ExitCode, for_error
@@ -29,7 +29,7 @@ from onboard.loop.exitcodes import ExitCode, for_error
 if TYPE_CHECKING:
     from onboard.config import RobotConfig
 
-__all__ = ["GROUPS", "main"]
+__all__ = ["GROUPS", "main", "reported"]
 
 #: ``onboard --help``, grouped: (group, [(command, what it does)]); every command is in one.
 GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
@@ -95,38 +95,57 @@ def _grouped_help() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; the return value is an :class:`ExitCode` (docs/exit-codes.md)."""
+    return reported(lambda: _dispatch(argv))
+
+
+def reported(command: Callable[[], int]) -> int:
+    """Run ``command`` as ``onboard`` runs every command: an error it raises becomes one line
+    on stderr and its exit code; SIGTERM while it runs exits 143."""
     with terminate_raises():  # first: SIGTERM while starting up exits 143, not by the signal
         try:
-            return _main(argv)
+            code = _reporting_errors(command)
         except Terminated:
+            code = ExitCode.SIGTERM
+        if sigterm_arrived():  # also when a library swallowed the Terminated it raised
             print("onboard: stopped by SIGTERM", file=sys.stderr)
             return ExitCode.SIGTERM
-
-
-def _main(argv: Sequence[str] | None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)  # a bad command line exits 2 (ExitCode.INPUT_ERROR)
-    try:
-        code: int = args.func(args)
         return code
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(f"onboard: error: {shown(problem)}", file=sys.stderr)
-        return ExitCode.INPUT_ERROR
-    except OnboardError as exc:
-        print(f"onboard: error: {shown(exc)}", file=sys.stderr)
-        return for_error(exc)
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)  # a bad command line exits 2 (ExitCode.INPUT_ERROR)
+    code: int = args.func(args)
+    return code
+
+
+def _reporting_errors(command: Callable[[], int]) -> int:
+    try:
+        return command()
     except KeyboardInterrupt:
         print("onboard: interrupted", file=sys.stderr)
         return ExitCode.SIGINT
-    except BrokenPipeError:
+    except Exception as exc:
+        if sigterm_arrived():  # a library caught Terminated and raised its own error instead
+            raise Terminated from exc
+        return _error_code(exc)
+
+
+def _error_code(exc: Exception) -> int:
+    """Report ``exc`` on stderr; the exit code it means."""
+    if isinstance(exc, ConfigError):
+        for problem in exc.problems:
+            print(f"onboard: error: {shown(problem)}", file=sys.stderr)
+        return ExitCode.INPUT_ERROR
+    if isinstance(exc, OnboardError):
+        print(f"onboard: error: {shown(exc)}", file=sys.stderr)
+        return for_error(exc)
+    if isinstance(exc, BrokenPipeError):
         _drop_stdout()
         return ExitCode.OUTPUT_CLOSED
-    except Exception:
-        traceback.print_exc()
-        print("onboard: internal error (a bug in onboard; the traceback above is for its "
-              "report)", file=sys.stderr)  # fmt: skip
-        return ExitCode.INTERNAL_ERROR
+    traceback.print_exception(exc)
+    print("onboard: internal error (a bug in onboard; the traceback above is for its report)",
+          file=sys.stderr)  # fmt: skip
+    return ExitCode.INTERNAL_ERROR
 
 
 def _drop_stdout() -> None:
