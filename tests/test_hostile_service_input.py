@@ -25,7 +25,7 @@ import pytest
 from arm_harness import BOUND, twin_arm
 from test_cli import ONBOARD, ROOT, SCENARIOS, Result, onboard, one_line_error, robot_copy
 
-from onboard.base.signals import Terminated, on_stop_signals, sigterm_arrived
+from onboard.base.signals import Terminated, on_stop_signals, stop_signal_arrived
 from onboard.cli.main import NO_ROBOT, reported
 from onboard.drivers.arm.jaka import JsonStream
 from onboard.drivers.emulators.jaka_server import JakaServer
@@ -307,42 +307,59 @@ def test_sigterm_during_start_up_exits_143(tmp_path: Path) -> None:
     assert not (tmp_path / "recordings").exists() or not any((tmp_path / "recordings").iterdir())
 
 
-def sigterm_now() -> None:
-    """SIGTERM to this process; its handler runs before this returns (the main thread)."""
+def signal_now(sig: signal.Signals) -> None:
+    """``sig`` to this process; its handler runs before this returns (the main thread)."""
     assert threading.current_thread() is threading.main_thread(), "signals need the main thread"
-    signal.raise_signal(signal.SIGTERM)
+    signal.raise_signal(sig)
 
 
-def wrapping_library() -> int:
+def wrapping_library(sig: signal.Signals) -> Callable[[], int]:
     """What pydantic-core did in a CI run: SIGTERM landed while it built a model's validators,
     and the Terminated the handler raised came out as its own error (a SchemaError, 'Error
     building "literal" validator: Terminated')."""
-    try:
-        sigterm_now()
-    except Terminated as exc:
-        raise RuntimeError('Error building "literal" validator: Terminated') from exc
-    return ExitCode.SUCCESS
+
+    def command() -> int:
+        try:
+            signal_now(sig)
+        except (Terminated, KeyboardInterrupt) as exc:
+            raise RuntimeError(f'Error building "literal" validator: {exc!r}') from exc
+        return ExitCode.SUCCESS
+
+    return command
 
 
-def swallowing_library() -> int:
-    with contextlib.suppress(Terminated):
-        sigterm_now()
-    return ExitCode.SUCCESS
+def swallowing_library(sig: signal.Signals) -> Callable[[], int]:
+    def command() -> int:
+        with contextlib.suppress(Terminated, KeyboardInterrupt):
+            signal_now(sig)
+        return ExitCode.SUCCESS
+
+    return command
 
 
-@pytest.mark.parametrize("command", [wrapping_library, swallowing_library])
-def test_sigterm_a_library_caught_still_exits_143(
-    command: Callable[[], int], capsys: pytest.CaptureFixture[str]
+STOPPED = {
+    signal.SIGTERM: (ExitCode.SIGTERM, "onboard: stopped by SIGTERM"),
+    signal.SIGINT: (ExitCode.SIGINT, "onboard: interrupted"),
+}
+
+
+@pytest.mark.parametrize("sig", list(STOPPED), ids=lambda s: s.name)
+@pytest.mark.parametrize("library", [wrapping_library, swallowing_library])
+def test_a_stop_signal_a_library_caught_still_stops_the_command(
+    library: Callable[[signal.Signals], Callable[[], int]],
+    sig: signal.Signals,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert reported(command) == ExitCode.SIGTERM
-    assert capsys.readouterr().err.strip() == "onboard: stopped by SIGTERM"
+    code, said = STOPPED[sig]
+    assert reported(library(sig)) == code
+    assert capsys.readouterr().err.strip() == said
 
 
 def test_sigterm_swallowed_in_start_up_stops_the_episode_at_once() -> None:
     stops: list[str] = []
 
     def start_up_then_episode() -> int:
-        swallowing_library()
+        swallowing_library(signal.SIGTERM)()
         with on_stop_signals(stops.append):
             assert stops == ["SIGTERM"]  # before the episode's first step
         return ExitCode.SUCCESS
@@ -351,9 +368,9 @@ def test_sigterm_swallowed_in_start_up_stops_the_episode_at_once() -> None:
     assert stops == ["SIGTERM"]
 
 
-def test_a_command_without_sigterm_keeps_its_code() -> None:
+def test_a_command_without_a_stop_signal_keeps_its_code() -> None:
     assert reported(lambda: ExitCode.TASK_FAILED) == ExitCode.TASK_FAILED
-    assert not sigterm_arrived()
+    assert stop_signal_arrived() is None
 
 
 # -- 7. the JAKA emulator refuses what a controller must not run ---------------------------------

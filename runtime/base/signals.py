@@ -1,5 +1,6 @@
 """SIGINT and SIGTERM as a stop request, for as long as a ``with`` block runs; outside one,
-SIGTERM unwinds the command as SIGINT does (:func:`terminate_raises`)."""
+SIGTERM unwinds the command as SIGINT does, and either is remembered even when a library
+swallows the exception it raised (:func:`terminate_raises`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["Terminated", "on_stop_signals", "sigterm_arrived", "terminate_raises"]
+__all__ = ["Terminated", "on_stop_signals", "stop_signal_arrived", "terminate_raises"]
 
 
 class Terminated(BaseException):
@@ -17,38 +18,49 @@ class Terminated(BaseException):
     and ``onboard`` exits 143 instead of dying of the signal."""
 
 
-#: Whether SIGTERM arrived in the current :func:`terminate_raises` block. A library may
-#: catch :class:`Terminated` where it calls back into Python and raise its own error instead
-#: (pydantic-core turns it into a SchemaError while it builds a model's validators) or drop
-#: it: the latch remembers the signal whatever became of the exception.
-_sigterm = threading.Event()
+#: The stop signal that arrived in the current :func:`terminate_raises` block, if one did. A
+#: library may catch the exception a handler raises where it calls back into Python and
+#: raise its own error instead (pydantic-core turns it into a SchemaError while it builds a
+#: model's validators) or drop it: the latch remembers the signal whatever became of it.
+_arrived: list[str] = []
 
 
-def sigterm_arrived() -> bool:
-    """SIGTERM arrived while :func:`terminate_raises` was in force, whatever a library made
-    of the :class:`Terminated` it raised."""
-    return _sigterm.is_set()
+def stop_signal_arrived() -> str | None:
+    """The name of the first stop signal ("SIGTERM", "SIGINT") that arrived while
+    :func:`terminate_raises` was in force, whatever a library made of the exception it
+    raised; else None."""
+    return _arrived[0] if _arrived else None
 
 
 def _raise_terminated(_signum: int, _frame: object) -> None:
-    _sigterm.set()
+    _arrived.append(signal.SIGTERM.name)
     raise Terminated
+
+
+def _raise_interrupt(_signum: int, _frame: object) -> None:
+    _arrived.append(signal.SIGINT.name)
+    raise KeyboardInterrupt
 
 
 @contextmanager
 def terminate_raises() -> Iterator[None]:
-    """SIGTERM raises :class:`Terminated` while the block runs (from the first line of
-    ``main``: a supervisor's SIGTERM during start-up must not kill the process before the
-    episode's own handlers exist); the old handler is back after."""
+    """SIGTERM raises :class:`Terminated` and SIGINT KeyboardInterrupt while the block runs
+    (from the first line of ``main``: a supervisor's SIGTERM during start-up must not kill
+    the process before the episode's own handlers exist), and both are latched
+    (:func:`stop_signal_arrived`); the old handlers are back after."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    _sigterm.clear()
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    _arrived.clear()
+    previous = {
+        signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_terminated),
+        signal.SIGINT: signal.signal(signal.SIGINT, _raise_interrupt),
+    }
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 @contextmanager
@@ -56,9 +68,9 @@ def on_stop_signals(stop: Callable[[str], None], enabled: bool = True) -> Iterat
     """Call ``stop(signal name)`` on SIGINT/SIGTERM; restore the old handlers after.
 
     Only the main thread may install handlers; elsewhere (or when not ``enabled``) this is
-    a no-op. ``stop`` runs in the signal handler: it should only post or set a flag. A SIGTERM
-    that arrived during start-up and was swallowed on the way (:func:`sigterm_arrived`) is
-    passed on at once: the episode stops before its first step.
+    a no-op. ``stop`` runs in the signal handler: it should only post or set a flag. A stop signal
+    that arrived during start-up and was swallowed on the way (:func:`stop_signal_arrived`)
+    is passed on at once: the episode stops before its first step.
     """
     if not enabled or threading.current_thread() is not threading.main_thread():
         yield
@@ -69,8 +81,8 @@ def on_stop_signals(stop: Callable[[str], None], enabled: bool = True) -> Iterat
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        if sigterm_arrived():
-            stop(signal.SIGTERM.name)
+        if (arrived := stop_signal_arrived()) is not None:
+            stop(arrived)
         yield
     finally:
         for sig, old in previous.items():

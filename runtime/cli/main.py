@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onboard.base.errors import ConfigError, OnboardError, UsageError
-from onboard.base.signals import Terminated, sigterm_arrived, terminate_raises
+from onboard.base.signals import Terminated, stop_signal_arrived, terminate_raises
 from onboard.base.terminal import shown
 from onboard.cli.arm_profiles import PROFILES
 from onboard.loop.exitcodes import ExitCode, for_error
@@ -100,16 +100,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def reported(command: Callable[[], int]) -> int:
     """Run ``command`` as ``onboard`` runs every command: an error it raises becomes one line
-    on stderr and its exit code; SIGTERM while it runs exits 143."""
+    on stderr and its exit code; SIGTERM while it runs exits 143, SIGINT 130, also when a
+    library swallowed or replaced the exception the signal raised."""
     with terminate_raises():  # first: SIGTERM while starting up exits 143, not by the signal
+        raised: str | None = None
         try:
             code = _reporting_errors(command)
         except Terminated:
-            code = ExitCode.SIGTERM
-        if sigterm_arrived():  # also when a library swallowed the Terminated it raised
-            print("onboard: stopped by SIGTERM", file=sys.stderr)
-            return ExitCode.SIGTERM
-        return code
+            raised = "SIGTERM"
+        except KeyboardInterrupt:
+            raised = "SIGINT"
+        arrived = stop_signal_arrived() or raised
+    if arrived == "SIGTERM":
+        print("onboard: stopped by SIGTERM", file=sys.stderr)
+        return ExitCode.SIGTERM
+    if arrived == "SIGINT":
+        print("onboard: interrupted", file=sys.stderr)
+        return ExitCode.SIGINT
+    return code
 
 
 def _dispatch(argv: Sequence[str] | None) -> int:
@@ -121,12 +129,10 @@ def _dispatch(argv: Sequence[str] | None) -> int:
 def _reporting_errors(command: Callable[[], int]) -> int:
     try:
         return command()
-    except KeyboardInterrupt:
-        print("onboard: interrupted", file=sys.stderr)
-        return ExitCode.SIGINT
     except Exception as exc:
-        if sigterm_arrived():  # a library caught Terminated and raised its own error instead
-            raise Terminated from exc
+        arrived = stop_signal_arrived()
+        if arrived is not None:  # a library caught what the signal raised, raised its own
+            raise (Terminated() if arrived == "SIGTERM" else KeyboardInterrupt()) from exc
         return _error_code(exc)
 
 
