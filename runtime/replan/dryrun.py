@@ -8,7 +8,7 @@ at home), how the run ended, and the problems, each one sentence for the Decisio
 - collisions: the arm touching the table, a fixture, or an object it is not picking or
   holding (the twin's contact points, above :data:`TOUCH_FORCE`); an object moved by more
   than :data:`DISTURBED` that was not picked (knocked, pushed, carried along on top of the
-  one picked), except what a conveyor carries;
+  one picked), except what a conveyor carries (and what stands on what it carries);
 - poses out of reach (the twin's IK), SafeArm's refusals, grasps that close on nothing or
   on another object, and a held object dropped.
 
@@ -139,7 +139,7 @@ class _Watch:
         self._may_touch = self._allowed(name, args, kwargs)
         self._touched = {}
         before = self._positions()
-        self._exempt_before = self._exempt()
+        self._exempt_before = self._exempt(str(args[0]) if name == "pick" and args else None)
         failure = None
         try:
             result = call(self.dry.api, name, args, kwargs)
@@ -181,13 +181,13 @@ class _Watch:
             bodies.add(self.dry.twin.table)
         return bodies | {b for b, n in self.dry.bodies.items() if self.dry.twin.kind_of(n) in kinds}
 
-    def _exempt(self) -> set[int]:
+    def _exempt(self, target: str | None) -> set[int]:
         """Loose bodies that may move in this call: what the hand holds or touches, what
         rides a conveyor or a drawer."""
         twin = self.dry.twin
         out = {twin.panda.held} if twin.panda.held is not None else set()
         out |= {other for _l, other, _o, _f in twin.contacts(self._arm)}
-        return out | {b for b in self._loose if self._riding(b)}
+        return out | self._riders(target)
 
     def _after(self, name: str, args: list[Any], before: dict[int, tuple[float, ...]]) -> None:
         twin, api = self.dry.twin, self.dry.api
@@ -228,8 +228,17 @@ class _Watch:
     def _positions(self) -> dict[int, tuple[float, ...]]:
         return {b: self.dry.twin.object_pose(n)[0] for b, n in self._loose.items()}
 
-    def _riding(self, body: int) -> bool:
-        return any(other in self._carriers for _l, other, _o, _f in self.dry.twin.contacts(body))
+    def _riders(self, target: str | None) -> set[int]:
+        """Loose bodies a conveyor or a drawer carries: touching one, or touching a body
+        carried (a block on a fruit on the belt rides, and may fall off, with it), unless
+        that body is the one being picked (what it carries along is knocked)."""
+        touching = {b: {o for _l, o, _p, _f in self.dry.twin.contacts(b)} for b in self._loose}
+        riding = {b for b, others in touching.items() if others & self._carriers}
+        carrying = {b for b in riding if self._loose[b] != target}
+        while more := {b for b, others in touching.items() if others & carrying} - riding:
+            riding |= more
+            carrying |= {b for b in more if self._loose[b] != target}
+        return riding
 
 
 #: kinds that stand still: never knocked, only hit
