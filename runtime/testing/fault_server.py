@@ -66,6 +66,7 @@ class FaultServer(LoopbackServer):
         self.huge_bytes = huge_bytes
         self.retry_after = retry_after
         self.requests: list[tuple[float, str]] = []
+        self.asked = threading.Event()  # set at the first request
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         super().__init__()
@@ -78,6 +79,7 @@ class FaultServer(LoopbackServer):
         with self._lock:
             mode = self.modes.pop(0) if self.modes else self.after
             self.requests.append((time.monotonic(), mode))
+            self.asked.set()
             return mode
 
 
