@@ -28,12 +28,14 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 #: the tests whose robots act on the detector's boxes: the skills that stack, queue, open the
 #: drawer and check their goal by looking, the dry run's perceived scenes (the tower), the
-#: baselines that take the tower apart, and the detector's own scene tests
+#: code skill that checks its programs by dry runs of the tower it sees, the baselines that
+#: take the tower apart, and the detector's own scene tests
 SKILL_TESTS = (
     "tests/test_tidy.py",
     "tests/test_robot_api.py",
     "tests/test_code_tasks.py",
     "tests/test_dryrun.py",
+    "tests/test_code_skill.py",
     "tests/test_baselines.py",
     "tests/test_unknown.py",
     "tests/test_detector.py",
