@@ -10,11 +10,13 @@ baselines' scene comes from perception alone (runtime/replan/perceive.py).
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler
 from typing import Any, cast
 
@@ -29,14 +31,18 @@ from onboard.evaluation.tidy_eval import detector
 from onboard.grounding.embedder import Embedder
 from onboard.llm.client import ChatClient
 from onboard.loop.recorder import MemoryRecorder, Recorder, read_recording
+from onboard.replan.api import RobotAPI
 from onboard.replan.baselines import (
+    CLEAR,
     DONE,
+    SPOTS,
     candidate_steps,
     free_spots,
     recorded_replies,
     run_progprompt,
     run_saycan,
 )
+from onboard.replan.perceive import perceive
 from onboard.replan.prompts import DECISION_ROLE, SAYCAN_ROLE
 from onboard.replan.robot import code_limits
 from onboard.replan.scene_state import ObjectState, SceneState
@@ -157,6 +163,33 @@ def test_free_spots_keep_clear_of_what_is_seen() -> None:
     steps = candidate_steps(SceneState(two.objects, held="red block"))
     assert steps[0].text == "place(blue block)"
     assert steps[1].args == ([0.35, -0.30],)
+    assert free_spots(scene, used={(0.50, -0.30)}) == [(0.55, 0.05), (0.30, 0.20), (0.40, -0.15)]
+
+
+def test_a_spot_the_episode_used_is_not_offered_again_when_the_camera_misses_what_is_on_it(
+    robot: RobotConfig, embedder: Embedder
+) -> None:
+    """What a 480-input candidate detector did (models/detector/CARD.md): the blue block put
+    on the first spot went unseen, and the yellow one was offered the same spot."""
+    first = SPOTS[0]
+
+    def missing_the_first_spot(api: RobotAPI) -> SceneState:
+        seen = perceive(api, TASKS[2].scene)
+        kept = [o for o in seen.objects if math.dist(o.position[:2], first) > CLEAR]
+        return replace(seen, objects=tuple(kept))
+
+    with (
+        ScriptedServer(tower_step) as server,
+        client_for(robot, server) as client,
+        task_world(robot, embedder, 2) as (twin, api),
+    ):
+        done = run_saycan(
+            api, TASKS[2].instruction, client, MemoryRecorder(), missing_the_first_spot
+        )
+        verdict = judge(twin, TASKS[2], robot.code.handover)
+    assert verdict.passed and done.errors == [], (verdict.reason, done)
+    places = [s for s in done.steps if s.startswith("place([")]
+    assert places == ["place([0.35, -0.30])", "place([0.50, -0.30])"]
 
 
 # -- on the twin -----------------------------------------------------------------------------

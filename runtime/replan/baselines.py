@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -126,12 +126,16 @@ def _label(name: str) -> str:
 
 
 def free_spots(
-    scene: SceneState, spots: Sequence[tuple[float, float]] = SPOTS
+    scene: SceneState,
+    spots: Sequence[tuple[float, float]] = SPOTS,
+    used: Collection[tuple[float, float]] = (),
 ) -> list[tuple[float, float]]:
-    """The first :data:`SPOTS_OFFERED` of ``spots`` clear of everything seen."""
+    """The first :data:`SPOTS_OFFERED` of ``spots`` clear of everything seen and not
+    ``used`` (spots this episode put something on that was not picked up since: the camera
+    may miss it, and the spot is no freer for that)."""
     clear = []
     for spot in spots:
-        if all(
+        if spot not in used and all(
             math.dist(spot, o.position[:2]) >= CLEAR + (max(o.size[:2]) / 2 if o.size else 0.03)
             for o in scene.objects
             if o.name != scene.held
@@ -144,11 +148,13 @@ def candidate_steps(
     scene: SceneState,
     opened: frozenset[str] = frozenset(),
     spots: Sequence[tuple[float, float]] = SPOTS,
+    used: Collection[tuple[float, float]] = (),
 ) -> list[Step]:
     """The steps the robot can take now, in a fixed order. A free hand: ``pick`` each
     object (not a container or a drawer), ``open_drawer`` each closed drawer,
     ``close_drawer`` each drawer in ``opened`` (opened by this episode). A full hand:
-    ``place`` on each other object, ``place([x, y])`` at the free spots, ``put_in`` each
+    ``place`` on each other object, ``place([x, y])`` at the free spots (:func:`free_spots`;
+    ``used``: the spots this episode put something on), ``put_in`` each
     box, plate and opened drawer, ``give_me``. Always ``home`` and ``done``."""
     steps: list[Step] = []
     loose = [o for o in scene.objects if o.kind not in CONTAINERS | DRAWERS]
@@ -163,7 +169,7 @@ def candidate_steps(
     else:
         others = [o.name for o in loose if o.name != scene.held]
         steps += [Step(f"place({_label(n)})", "place", (n,)) for n in others]
-        for x, y in free_spots(scene, spots):
+        for x, y in free_spots(scene, spots, used):
             steps.append(Step(f"place([{x:.2f}, {y:.2f}])", "place", ([x, y],)))
         into = [o.name for o in scene.objects if o.kind in CONTAINERS]
         into += [n for n in drawers if n in opened]
@@ -189,10 +195,11 @@ def run_saycan(
     began = api.now()
     taken: list[str] = []  # what the model reads: each step, and how a failed one failed
     opened: set[str] = set()
+    put: dict[str, tuple[float, float]] = {}  # what this episode put on a spot, and where
     for number in range(1, max_steps + 1):
         scene = see(api)
         recorder.write("scene", bot="saycan", step=number, state=scene.to_record(), t=api.now())
-        steps = candidate_steps(scene, frozenset(opened), spots)
+        steps = candidate_steps(scene, frozenset(opened), spots, set(put.values()))
         texts = [s.text for s in steps]
         messages = saycan_messages(instruction, scene.text(), taken, texts)
         try:
@@ -222,6 +229,10 @@ def run_saycan(
                 opened.add(chosen.args[0])
             elif chosen.name == "close_drawer":
                 opened.discard(chosen.args[0])
+            elif chosen.name == "pick":
+                put.pop(chosen.args[0], None)
+            elif chosen.name == "place" and isinstance(chosen.args[0], list) and scene.held:
+                put[scene.held] = (chosen.args[0][0], chosen.args[0][1])
         else:
             result.errors.append(error)
             taken.append(f"{chosen.text} failed: {error}")
