@@ -105,11 +105,14 @@ def reported(command: Callable[[], int]) -> int:
     with terminate_raises():  # first: SIGTERM while starting up exits 143, not by the signal
         raised: str | None = None
         try:
-            code = _reporting_errors(command)
+            code = command()
         except Terminated:
             raised = "SIGTERM"
         except KeyboardInterrupt:
             raised = "SIGINT"
+        except Exception as exc:
+            if stop_signal_arrived() is None:  # else a library replaced what a signal raised
+                code = _error_code(exc)
         arrived = stop_signal_arrived() or raised
     if arrived == "SIGTERM":
         print("onboard: stopped by SIGTERM", file=sys.stderr)
@@ -124,16 +127,6 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)  # a bad command line exits 2 (ExitCode.INPUT_ERROR)
     code: int = args.func(args)
     return code
-
-
-def _reporting_errors(command: Callable[[], int]) -> int:
-    try:
-        return command()
-    except Exception as exc:
-        arrived = stop_signal_arrived()
-        if arrived is not None:  # a library caught what the signal raised, raised its own
-            raise (Terminated() if arrived == "SIGTERM" else KeyboardInterrupt()) from exc
-        return _error_code(exc)
 
 
 def _error_code(exc: Exception) -> int:

@@ -139,7 +139,7 @@ class _Watch:
         self._may_touch = self._allowed(name, args, kwargs)
         self._touched = {}
         before = self._positions()
-        self._exempt_before = self._exempt(str(args[0]) if name == "pick" and args else None)
+        self._exempt_before = self._exempt(_picked(name, args))
         failure = None
         try:
             result = call(self.dry.api, name, args, kwargs)
@@ -192,7 +192,7 @@ class _Watch:
     def _after(self, name: str, args: list[Any], before: dict[int, tuple[float, ...]]) -> None:
         twin, api = self.dry.twin, self.dry.api
         after = self._positions()
-        target = args[0] if name == "pick" and args else None
+        target = _picked(name, args)
         for body, (part, force) in self._touched.items():
             if body not in self._loose:
                 what = "table" if body == twin.table else self.dry.bodies[body]
@@ -243,6 +243,11 @@ class _Watch:
 
 #: kinds that stand still: never knocked, only hit
 _STATIC = frozenset({"conveyor", "drawer", "box"})
+
+
+def _picked(name: str, args: list[Any]) -> str | None:
+    """The object a call picks: ``pick``'s first argument; None for any other call."""
+    return str(args[0]) if name == "pick" and args else None
 
 
 def _part(link: int) -> str:
