@@ -19,6 +19,7 @@ import math
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -493,3 +494,66 @@ def test_average_takes_the_weighted_mean_of_one_graphs_weights(
     assert average.main(["--out", str(out), f"{DETECTOR / 'model.onnx'}=1", f"{other}=1"]) == 2
     err = capsys.readouterr().err
     assert err == f"average.py: error: {other}: another graph than {DETECTOR / 'model.onnx'}'s\n"
+
+
+def _small_network(onnx: ModuleType, height: int, width: int, rows: int) -> Any:
+    """A network of the detector's contract whose left and right differ: one 3x3 convolution of
+    fixed random weights from the image to ``rows`` maps, flattened to [1, rows, anchors]."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = np.random.default_rng(3).normal(size=(rows, 3, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["images", "w"], ["maps"], pads=[1, 1, 1, 1]),
+        helper.make_node("Reshape", ["maps", "flat"], ["output0"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "small",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, height, width])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, rows, height * width])],
+        [
+            numpy_helper.from_array(weights, "w"),
+            numpy_helper.from_array(np.array([1, rows, -1], np.int64), "flat"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_mirror_returns_the_frames_boxes_then_the_mirror_images_turned_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """mirror.py: the written model's output is the network's rows on the input, then its rows
+    on the input flipped left to right with cx turned back (W - cx), run by onnxruntime; a model
+    mirrored already, and one whose input width is not fixed, are refused in one line."""
+    onnx = pytest.importorskip("onnx")
+    import onnxruntime as ort
+
+    mirror = _module("mirror")
+    height, width, rows = 8, 12, 6
+    onnx.save(_small_network(onnx, height, width, rows), str(tmp_path / "net.onnx"))
+    out = tmp_path / "two.onnx"
+    assert mirror.main([str(tmp_path / "net.onnx"), str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {out}")
+    image = np.random.default_rng(4).random((1, 3, height, width), dtype=np.float32)
+
+    def run(path: Path, x: np.ndarray) -> np.ndarray:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return np.asarray(session.run(None, {"images": x})[0])
+
+    frame = run(tmp_path / "net.onnx", image)
+    flipped = run(tmp_path / "net.onnx", np.ascontiguousarray(image[..., ::-1]))
+    flipped[:, 0] = width - flipped[:, 0]
+    both = run(out, image)
+    assert both.shape == (1, rows, 2 * height * width)
+    np.testing.assert_allclose(both, np.concatenate([frame, flipped], axis=2), atol=1e-5)
+    assert not np.allclose(frame, flipped, atol=1e-3)  # the network tells left from right
+
+    assert mirror.main([str(out), str(tmp_path / "again.onnx")]) == 2
+    assert capsys.readouterr().err == (
+        f"mirror.py: error: {out}: the model already looks at the mirror image\n"
+    )
+    dynamic = _small_network(onnx, height, width, rows)
+    dynamic.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "width"
+    onnx.save(dynamic, str(tmp_path / "dynamic.onnx"))
+    assert mirror.main([str(tmp_path / "dynamic.onnx"), str(out)]) == 2
+    assert "the model's input width and output shape must be fixed" in capsys.readouterr().err
