@@ -556,4 +556,58 @@ def test_mirror_returns_the_frames_boxes_then_the_mirror_images_turned_back(
     dynamic.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "width"
     onnx.save(dynamic, str(tmp_path / "dynamic.onnx"))
     assert mirror.main([str(tmp_path / "dynamic.onnx"), str(out)]) == 2
-    assert "the model's input width and output shape must be fixed" in capsys.readouterr().err
+    assert "the model's input size and output shape must be fixed" in capsys.readouterr().err
+
+
+def _bilinear_half_pixel(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """ONNX Resize (linear, half_pixel) of [1, 3, h, w] in numpy: edges clamped."""
+
+    def axis(size_in: int, size_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        src = np.clip((np.arange(size_out) + 0.5) * size_in / size_out - 0.5, 0, size_in - 1)
+        low = np.floor(src).astype(int)
+        return low, np.minimum(low + 1, size_in - 1), (src - low).astype(np.float32)
+
+    y0, y1, fy = axis(image.shape[2], height)
+    x0, x1, fx = axis(image.shape[3], width)
+    rows = image[:, :, y0] * (1 - fy)[:, None] + image[:, :, y1] * fy[:, None]
+    return rows[..., x0] * (1 - fx) + rows[..., x1] * fx
+
+
+def test_mirror_can_take_the_mirror_view_with_the_network_at_a_larger_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """mirror.py --view: the flipped input resized (bilinear) to the view network's input, its
+    boxes scaled back to the frame's input pixels before cx is turned back."""
+    onnx = pytest.importorskip("onnx")
+    import onnxruntime as ort
+
+    mirror = _module("mirror")
+    (height, width), (big_h, big_w), rows = (8, 12), (16, 18), 6
+    onnx.save(_small_network(onnx, height, width, rows), str(tmp_path / "net.onnx"))
+    onnx.save(_small_network(onnx, big_h, big_w, rows), str(tmp_path / "big.onnx"))
+    out = tmp_path / "two.onnx"
+    args = [str(tmp_path / "net.onnx"), str(out), "--view", str(tmp_path / "big.onnx")]
+    assert mirror.main(args) == 0
+    assert "frame 12x8 + mirror image 18x16" in capsys.readouterr().out
+    image = np.random.default_rng(5).random((1, 3, height, width), dtype=np.float32)
+
+    def run(path: Path, x: np.ndarray) -> np.ndarray:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return np.asarray(session.run(None, {"images": x.astype(np.float32)})[0])
+
+    frame = run(tmp_path / "net.onnx", image)
+    view = run(tmp_path / "big.onnx", _bilinear_half_pixel(image[..., ::-1], big_h, big_w))
+    view[:, :4] *= np.array([width / big_w, height / big_h] * 2, np.float32)[None, :, None]
+    view[:, 0] = width - view[:, 0]
+    both = run(out, image)
+    assert both.shape == (1, rows, height * width + big_h * big_w)
+    np.testing.assert_allclose(both, np.concatenate([frame, view], axis=2), atol=1e-4)
+
+    narrow = _small_network(onnx, big_h, big_w, rows - 1)
+    onnx.save(narrow, str(tmp_path / "narrow.onnx"))
+    args[-1] = str(tmp_path / "narrow.onnx")
+    assert mirror.main(args) == 2
+    assert capsys.readouterr().err == (
+        f"mirror.py: error: {tmp_path / 'narrow.onnx'}: the view's network has 5 output rows,"
+        " not 6\n"
+    )

@@ -1,6 +1,7 @@
 """Make a detector look twice: at the frame and at its mirror image, in one ONNX file.
 
     python models/detector/mirror.py NET.onnx models/detector/model.onnx
+    python models/detector/mirror.py NET.onnx OUT.onnx --view NET_AT_448.onnx
 
 The written model runs the network (its nodes copied, its weights shared) on the input and on
 the input flipped left to right, turns the second view's boxes back (cx -> W - cx) and returns
@@ -21,17 +22,18 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
 #: the metadata key a mirrored model carries (and the refusal to mirror twice reads)
 KEY = "views"
-VIEWS = "frame + mirror image, boxes of both before NMS (models/detector/mirror.py)"
+VIEWS = "boxes of both views before NMS (models/detector/mirror.py)"
 PREFIX = "mirror/"
 _END = -(2**63) + 1  # Slice's "to the start" for a negative step
 
 
-def mirrored(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """``proto`` with a second, mirrored view; its single input and output keep their names."""
+def _layout(proto: onnx.ModelProto) -> tuple[int, int, int, int]:
+    """(height, width, rows, anchors) of a model of the contract, or ValueError."""
     graph = proto.graph
     if any(p.key == KEY for p in proto.metadata_props):
         raise ValueError("the model already looks at the mirror image")
@@ -43,36 +45,60 @@ def mirrored(proto: onnx.ModelProto) -> onnx.ModelProto:
         for a in n.attribute
     ):
         raise ValueError("a node with a subgraph (If, Loop, Scan) cannot be copied")
-    image, out = graph.input[0].name, graph.output[0].name
     dims = [d.dim_value for d in graph.input[0].type.tensor_type.shape.dim]
-    rows_anchors = [d.dim_value for d in graph.output[0].type.tensor_type.shape.dim]
-    if len(dims) != 4 or not dims[3] or len(rows_anchors) != 3 or not all(rows_anchors[1:]):
-        raise ValueError("the model's input width and output shape must be fixed")
-    width, (rows, anchors) = dims[3], rows_anchors[1:]
-    shared = {i.name for i in graph.initializer} | {""}
+    out = [d.dim_value for d in graph.output[0].type.tensor_type.shape.dim]
+    if len(dims) != 4 or not all(dims[2:]) or len(out) != 3 or not all(out[1:]):
+        raise ValueError("the model's input size and output shape must be fixed")
+    return dims[2], dims[3], out[1], out[2]
+
+
+def mirrored(proto: onnx.ModelProto, view: onnx.ModelProto | None = None) -> onnx.ModelProto:
+    """``proto`` with a second view, of the input flipped left to right; its single input and
+    output keep their names. ``view``: the network that takes that view, when not ``proto``'s
+    own nodes and weights (the same network exported at a larger input: the flipped input is
+    resized to it, bilinear, and its boxes scaled back)."""
+    height, width, rows, anchors = _layout(proto)
+    view_height, view_width, view_rows, view_anchors = _layout(view or proto)
+    if view_rows != rows:
+        raise ValueError(f"the view's network has {view_rows} output rows, not {rows}")
+    image, out = proto.graph.input[0].name, proto.graph.output[0].name
+    second = view or proto
+    view_image, view_out = second.graph.input[0].name, second.graph.output[0].name
+    # the mirror view's tensors are prefixed; its weights are the frame's own when it is one
+    shared = ({i.name for i in proto.graph.initializer} if view is None else set()) | {""}
 
     def renamed(name: str) -> str:
-        if name == image:
+        if name == view_image:
             return PREFIX + "images"
         return name if name in shared else PREFIX + name
 
     frame_nodes, mirror_nodes = [], []
-    for node in graph.node:
+    for node in proto.graph.node:
         first = onnx.NodeProto()
         first.CopyFrom(node)
         first.output[:] = ["frame/output" if o == out else o for o in node.output]
         frame_nodes.append(first)
-        second = onnx.NodeProto()
-        second.CopyFrom(node)
-        second.name = PREFIX + node.name if node.name else ""
-        second.input[:] = [renamed(i) for i in node.input]
-        second.output[:] = [renamed(o) for o in node.output]
-        mirror_nodes.append(second)
+    for node in second.graph.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        copy.name = PREFIX + node.name if node.name else ""
+        copy.input[:] = [renamed(i) for i in node.input]
+        copy.output[:] = [renamed(o) for o in node.output]
+        mirror_nodes.append(copy)
+    view_weights = []
+    if view is not None:
+        for init in view.graph.initializer:
+            weight = onnx.TensorProto()
+            weight.CopyFrom(init)
+            weight.name = PREFIX + init.name
+            view_weights.append(weight)
 
-    def const(name: str, values: Sequence[int] | float) -> onnx.TensorProto:
-        dtype = np.float32 if isinstance(values, float) else np.int64
-        return numpy_helper.from_array(np.array(values, dtype=dtype), name)
+    def const(name: str, values: Sequence[int] | Sequence[float] | float) -> onnx.TensorProto:
+        is_float = isinstance(values, float) or isinstance(next(iter(values)), float)
+        array = np.array(values, dtype=np.float32 if is_float else np.int64)
+        return numpy_helper.from_array(array, name)
 
+    sx, sy = width / view_width, height / view_height
     extra = [
         const("mirror/axis_w", [3]),
         const("mirror/step_back", [-1]),
@@ -80,55 +106,76 @@ def mirrored(proto: onnx.ModelProto) -> onnx.ModelProto:
         const("mirror/to_start", [_END]),
         const("mirror/zero", [0]),
         const("mirror/one", [1]),
+        const("mirror/four", [4]),
         const("mirror/rows", [rows]),
+        const("mirror/size", [1, 3, view_height, view_width]),
         const("mirror/width", float(width)),
+        numpy_helper.from_array(
+            np.array([sx, sy, sx, sy], np.float32).reshape(1, 4, 1), "mirror/box_scale"
+        ),
     ]
-    flip = helper.make_node(
-        "Slice",
-        [image, "mirror/last", "mirror/to_start", "mirror/axis_w", "mirror/step_back"],
-        [PREFIX + "images"],
-        name="mirror/flip",
-    )
+    resized = (view_height, view_width) != (height, width)
+    flip = [
+        helper.make_node(
+            "Slice",
+            [image, "mirror/last", "mirror/to_start", "mirror/axis_w", "mirror/step_back"],
+            ["mirror/flipped" if resized else PREFIX + "images"],
+            name="mirror/flip",
+        )
+    ]
+    if resized:
+        flip.append(
+            helper.make_node(
+                "Resize",
+                ["mirror/flipped", "", "", "mirror/size"],
+                [PREFIX + "images"],
+                name="mirror/resize",
+                mode="linear",
+                coordinate_transformation_mode="half_pixel",
+            )
+        )
+
+    def cut(source: str, start: str, stop: str, name: str) -> onnx.NodeProto:
+        return helper.make_node("Slice", [source, start, stop, "mirror/one"], [name], name=name)
+
+    turned = PREFIX + view_out
     unflip = [
+        cut(turned, "mirror/zero", "mirror/four", "mirror/boxes"),
         helper.make_node(
-            "Slice",
-            [PREFIX + out, "mirror/zero", "mirror/one", "mirror/one"],
-            ["mirror/cx"],
-            name="mirror/cx",
+            "Mul", ["mirror/boxes", "mirror/box_scale"], ["mirror/scaled"], name="mirror/scaled"
         ),
-        helper.make_node(
-            "Slice",
-            [PREFIX + out, "mirror/one", "mirror/rows", "mirror/one"],
-            ["mirror/rest"],
-            name="mirror/rest",
-        ),
+        cut("mirror/scaled", "mirror/zero", "mirror/one", "mirror/cx"),
+        cut("mirror/scaled", "mirror/one", "mirror/four", "mirror/cy_w_h"),
+        cut(turned, "mirror/four", "mirror/rows", "mirror/scores"),
         helper.make_node(
             "Sub", ["mirror/width", "mirror/cx"], ["mirror/cx_back"], name="mirror/cx_back"
         ),
         helper.make_node(
             "Concat",
-            ["mirror/cx_back", "mirror/rest"],
+            ["mirror/cx_back", "mirror/cy_w_h", "mirror/scores"],
             ["mirror/output"],
             name="mirror/output",
             axis=1,
         ),
         helper.make_node("Concat", ["frame/output", "mirror/output"], [out], name="views", axis=2),
     ]
-    output = helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, [1, rows, 2 * anchors])
+    total = anchors + view_anchors
+    output = helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, [1, rows, total])
     new_graph = helper.make_graph(
-        [*frame_nodes, flip, *mirror_nodes, *unflip],
-        graph.name,
-        [graph.input[0]],
+        [*frame_nodes, *flip, *mirror_nodes, *unflip],
+        proto.graph.name,
+        [proto.graph.input[0]],
         [output],
-        [*graph.initializer, *extra],
+        [*proto.graph.initializer, *view_weights, *extra],
     )
     result = helper.make_model(new_graph, opset_imports=proto.opset_import)
     result.ir_version = proto.ir_version
     result.producer_name = proto.producer_name
     for entry in proto.metadata_props:
         result.metadata_props.add().CopyFrom(entry)
-    view = result.metadata_props.add()
-    view.key, view.value = KEY, VIEWS
+    entry = result.metadata_props.add()
+    entry.key = KEY
+    entry.value = f"frame {width}x{height} + mirror image {view_width}x{view_height}; {VIEWS}"
     onnx.checker.check_model(result)
     return result
 
@@ -137,14 +184,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", type=Path, help="a detector as train.py exports it")
     parser.add_argument("out", type=Path, help="where to write the two-view model")
+    parser.add_argument(
+        "--view",
+        type=Path,
+        help="the network that takes the mirror view (the source's own by default), such as"
+        " the source's weights exported at a larger input",
+    )
     args = parser.parse_args(argv)
+    loaded = []
+    for path in filter(None, (args.source, args.view)):
+        try:
+            proto = onnx.load(str(path))
+            _layout(proto)
+        except (OSError, ValueError, DecodeError) as exc:
+            print(f"mirror.py: error: {path}: {exc}", file=sys.stderr)
+            return 2
+        loaded.append(proto)
     try:
-        proto = mirrored(onnx.load(str(args.source)))
-    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
-        print(f"mirror.py: error: {args.source}: {exc}", file=sys.stderr)
+        result = mirrored(*loaded)
+    except (ValueError, onnx.checker.ValidationError) as exc:
+        print(f"mirror.py: error: {args.view}: {exc}", file=sys.stderr)
         return 2
-    onnx.save(proto, str(args.out))
-    print(f"wrote {args.out} ({args.out.stat().st_size:,} bytes): {VIEWS}")
+    onnx.save(result, str(args.out))
+    views = next(p.value for p in result.metadata_props if p.key == KEY)
+    print(f"wrote {args.out} ({args.out.stat().st_size:,} bytes): {views}")
     return 0
 
 
