@@ -716,8 +716,21 @@ def main() -> None:
         help="no training, no torch: measure a model on the base or hard set (evaluate.py's"
         " options: --set base|hard, --seeds, --count, --model, --no-write)",
     )
+    parser.add_argument(
+        "--export-only",
+        action="store_true",
+        help="no data, no training: write --init's weights at --size to --out (the network"
+        " at a larger input that mirror.py --view takes)",
+    )
     args = parser.parse_args()
-    train(args)
+    if not args.export_only:
+        train(args)
+        return
+    if args.init is None:
+        parser.error("--export-only needs --init")
+    model = TinyDet(len(dataset.CLASSES), (args.size, args.size), args.widths)
+    load_exported(model, args.init, args.size)
+    export(model, list(dataset.CLASSES), args.size, args.out)
 
 
 if __name__ == "__main__":
