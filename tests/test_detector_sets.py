@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from onboard.perception.detector import Detection
@@ -496,7 +497,7 @@ def test_average_takes_the_weighted_mean_of_one_graphs_weights(
     assert err == f"average.py: error: {other}: another graph than {DETECTOR / 'model.onnx'}'s\n"
 
 
-def _small_network(onnx: ModuleType, height: int, width: int, rows: int) -> Any:
+def _small_network(height: int, width: int, rows: int) -> Any:
     """A network of the detector's contract whose left and right differ: one 3x3 convolution of
     fixed random weights from the image to ``rows`` maps, flattened to [1, rows, anchors]."""
     from onnx import TensorProto, helper, numpy_helper
@@ -519,6 +520,12 @@ def _small_network(onnx: ModuleType, height: int, width: int, rows: int) -> Any:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _run_onnx(path: Path, image: np.ndarray) -> np.ndarray:
+    """The output of the ONNX model at ``path`` for ``image`` ([1, 3, h, w]), by onnxruntime."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return np.asarray(session.run(None, {"images": image.astype(np.float32)})[0])
+
+
 def test_mirror_returns_the_frames_boxes_then_the_mirror_images_turned_back(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -526,24 +533,18 @@ def test_mirror_returns_the_frames_boxes_then_the_mirror_images_turned_back(
     on the input flipped left to right with cx turned back (W - cx), run by onnxruntime; a model
     mirrored already, and one whose input width is not fixed, are refused in one line."""
     onnx = pytest.importorskip("onnx")
-    import onnxruntime as ort
-
     mirror = _module("mirror")
     height, width, rows = 8, 12, 6
-    onnx.save(_small_network(onnx, height, width, rows), str(tmp_path / "net.onnx"))
+    onnx.save(_small_network(height, width, rows), str(tmp_path / "net.onnx"))
     out = tmp_path / "two.onnx"
     assert mirror.main([str(tmp_path / "net.onnx"), str(out)]) == 0
     assert capsys.readouterr().out.startswith(f"wrote {out}")
     image = np.random.default_rng(4).random((1, 3, height, width), dtype=np.float32)
 
-    def run(path: Path, x: np.ndarray) -> np.ndarray:
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        return np.asarray(session.run(None, {"images": x})[0])
-
-    frame = run(tmp_path / "net.onnx", image)
-    flipped = run(tmp_path / "net.onnx", np.ascontiguousarray(image[..., ::-1]))
+    frame = _run_onnx(tmp_path / "net.onnx", image)
+    flipped = _run_onnx(tmp_path / "net.onnx", np.ascontiguousarray(image[..., ::-1]))
     flipped[:, 0] = width - flipped[:, 0]
-    both = run(out, image)
+    both = _run_onnx(out, image)
     assert both.shape == (1, rows, 2 * height * width)
     np.testing.assert_allclose(both, np.concatenate([frame, flipped], axis=2), atol=1e-5)
     assert not np.allclose(frame, flipped, atol=1e-3)  # the network tells left from right
@@ -552,7 +553,7 @@ def test_mirror_returns_the_frames_boxes_then_the_mirror_images_turned_back(
     assert capsys.readouterr().err == (
         f"mirror.py: error: {out}: the model already looks at the mirror image\n"
     )
-    dynamic = _small_network(onnx, height, width, rows)
+    dynamic = _small_network(height, width, rows)
     dynamic.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "width"
     onnx.save(dynamic, str(tmp_path / "dynamic.onnx"))
     assert mirror.main([str(tmp_path / "dynamic.onnx"), str(out)]) == 2
@@ -579,31 +580,25 @@ def test_mirror_can_take_the_mirror_view_with_the_network_at_a_larger_input(
     """mirror.py --view: the flipped input resized (bilinear) to the view network's input, its
     boxes scaled back to the frame's input pixels before cx is turned back."""
     onnx = pytest.importorskip("onnx")
-    import onnxruntime as ort
-
     mirror = _module("mirror")
     (height, width), (big_h, big_w), rows = (8, 12), (16, 18), 6
-    onnx.save(_small_network(onnx, height, width, rows), str(tmp_path / "net.onnx"))
-    onnx.save(_small_network(onnx, big_h, big_w, rows), str(tmp_path / "big.onnx"))
+    onnx.save(_small_network(height, width, rows), str(tmp_path / "net.onnx"))
+    onnx.save(_small_network(big_h, big_w, rows), str(tmp_path / "big.onnx"))
     out = tmp_path / "two.onnx"
     args = [str(tmp_path / "net.onnx"), str(out), "--view", str(tmp_path / "big.onnx")]
     assert mirror.main(args) == 0
     assert "frame 12x8 + mirror image 18x16" in capsys.readouterr().out
     image = np.random.default_rng(5).random((1, 3, height, width), dtype=np.float32)
 
-    def run(path: Path, x: np.ndarray) -> np.ndarray:
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        return np.asarray(session.run(None, {"images": x.astype(np.float32)})[0])
-
-    frame = run(tmp_path / "net.onnx", image)
-    view = run(tmp_path / "big.onnx", _bilinear_half_pixel(image[..., ::-1], big_h, big_w))
+    frame = _run_onnx(tmp_path / "net.onnx", image)
+    view = _run_onnx(tmp_path / "big.onnx", _bilinear_half_pixel(image[..., ::-1], big_h, big_w))
     view[:, :4] *= np.array([width / big_w, height / big_h] * 2, np.float32)[None, :, None]
     view[:, 0] = width - view[:, 0]
-    both = run(out, image)
+    both = _run_onnx(out, image)
     assert both.shape == (1, rows, height * width + big_h * big_w)
     np.testing.assert_allclose(both, np.concatenate([frame, view], axis=2), atol=1e-4)
 
-    narrow = _small_network(onnx, big_h, big_w, rows - 1)
+    narrow = _small_network(big_h, big_w, rows - 1)
     onnx.save(narrow, str(tmp_path / "narrow.onnx"))
     args[-1] = str(tmp_path / "narrow.onnx")
     assert mirror.main(args) == 2

@@ -59,12 +59,12 @@ def mirrored(proto: onnx.ModelProto, view: onnx.ModelProto | None = None) -> onn
     output keep their names. ``view``: the network that takes that view, when not ``proto``'s
     own nodes and weights (the same network exported at a larger input: the flipped input is
     resized to it, bilinear, and its boxes scaled back)."""
+    second = view or proto
     height, width, rows, anchors = _layout(proto)
-    view_height, view_width, view_rows, view_anchors = _layout(view or proto)
+    view_height, view_width, view_rows, view_anchors = _layout(second)
     if view_rows != rows:
         raise ValueError(f"the view's network has {view_rows} output rows, not {rows}")
     image, out = proto.graph.input[0].name, proto.graph.output[0].name
-    second = view or proto
     view_image, view_out = second.graph.input[0].name, second.graph.output[0].name
     # the mirror view's tensors are prefixed; its weights are the frame's own when it is one
     shared = ({i.name for i in proto.graph.initializer} if view is None else set()) | {""}
@@ -95,10 +95,8 @@ def mirrored(proto: onnx.ModelProto, view: onnx.ModelProto | None = None) -> onn
             weight.name = PREFIX + init.name
             view_weights.append(weight)
 
-    def const(name: str, values: Sequence[int] | Sequence[float] | float) -> onnx.TensorProto:
-        is_float = isinstance(values, float) or isinstance(next(iter(values)), float)
-        array = np.array(values, dtype=np.float32 if is_float else np.int64)
-        return numpy_helper.from_array(array, name)
+    def const(name: str, values: Sequence[int]) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(values, dtype=np.int64), name)
 
     sx, sy = width / view_width, height / view_height
     extra = [
@@ -110,8 +108,7 @@ def mirrored(proto: onnx.ModelProto, view: onnx.ModelProto | None = None) -> onn
         const("mirror/one", [1]),
         const("mirror/four", [4]),
         const("mirror/rows", [rows]),
-        const("mirror/size", [1, 3, view_height, view_width]),
-        const("mirror/width", float(width)),
+        numpy_helper.from_array(np.array(width, np.float32), "mirror/width"),
         numpy_helper.from_array(
             np.array([sx, sy, sx, sy], np.float32).reshape(1, 4, 1), "mirror/box_scale"
         ),
@@ -126,6 +123,7 @@ def mirrored(proto: onnx.ModelProto, view: onnx.ModelProto | None = None) -> onn
         )
     ]
     if resized:
+        extra.append(const("mirror/size", [1, 3, view_height, view_width]))
         flip.append(
             helper.make_node(
                 "Resize",
@@ -205,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = mirrored(*loaded)
     except (ValueError, onnx.checker.ValidationError) as exc:
-        print(f"mirror.py: error: {args.view}: {exc}", file=sys.stderr)
+        print(f"mirror.py: error: {args.view or args.source}: {exc}", file=sys.stderr)
         return 2
     onnx.save(result, str(args.out))
     views = next(p.value for p in result.metadata_props if p.key == KEY)
