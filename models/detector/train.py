@@ -93,6 +93,23 @@ class Block(nn.Module):
         return x + self.out(torch.cat([y, self.conv(y)], 1))
 
 
+class PooledContext(nn.Module):
+    """YOLOv5's SPPF: three chained 5x5 max pools of the reduced map, concatenated, so that a
+    cell at stride 32 sees the whole frame (the convs alone reach 239 px)."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.reduce = Conv(c, c // 2, 1)
+        self.pool = nn.MaxPool2d(5, 1, 2)
+        self.out = Conv(2 * c, c, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        maps = [self.reduce(x)]
+        for _ in range(3):
+            maps.append(self.pool(maps[-1]))
+        return self.out(torch.cat(maps, 1))
+
+
 class Head(nn.Module):
     """Box distances and class logits for one level: one shared 3x3 conv, then a 1x1 each."""
 
@@ -112,13 +129,21 @@ class Head(nn.Module):
 class TinyDet(nn.Module):
     """Returns raw per-anchor rows [B, 4 + C, A] in training, the exported layout in export."""
 
-    def __init__(self, num_classes: int, size: tuple[int, int], w: tuple[int, ...] = WIDTHS):
+    def __init__(
+        self,
+        num_classes: int,
+        size: tuple[int, int],
+        w: tuple[int, ...] = WIDTHS,
+        *,
+        pooled: bool = False,
+    ):
         super().__init__()
         self.num_classes = num_classes
         self.stem = nn.Sequential(Conv(3, w[0], 3, 2), Conv(w[0], w[1], 3, 2))
         self.down3 = nn.Sequential(Conv(w[1], w[2], 3, 2), Block(w[2]))
         self.down4 = nn.Sequential(Conv(w[2], w[3], 3, 2), Block(w[3]))
         self.down5 = nn.Sequential(Conv(w[3], w[4], 3, 2), Block(w[4]))
+        self.context = PooledContext(w[4]) if pooled else None
         self.lat5 = Conv(w[4], w[3], 1)
         self.fuse4 = nn.Sequential(Conv(2 * w[3], w[3], 1), Block(w[3]))
         self.lat4 = Conv(w[3], w[2], 1)
@@ -133,6 +158,8 @@ class TinyDet(nn.Module):
         p3 = self.down3(self.stem(x))
         p4 = self.down4(p3)
         p5 = self.down5(p4)
+        if self.context is not None:
+            p5 = self.context(p5)
         n4 = self.fuse4(torch.cat([F.interpolate(self.lat5(p5), scale_factor=2.0), p4], 1))
         n3 = self.fuse3(torch.cat([F.interpolate(self.lat4(n4), scale_factor=2.0), p3], 1))
         raw = torch.cat([h(f).flatten(2) for h, f in zip(self.heads, (n3, n4, p5), strict=True)], 2)
@@ -437,7 +464,7 @@ def train(args: argparse.Namespace) -> None:
             f" {len(base.val.images)} val images mixed in"
         )
     classes = list(dataset.CLASSES)
-    model = TinyDet(len(classes), (args.size, args.size), args.widths)
+    model = network(args, len(classes))
     params = sum(p.numel() for p in model.parameters())
     print(f"model: {params:,} parameters; {len(classes)} classes")
     if args.init:
@@ -503,6 +530,11 @@ def concat(a: dataset.Split, b: dataset.Split) -> dataset.Split:
     )
 
 
+def network(args: argparse.Namespace, num_classes: int) -> TinyDet:
+    size = (args.size, args.size)
+    return TinyDet(num_classes, size, args.widths, pooled=args.pooled)
+
+
 def load_exported(model: TinyDet, path: Path, size: int) -> None:
     """Start from a model this script exported: the export folded each batch norm into its
     conv, so a conv takes the folded weights and its norm becomes an identity (mean 0,
@@ -514,6 +546,9 @@ def load_exported(model: TinyDet, path: Path, size: int) -> None:
 
     proto = onnx.load(str(path))
     weights = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    for node in proto.graph.node:  # the exporter shares equal tensors (an untrained model's)
+        if node.op_type == "Identity" and node.input[0] in weights:
+            weights[node.output[0]] = weights[node.input[0]]
     nodes = [n for n in proto.graph.node if n.op_type == "Conv"]
     order: list[nn.Conv2d] = []  # the convs as the forward pass runs them: the graph's order
     hooks = [
@@ -528,7 +563,10 @@ def load_exported(model: TinyDet, path: Path, size: int) -> None:
         hook.remove()
     norms = {id(m[0]): m[1] for m in model.modules() if isinstance(m, Conv)}
     if len(order) != len(nodes):
-        raise SystemExit(f"train.py: error: --init {path}: {len(nodes)} convs, not {len(order)}")
+        raise SystemExit(
+            f"train.py: error: --init {path}: {len(nodes)} convs, not {len(order)}"
+            " (--widths and --pooled must be the file's)"
+        )
     with torch.no_grad():
         for conv, node in zip(order, nodes, strict=True):
             w = torch.from_numpy(weights[node.input[1]].copy())
@@ -645,6 +683,11 @@ def main() -> None:
         help="the channels at strides 2, 4, 8, 16 and 32 (default %(default)s; the speed goal,"
         " 60 fps end to end at 320x240 on one thread, bounds them); --init's must match",
     )
+    parser.add_argument(
+        "--pooled",
+        action="store_true",
+        help="a pooled context block (SPPF) at stride 32; --init's must have it too",
+    )
     parser.add_argument("--data", type=float, default=1.0, help="scale the data set sizes")
     parser.add_argument("--no-cache", action="store_true", help="render the data set again")
     parser.add_argument(
@@ -728,7 +771,7 @@ def main() -> None:
         return
     if args.init is None:
         parser.error("--export-only needs --init")
-    model = TinyDet(len(dataset.CLASSES), (args.size, args.size), args.widths)
+    model = network(args, len(dataset.CLASSES))
     load_exported(model, args.init, args.size)
     export(model, list(dataset.CLASSES), args.size, args.out)
 
